@@ -1,0 +1,143 @@
+"""The workspace cache folder: the only place AttnLens ever writes.
+
+Layout (all under one folder per workspace root)::
+
+    <cache_root>/<workspace-key>/
+        py/<sha256>.pickle      per-file Python summaries (content-addressed)
+        cpp/<sha256>.json       per-file C++ registration summaries
+        target/<key>.json       facts read from the target interpreter
+        env/<key>.json          environment records
+        evidence/<id>.json      probe evidence records
+
+Every write goes through :func:`atomic_write_bytes`: the data is written to a
+temporary file in the same folder, flushed, fsync'ed and renamed over the
+destination, so a kill at any moment leaves either the old or the new file.
+Readers validate what they read (pickles carry a format tag, JSON must parse);
+a torn or foreign file is treated as a miss and rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 3  # bump when the pickled summary classes change
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def default_cache_root() -> Path:
+    env = os.environ.get("ATTNLENS_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "attnlens"
+
+
+def workspace_key(root: Path) -> str:
+    root = Path(os.path.realpath(root))
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", root.name)[:40] or "root"
+    return f"{name}-{digest}"
+
+
+def is_safe_id(value: str) -> bool:
+    """An id that can be used as a file name inside the cache (no separators, no ..)."""
+    return bool(_SAFE_ID.match(value)) and ".." not in value
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class Cache:
+    """A cache folder for one workspace. ``Cache(None)`` is a disabled cache."""
+
+    def __init__(self, folder: Path | None):
+        self.folder = Path(folder) if folder is not None else None
+
+    @classmethod
+    def for_workspace(cls, root: Path, cache_root: Path | None = None) -> "Cache":
+        base = Path(cache_root) if cache_root else default_cache_root()
+        return cls(base / workspace_key(root))
+
+    @property
+    def enabled(self) -> bool:
+        return self.folder is not None
+
+    def path(self, kind: str, name: str) -> Path:
+        if self.folder is None:
+            raise RuntimeError("cache disabled")
+        if not is_safe_id(kind) or not is_safe_id(name):
+            raise ValueError(f"unsafe cache name: {kind}/{name}")
+        return self.folder / kind / name
+
+    # -- pickles -----------------------------------------------------------
+    def load_pickle(self, kind: str, key: str) -> Any | None:
+        if self.folder is None:
+            return None
+        p = self.folder / kind / f"{key}.pickle"
+        try:
+            with open(p, "rb") as f:
+                tag, payload = pickle.load(f)
+        except FileNotFoundError:
+            return None
+        except Exception:
+            # torn write, foreign file, or an old format: rebuild
+            return None
+        if tag != FORMAT_VERSION:
+            return None
+        return payload
+
+    def store_pickle(self, kind: str, key: str, value: Any) -> None:
+        if self.folder is None:
+            return
+        try:
+            data = pickle.dumps((FORMAT_VERSION, value), protocol=pickle.HIGHEST_PROTOCOL)
+            atomic_write_bytes(self.path(kind, f"{key}.pickle"), data)
+        except OSError:
+            pass  # a read-only or full disk must not break analysis
+
+    # -- json --------------------------------------------------------------
+    def load_json(self, kind: str, name: str) -> Any | None:
+        if self.folder is None:
+            return None
+        try:
+            with open(self.path(kind, name), "rb") as f:
+                return json.loads(f.read())
+        except (OSError, ValueError):
+            return None
+
+    def store_json(self, kind: str, name: str, value: Any) -> Path | None:
+        if self.folder is None:
+            return None
+        p = self.path(kind, name)
+        try:
+            atomic_write_bytes(p, json.dumps(value, indent=1, sort_keys=True, default=str).encode())
+        except OSError:
+            return None
+        return p
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,149 @@
+"""``attnlens`` command line: the same analysis as the language server, headless."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from . import __version__
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", default=None, help="plugin checkout to analyse (default: current folder)")
+    p.add_argument("--python", default=None, help="target interpreter (default: $VIRTUAL_ENV or python3 on PATH)")
+    p.add_argument("--cache-dir", default=None, help="cache folder root (default: $ATTNLENS_CACHE_DIR or ~/.cache/attnlens)")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+
+
+def _workspace(args):
+    from .workspace import Workspace
+
+    root = args.root or os.getcwd()
+    if not os.path.isdir(root):
+        raise SystemExit(f"attnlens: --root {root} is not a folder")
+    ws = Workspace(root, python=args.python, cache_dir=args.cache_dir, use_cache=not args.no_cache)
+    if ws.target_error:
+        print(f"attnlens: warning: {ws.target_error}; analysing the workspace alone", file=sys.stderr)
+    return ws
+
+
+def _parse_position(spec: str) -> tuple[str, int, int]:
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3:
+        raise SystemExit(f"attnlens: position must be FILE:LINE:COL, got {spec!r}")
+    path, line, col = parts
+    try:
+        return path, int(line), int(col)
+    except ValueError:
+        raise SystemExit(f"attnlens: LINE and COL must be numbers in {spec!r}") from None
+
+
+def cmd_trace(args) -> int:
+    ws = _workspace(args)
+    path, line, col = _parse_position(args.position)
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):
+        print(f"attnlens: no such file: {path}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    chain = ws.trace_at(path, line, max(col - 1, 0))
+    dt = time.perf_counter() - t0
+    ws.close()
+    if chain is None:
+        msg = f"nothing to trace at {path}:{line}:{col} (not a name or call, or not a Python module of the workspace)"
+        if args.json:
+            print(json.dumps({"error": msg}))
+        else:
+            print(f"attnlens: {msg}", file=sys.stderr)
+        return 1
+    if args.json:
+        d = chain.to_json()
+        d["elapsed_ms"] = round(dt * 1000, 3)
+        print(json.dumps(d, indent=1))
+    else:
+        from .render import chain_text
+
+        print(chain_text(chain))
+        if args.timing:
+            print(f"(resolved in {dt * 1000:.2f} ms)")
+    return 0
+
+
+def cmd_backends(args) -> int:
+    ws = _workspace(args)
+    t0 = time.perf_counter()
+    entries = ws.backends(with_call_sites=not args.no_call_sites, include_custom_ops=args.custom_ops)
+    dt = time.perf_counter() - t0
+    ws.close()
+    if args.json:
+        print(json.dumps([e.to_json() for e in entries], indent=1))
+    else:
+        from .render import backends_table
+
+        print(backends_table(entries, ws.root))
+        if args.timing:
+            print(f"({len(entries)} entries in {dt:.3f} s)")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    ws = _workspace(args)
+    info = ws.resolver.profile.summary()
+    info["kernel_providers"] = [{"module": m, "guard": g, "status": s} for m, g, s in ws.resolver.ops.providers()]
+    info["target"] = ws.target.to_json() if not ws.target_error else {"error": ws.target_error}
+    print(json.dumps(info, indent=1))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attnlens", description="See the code that really runs behind vLLM plugin attention code.")
+    p.add_argument("--version", action="version", version=f"attnlens {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    t = sub.add_parser("trace", help="resolve the call or name at FILE:LINE:COL to the code that runs")
+    _common(t)
+    t.add_argument("--json", action="store_true")
+    t.add_argument("--timing", action="store_true", help="print the resolution time")
+    t.add_argument("position", help="FILE:LINE:COL (1-based)")
+    t.set_defaults(func=cmd_trace)
+
+    b = sub.add_parser("backends", help="list registered backends with impl/builder, upstream counterpart and kernels")
+    _common(b)
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--no-call-sites", action="store_true", help="skip resolving kernel call sites")
+    b.add_argument("--custom-ops", action="store_true", help="also list out-of-tree CustomOp registrations")
+    b.add_argument("--timing", action="store_true")
+    b.set_defaults(func=cmd_backends)
+
+    pr = sub.add_parser("profile", help="show the platform profile used to evaluate branch guards")
+    _common(pr)
+    pr.set_defaults(func=cmd_profile)
+
+    for mod_name in ("attnlens.runtime.cli_cmds", "attnlens.rules.cli_cmds", "attnlens.lsp.cli_cmds", "attnlens.upgrade.cli_cmds"):
+        try:
+            mod = __import__(mod_name, fromlist=["add_subparsers"])
+        except ImportError:
+            continue
+        mod.add_subparsers(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
+    args = p.parse_args(argv)
+    if not getattr(args, "func", None):
+        p.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

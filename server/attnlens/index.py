@@ -1,0 +1,359 @@
+"""The workspace index: module names to files, summaries on demand.
+
+* Workspace modules (every package under the root, and ``src/`` layouts) are
+  found by walking the tree once; their summaries are loaded eagerly for
+  whole-workspace questions (registry, patches) and lazily otherwise.
+* Site-packages modules are located through the target interpreter's
+  ``sys.path`` and parsed only when a chain reaches them.
+* Summaries are cached per file by content hash (sha256) in the cache folder;
+  a ``(path, mtime, size) -> sha`` memo avoids re-hashing unchanged files.
+* Open editor buffers are *overlays*: their text wins over the disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .cache import Cache
+from .pyindex import ModuleSummary, decode_source, summarize
+from .target import TargetInfo
+
+SKIP_DIRS = {
+    ".git", ".hg", ".svn", "__pycache__", "node_modules", "build", "dist", ".tox", ".nox",
+    ".mypy_cache", ".pytest_cache", ".ruff_cache", ".venv", "venv", ".eggs", "site-packages",
+}
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class Module:
+    name: str
+    path: str
+    summary: ModuleSummary
+    workspace: bool
+    is_package: bool
+
+    @property
+    def package(self) -> str:
+        return self.name if self.is_package else self.name.rpartition(".")[0]
+
+
+@dataclass(frozen=True)
+class Location:
+    kind: str  # py | ext | namespace
+    path: str
+    is_package: bool = False
+
+
+class Index:
+    def __init__(self, root: Path, target: TargetInfo | None, cache: Cache | None = None,
+                 extra_paths: Iterable[str] = ()):
+        self.root = Path(os.path.realpath(root))
+        self.target = target
+        self.cache = cache or Cache(None)
+        self._lock = threading.RLock()
+        self.workspace_roots = self._find_workspace_roots()
+        sp = list(extra_paths) + (list(target.sys_path) if target else [])
+        ws = {str(p) for p in self.workspace_roots}
+        self.search_path = [str(p) for p in self.workspace_roots] + [p for p in sp if p not in ws]
+        self.ext_suffixes = tuple(sorted(set((target.ext_suffixes if target else []) + [".so", ".pyd"]), key=len, reverse=True))
+        self._modules: dict[str, Module | None] = {}
+        self._path_to_name: dict[str, str] = {}
+        self._loc_cache: dict[str, Location | None] = {}
+        self._dir_cache: dict[str, frozenset | None] = {}
+        self._overlays: dict[str, str] = {}
+        self._sha_memo: dict[str, tuple] = self.cache.load_pickle("meta", "shamemo") or {}
+        self._sha_memo_dirty = False
+        self.ws_files: dict[str, str] = {}  # module name -> path, every workspace module
+        self._scan_workspace()
+        self.generation = 0  # bumped on every change (overlay/edit/refresh)
+
+    # -- workspace discovery ---------------------------------------------------
+    def _find_workspace_roots(self) -> list[Path]:
+        roots = [self.root]
+        src = self.root / "src"
+        if src.is_dir() and any((src / d / "__init__.py").exists() for d in _listdir(src)):
+            roots.insert(0, src)
+        return roots
+
+    def _scan_workspace(self) -> None:
+        files: dict[str, str] = {}
+        for base in self.workspace_roots:
+            for entry in _listdir(base):
+                p = base / entry
+                if entry in SKIP_DIRS or entry.startswith(".") or entry in ("tests", "test", "docs", "examples", "benchmarks"):
+                    continue
+                if p.is_dir() and not p.is_symlink():
+                    if (p / "pyvenv.cfg").exists() or not (p / "__init__.py").exists():
+                        continue
+                    for f in _walk_py(p):
+                        rel = Path(f).relative_to(base).with_suffix("")
+                        parts = list(rel.parts)
+                        if parts[-1] == "__init__":
+                            parts.pop()
+                        if all(x.isidentifier() for x in parts):
+                            files[".".join(parts)] = f
+        self.ws_files = files
+        for name, path in files.items():
+            self._path_to_name[path] = name
+
+    def is_workspace_path(self, path: str) -> bool:
+        return os.path.realpath(path) in self._path_to_name or any(
+            os.path.realpath(path).startswith(str(r) + os.sep) for r in self.workspace_roots
+        ) and not os.path.realpath(path).startswith(str(self.root / ".venv"))
+
+    # -- module location ---------------------------------------------------
+    def locate(self, modname: str) -> Location | None:
+        if modname in self._loc_cache:
+            return self._loc_cache[modname]
+        loc = None
+        if modname in self.ws_files:
+            p = self.ws_files[modname]
+            loc = Location("py", p, p.endswith("__init__.py"))
+        else:
+            parts = modname.split(".")
+            if all(p.isidentifier() for p in parts):
+                loc = self._search(parts)
+        self._loc_cache[modname] = loc
+        return loc
+
+    def _search(self, parts: list[str]) -> Location | None:
+        if len(parts) > 1:
+            parent = self.locate(".".join(parts[:-1]))
+            if parent is None or parent.kind == "ext" or not parent.is_package:
+                return None
+            dirs = [os.path.dirname(parent.path)] if parent.kind == "py" else [parent.path]
+            if parent.kind == "namespace":
+                dirs = [d for d in self._namespace_dirs(parts[:-1])]
+        else:
+            dirs = self.search_path
+        name = parts[-1]
+        namespace = None
+        for d in dirs:
+            listing = self._listing(d)
+            if listing is None:
+                continue
+            if name in listing:
+                pkg = os.path.join(d, name)
+                init = os.path.join(pkg, "__init__.py")
+                if os.path.isfile(init):
+                    return Location("py", init, True)
+                if os.path.isdir(pkg) and namespace is None:
+                    namespace = Location("namespace", pkg, True)
+            if name + ".py" in listing:
+                return Location("py", os.path.join(d, name + ".py"), False)
+            for entry in listing:
+                if entry.startswith(name + ".") and entry.endswith(self.ext_suffixes):
+                    rest = entry[len(name):]
+                    if any(rest == s or rest.endswith(s) and rest.count(".") >= 2 for s in self.ext_suffixes):
+                        return Location("ext", os.path.join(d, entry), False)
+        return namespace
+
+    def _namespace_dirs(self, parts: list[str]) -> list[str]:
+        out = []
+        for d in self.search_path:
+            cand = os.path.join(d, *parts)
+            if os.path.isdir(cand):
+                out.append(cand)
+        return out
+
+    def _listing(self, d: str) -> frozenset | None:
+        if d in self._dir_cache:
+            return self._dir_cache[d]
+        try:
+            lst = frozenset(os.listdir(d))
+        except OSError:
+            lst = None
+        self._dir_cache[d] = lst
+        return lst
+
+    def top_level_installed(self, modname: str) -> bool:
+        return self.locate(modname.split(".", 1)[0]) is not None
+
+    # -- summaries ---------------------------------------------------------
+    def module(self, modname: str) -> Module | None:
+        with self._lock:
+            if modname in self._modules:
+                return self._modules[modname]
+            loc = self.locate(modname)
+            mod = None
+            if loc is not None and loc.kind == "py":
+                summ = self._summary_for(loc.path)
+                if summ is not None:
+                    mod = Module(modname, loc.path, summ, self.is_workspace_path(loc.path), loc.is_package)
+                    self._path_to_name.setdefault(os.path.realpath(loc.path), modname)
+            self._modules[modname] = mod
+            return mod
+
+    def module_for_path(self, path: str) -> Module | None:
+        real = os.path.realpath(path)
+        name = self._path_to_name.get(real) or self._path_to_name.get(path)
+        if name is None:
+            name = self._guess_name(real)
+            if name is None:
+                return None
+        return self.module(name)
+
+    def _guess_name(self, real: str) -> str | None:
+        for base in self.search_path:
+            b = os.path.realpath(base)
+            if real.startswith(b + os.sep):
+                rel = Path(real[len(b) + 1:]).with_suffix("")
+                parts = list(rel.parts)
+                if parts and parts[-1] == "__init__":
+                    parts.pop()
+                if parts and all(p.isidentifier() for p in parts):
+                    name = ".".join(parts)
+                    loc = self.locate(name)
+                    if loc is not None and os.path.realpath(loc.path) == real:
+                        self._path_to_name[real] = name
+                        return name
+        return None
+
+    def _summary_for(self, path: str) -> ModuleSummary | None:
+        text = self._overlays.get(os.path.realpath(path))
+        if text is not None:
+            sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            return self._cached_or_build(sha, text, path)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if st.st_size > MAX_FILE_BYTES:
+            s = ModuleSummary(path=path, sha="", error=f"file too large to analyse ({st.st_size} bytes)")
+            return s
+        memo = self._sha_memo.get(path)
+        stamp = (st.st_mtime_ns, st.st_size)
+        if memo is not None and memo[0] == stamp:
+            cached = self.cache.load_pickle("py", memo[1])
+            if cached is not None:
+                cached.path = path
+                return cached
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            return ModuleSummary(path=path, sha="", error=f"cannot read: {e.strerror}")
+        sha = hashlib.sha256(data).hexdigest()
+        self._sha_memo[path] = (stamp, sha)
+        self._sha_memo_dirty = True
+        text = decode_source(data)
+        if text is None:
+            return ModuleSummary(path=path, sha=sha, error="binary file, not Python source")
+        return self._cached_or_build(sha, text, path)
+
+    def _cached_or_build(self, sha: str, text: str, path: str) -> ModuleSummary:
+        cached = self.cache.load_pickle("py", sha)
+        if cached is not None:
+            cached.path = path
+            return cached
+        summ = summarize(text, path, sha)
+        self.cache.store_pickle("py", sha, summ)
+        return summ
+
+    def flush(self) -> None:
+        """Persist the (path, stamp) -> sha memo (cheap warm starts)."""
+        if self._sha_memo_dirty:
+            self.cache.store_pickle("meta", "shamemo", self._sha_memo)
+            self._sha_memo_dirty = False
+
+    def workspace_modules(self) -> Iterator[Module]:
+        for name in sorted(self.ws_files):
+            m = self.module(name)
+            if m is not None:
+                yield m
+
+    def source_text(self, path: str) -> str | None:
+        real = os.path.realpath(path)
+        if real in self._overlays:
+            return self._overlays[real]
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            return None
+        if len(data) > MAX_FILE_BYTES:
+            return None
+        return decode_source(data)
+
+    # -- edits -------------------------------------------------------------
+    def set_overlay(self, path: str, text: str | None) -> None:
+        """Use ``text`` for ``path`` instead of the disk (None drops the overlay)."""
+        real = os.path.realpath(path)
+        with self._lock:
+            if text is None:
+                self._overlays.pop(real, None)
+            else:
+                self._overlays[real] = text
+            self.invalidate(path)
+
+    def invalidate(self, path: str) -> None:
+        real = os.path.realpath(path)
+        with self._lock:
+            self.generation += 1
+            name = self._path_to_name.get(real)
+            if name is None:
+                # a new workspace file?
+                self._loc_cache.clear()
+                self._dir_cache.clear()
+                self._scan_workspace()
+                name = self._path_to_name.get(real)
+            if name is not None:
+                self._modules.pop(name, None)
+            if not os.path.exists(real):
+                self._loc_cache.clear()
+                self._dir_cache.clear()
+                self._scan_workspace()
+
+    def refresh(self) -> None:
+        with self._lock:
+            self.generation += 1
+            self._modules.clear()
+            self._loc_cache.clear()
+            self._dir_cache.clear()
+            self._scan_workspace()
+
+
+def _listdir(p: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(p))
+    except OSError:
+        return []
+
+
+def _walk_py(top: Path) -> Iterator[str]:
+    seen: set[tuple[int, int]] = set()
+    stack = [str(top)]
+    while stack:
+        d = stack.pop()
+        try:
+            st = os.stat(d)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            continue  # symlink loop
+        seen.add(key)
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.name in SKIP_DIRS or e.name.startswith("."):
+                continue
+            try:
+                if e.is_dir():
+                    if os.path.exists(os.path.join(e.path, "pyvenv.cfg")):
+                        continue
+                    stack.append(e.path)
+                elif e.name.endswith(".py") and e.is_file():
+                    yield e.path
+            except OSError:
+                continue
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

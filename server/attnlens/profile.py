@@ -1,0 +1,371 @@
+"""The platform profile: what the plugin's platform class says about branches.
+
+Nothing here is specific to one vendor. The plugin is found through its
+``vllm.platform_plugins`` entry point (``pyproject.toml``, ``setup.py`` or
+``setup.cfg`` of the workspace); the entry function's returned class path
+gives the platform class (or classes, for ``A if cond else B``). Branch
+guards are then evaluated statically:
+
+* ``current_platform.<method>(...)``: the method found in the platform
+  class's MRO (plugin classes first, then upstream ``Platform``) whose body is
+  a constant return, or a comparison of ``_enum`` with ``PlatformEnum``
+  members (``is_cuda``, ``is_out_of_tree``, ...), evaluated with the class's
+  ``_enum``;
+* calls of functions whose every return is the same literal
+  (``get_flash_attn_version() -> 2``, ``is_..._available() -> True``);
+* ``TYPE_CHECKING`` is False; ``not``/``and``/``or`` and comparisons with
+  literals fold; anything else (environment flags, device queries) is
+  *unknown* and stays visible as a condition.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .model import Hop
+
+PLATFORM_PLUGIN_GROUP = "vllm.platform_plugins"
+CURRENT_PLATFORM = "vllm.platforms.current_platform"
+
+
+@dataclass
+class PlatformInfo:
+    entry: str | None = None  # "pkg:func"
+    entry_source: str | None = None  # file that declares it
+    class_paths: list[str] = field(default_factory=list)
+    classes: list = field(default_factory=list)  # Vals of platform classes
+    enum: str | None = None  # e.g. "OOT"
+    error: str | None = None
+
+
+def read_entry_points(root: Path) -> dict[str, dict[str, str]]:
+    """Entry points declared by the workspace (pyproject.toml, setup.cfg, setup.py)."""
+    out: dict[str, dict[str, str]] = {}
+    pp = root / "pyproject.toml"
+    if pp.is_file():
+        try:
+            try:
+                import tomllib  # type: ignore[import-not-found]
+            except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            data = tomllib.loads(pp.read_text(encoding="utf-8", errors="replace"))
+            eps = (data.get("project") or {}).get("entry-points") or {}
+            for group, items in eps.items():
+                if isinstance(items, dict):
+                    out.setdefault(group, {}).update({k: str(v) for k, v in items.items()})
+        except Exception:
+            pass
+    cfg = root / "setup.cfg"
+    if cfg.is_file() and not out.get(PLATFORM_PLUGIN_GROUP):
+        import configparser
+
+        cp = configparser.ConfigParser()
+        try:
+            cp.read_string(cfg.read_text(errors="replace"))
+            if cp.has_section("options.entry_points"):
+                for group, text in cp.items("options.entry_points"):
+                    for line in text.splitlines():
+                        if "=" in line:
+                            k, v = line.split("=", 1)
+                            out.setdefault(group, {})[k.strip()] = v.strip()
+        except Exception:
+            pass
+    sp = root / "setup.py"
+    if sp.is_file() and not out.get(PLATFORM_PLUGIN_GROUP):
+        try:
+            tree = ast.parse(sp.read_text(errors="replace"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.keyword) and node.arg == "entry_points" and isinstance(node.value, ast.Dict):
+                    for k, v in zip(node.value.keys, node.value.values):
+                        if isinstance(k, ast.Constant) and isinstance(v, (ast.List, ast.Tuple)):
+                            for e in v.elts:
+                                if isinstance(e, ast.Constant) and isinstance(e.value, str) and "=" in e.value:
+                                    a, b = e.value.split("=", 1)
+                                    out.setdefault(k.value, {})[a.strip()] = b.strip()
+        except (SyntaxError, ValueError, OSError):
+            pass
+    return out
+
+
+class PlatformProfile:
+    def __init__(self, resolver):
+        self.r = resolver
+        self._info: PlatformInfo | None = None
+        self._gen = -1
+        self._memo: dict = {}
+
+    # -- discovery -----------------------------------------------------------
+    @property
+    def info(self) -> PlatformInfo:
+        if self._info is None or self._gen != self.r.index.generation:
+            self._info = self._discover()
+            self._gen = self.r.index.generation
+            self._memo.clear()
+        return self._info
+
+    def _discover(self) -> PlatformInfo:
+        from .resolver import Val, Walk
+
+        info = PlatformInfo()
+        eps = read_entry_points(self.r.index.root).get(PLATFORM_PLUGIN_GROUP, {})
+        if eps:
+            name, value = sorted(eps.items())[0]
+            info.entry = value.strip()
+            info.entry_source = "pyproject.toml"
+            modname, _, func = info.entry.partition(":")
+            mod = self.r.index.module(modname.strip())
+            if mod is None:
+                info.error = f"entry point module {modname} not found"
+                return info
+            fv = self.r.attr_of_module(mod, func.strip(), Walk()) if func else None
+            f = fv.func if fv is not None else None
+            paths = []
+            if f is not None and f.returns_const and isinstance(f.returns_const[1], str):
+                paths = [f.returns_const[1]]
+            elif f is not None:
+                paths = [r.strip("'\"") for r in f.returns if r.startswith(("'", '"'))]
+            info.class_paths = paths
+        else:
+            # fall back: a workspace class deriving from vllm's Platform
+            for m in self.r.index.workspace_modules():
+                for q, c in m.summary.classes.items():
+                    if any(b.rpartition(".")[2] == "Platform" for b in c.bases):
+                        info.class_paths = [f"{m.name}.{q}"]
+                        break
+                if info.class_paths:
+                    break
+        classes = []
+        for p in info.class_paths:
+            v = self.r.resolve_symbol(p)
+            alts = v.extra.get("alternatives") if v.kind == "class" else None
+            if alts:
+                for a in alts:
+                    av = self.r.resolve_symbol(a)
+                    if av.kind == "class":
+                        classes.append(av)
+            elif v.kind == "class":
+                classes.append(v)
+        info.classes = classes
+        enums = {self._class_enum(c) for c in classes}
+        enums.discard(None)
+        info.enum = enums.pop() if len(enums) == 1 else None
+        if not classes and not info.error:
+            info.error = "no platform class found (no vllm.platform_plugins entry point)"
+        _ = Val
+        return info
+
+    def _class_enum(self, cv) -> str | None:
+        for c in self.r.mro(cv.module, cv.qual):
+            ci = c.cls
+            if ci is None:
+                continue
+            b = ci.attrs.get("_enum")
+            if b is not None and b.target:
+                return b.target.rpartition(".")[2]
+        return None
+
+    # -- values ----------------------------------------------------------
+    def current_platform(self, w):
+        from .resolver import Val
+
+        info = self.info
+        if not info.classes:
+            return Val("unknown", None, CURRENT_PLATFORM, reason=info.error or "no platform class")
+        c = info.classes[0]
+        return Val("platform", c.module, c.qual, c.path, c.line, extra={"classes": [x.dotted for x in info.classes]})
+
+    def platform_attr(self, name: str, w):
+        from .resolver import Val
+
+        info = self.info
+        found = []
+        for cv in info.classes:
+            v = self.r.class_attr(cv.module, cv.qual, name, w.__class__())
+            if v is not None:
+                found.append(v)
+        if not found:
+            return Val("unknown", None, f"current_platform.{name}", reason=f"platform has no `{name}`")
+        v = found[0]
+        if v.kind == "function" and v.module is not None:
+            names = sorted({x.dotted for x in found})
+            w.add(Hop("platform", v.path or "", v.line or 0, v.dotted,
+                      f"current_platform is {' / '.join(c.dotted for c in info.classes)}; `{name}` defined in {v.owner or v.dotted}" + (f" (varies: {', '.join(names)})" if len(names) > 1 else "")))
+        return v
+
+    def method_value(self, name: str, args: tuple = ()):
+        """Constant value of ``current_platform.name(...)``, or None when unknown."""
+        key = ("m", name, args)
+        if key in self._memo:
+            return self._memo[key]
+        from .resolver import Walk
+
+        vals = set()
+        unknown = False
+        for cv in self.info.classes:
+            v = self.r.class_attr(cv.module, cv.qual, name, Walk())
+            if v is None or v.kind != "function":
+                unknown = True
+                continue
+            val = self._eval_method(v, self._class_enum(cv))
+            if val is None:
+                unknown = True
+            else:
+                vals.add(val)
+        res = vals.pop() if (len(vals) == 1 and not unknown) else None
+        self._memo[key] = res
+        return res
+
+    def _eval_method(self, v, enum: str | None):
+        f = v.func
+        if f is None:
+            return None
+        if f.returns_const is not None:
+            val = f.returns_const[1]
+            return val if isinstance(val, (bool, int, str)) else None
+        if len(f.returns) == 1 and enum is not None:
+            text = self._return_source(v)
+            if text:
+                return self._eval_enum_expr(text, enum)
+        return None
+
+    def _return_source(self, v) -> str | None:
+        src = self.r.index.source_text(v.module.path)
+        if src is None:
+            return None
+        f = v.func
+        lines = src.splitlines()[f.line - 1 : f.end_line]
+        m = re.search(r"return\s+(self|cls)\._enum\s*(==|!=|in|not in)\s*(.+)", "\n".join(lines))
+        return m.group(0)[len("return "):].strip() if m else None
+
+    def _eval_enum_expr(self, text: str, enum: str):
+        m = re.match(r"(self|cls)\._enum\s*(==|!=|not in|in)\s*(.+)$", text)
+        if not m:
+            return None
+        op, rhs = m.group(2), m.group(3).strip()
+        members = re.findall(r"PlatformEnum\.([A-Z_0-9]+)", rhs)
+        if not members:
+            return None
+        if op == "==":
+            return enum == members[0]
+        if op == "!=":
+            return enum != members[0]
+        if op == "in":
+            return enum in members
+        return enum not in members
+
+    # -- guard evaluation ----------------------------------------------------
+    def evaluate(self, mod, scope: str, text: str):
+        if mod is None or not text:
+            return None
+        key = (mod.name, scope, text)
+        if key in self._memo and self._gen == self.r.index.generation:
+            return self._memo[key]
+        _ = self.info
+        try:
+            node = ast.parse(text, mode="eval").body
+        except SyntaxError:
+            return None
+        try:
+            val = self._eval(mod, scope, node, 0)
+        except RecursionError:
+            val = None
+        res = val if isinstance(val, bool) else (bool(val) if isinstance(val, (int, str)) and val is not None else None)
+        self._memo[key] = res
+        return res
+
+    def _eval(self, mod, scope, node, depth):
+        if depth > 8:
+            return None
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id == "TYPE_CHECKING":
+                return False
+            return None
+        if isinstance(node, ast.Attribute):
+            d = _dotted(node)
+            if d and d.endswith("TYPE_CHECKING"):
+                return False
+            return None
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            v = self._eval(mod, scope, node.operand, depth + 1)
+            return None if v is None else (not v)
+        if isinstance(node, ast.BoolOp):
+            vals = [self._eval(mod, scope, x, depth + 1) for x in node.values]
+            if isinstance(node.op, ast.And):
+                if any(v is not None and not v for v in vals):
+                    return False
+                return True if all(v is not None and bool(v) for v in vals) else None
+            if any(v is not None and bool(v) for v in vals):
+                return True
+            return False if all(v is not None and not v for v in vals) else None
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            a = self._eval(mod, scope, node.left, depth + 1)
+            b = self._eval(mod, scope, node.comparators[0], depth + 1)
+            if a is None or b is None:
+                return None
+            op = node.ops[0]
+            try:
+                if isinstance(op, ast.Eq):
+                    return a == b
+                if isinstance(op, ast.NotEq):
+                    return a != b
+                if isinstance(op, ast.Lt):
+                    return a < b
+                if isinstance(op, ast.LtE):
+                    return a <= b
+                if isinstance(op, ast.Gt):
+                    return a > b
+                if isinstance(op, ast.GtE):
+                    return a >= b
+            except TypeError:
+                return None
+            return None
+        if isinstance(node, ast.Call):
+            d = _dotted(node.func)
+            if not d:
+                return None
+            return self._eval_call(mod, scope, d, node)
+        return None
+
+    def _eval_call(self, mod, scope, d: str, node: ast.Call):
+        from .resolver import Walk
+
+        parts = d.split(".")
+        w = Walk()
+        if len(parts) >= 2:
+            base = self.r.resolve_dotted(mod, scope, ".".join(parts[:-1]), w)
+            if base.kind == "platform":
+                args = tuple(a.value for a in node.args if isinstance(a, ast.Constant))
+                return self.method_value(parts[-1], args)
+        v = self.r.resolve_dotted(mod, scope, d, w)
+        if v.kind == "function":
+            f = v.func
+            if f is not None and f.returns_const is not None:
+                val = f.returns_const[1]
+                return val if isinstance(val, (bool, int, str)) or val is None else None
+        return None
+
+    def summary(self) -> dict:
+        info = self.info
+        facts = {}
+        for name in ("is_out_of_tree", "is_cuda", "is_rocm", "is_cuda_alike", "is_device_capability_family"):
+            facts[name] = self.method_value(name)
+        return {
+            "entry_point": info.entry, "classes": [c.dotted for c in info.classes], "enum": info.enum,
+            "facts": facts, "error": info.error,
+        }
+
+
+def _dotted(node) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None

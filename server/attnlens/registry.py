@@ -1,0 +1,312 @@
+"""The registry view: every backend the plugin registers, and what it reaches.
+
+Registrations are recognised by what their callee *resolves to*, not by
+name alone: a call or class decorator whose callee resolves to an upstream
+function named ``register_*backend`` (vLLM's ``register_backend`` and
+``register_mla_prefill_backend``), and ``@<CustomOp>.register_oot(...)``
+class decorators (out-of-tree CustomOp replacements such as a sparse
+attention indexer). The enum member argument gives the upstream default
+class path (the *upstream counterpart*), read from the installed vLLM's enum
+class body.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import asdict, dataclass, field
+
+from . import model as M
+from .resolver import Val, Walk
+
+REGISTRAR = re.compile(r"^register_\w*backend$")
+PART_METHODS = (("impl", "get_impl_cls"), ("builder", "get_builder_cls"))
+
+
+@dataclass
+class ClassRef:
+    cls: str | None
+    path: str | None
+    line: int | None
+    inherited_from: str | None = None  # the method that returned it lives upstream
+    note: str | None = None
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None or k in ("cls", "path", "line")} | {"class": self.cls}
+
+
+@dataclass
+class CallSiteResult:
+    path: str
+    line: int
+    col: int
+    call: str
+    scope: str
+    chain: M.Chain
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "line": self.line, "col": self.col + 1, "call": self.call, "scope": self.scope,
+                "final": self.chain.final.to_json(), "reachable": self.chain.reachable,
+                "hops": len(self.chain.hops)}
+
+
+@dataclass
+class BackendEntry:
+    name: str
+    kind: str  # attention | mla_prefill | custom_op
+    enum: str | None
+    cls: str
+    path: str | None
+    line: int | None
+    registered_at: list[dict] = field(default_factory=list)
+    impl: ClassRef | None = None
+    builder: ClassRef | None = None
+    metadata: ClassRef | None = None
+    upstream: ClassRef | None = None
+    call_sites: list[CallSiteResult] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "kind": self.kind, "enum": self.enum, "class": self.cls, "path": self.path,
+            "line": self.line, "registered_at": self.registered_at,
+            "impl": self.impl.to_json() if self.impl else None,
+            "builder": self.builder.to_json() if self.builder else None,
+            "metadata": self.metadata.to_json() if self.metadata else None,
+            "upstream": self.upstream.to_json() if self.upstream else None,
+            "call_sites": [c.to_json() for c in self.call_sites],
+            "error": self.error,
+        }
+
+
+def _kw(cs_or_deco, name):
+    for k, v in cs_or_deco.kw_texts:
+        if k == name:
+            return v
+    return None
+
+
+def _str(text: str | None) -> str | None:
+    if not text:
+        return None
+    try:
+        v = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+    return v if isinstance(v, str) else None
+
+
+class Registry:
+    def __init__(self, resolver):
+        self.r = resolver
+
+    def _is_registrar(self, mod, scope: str, func: str, line: int) -> str | None:
+        last = func.rpartition(".")[2]
+        if not REGISTRAR.match(last):
+            return None
+        v = self.r.resolve_dotted(mod, scope, func, Walk(), line=line)
+        if v.kind == "function" and v.module is not None and REGISTRAR.match(v.qual.rpartition(".")[2]):
+            return v.dotted
+        if v.kind == "not_installed":
+            return func  # upstream missing: still a registration, resolved later as unresolved
+        return None
+
+    def entries(self, with_call_sites: bool = True, include_custom_ops: bool = True) -> list[BackendEntry]:
+        out: dict[tuple, BackendEntry] = {}
+        for mod in self.r.index.workspace_modules():
+            s = mod.summary
+            for cs in s.calls:
+                if not cs.func:
+                    continue
+                reg = self._is_registrar(mod, cs.scope, cs.func, cs.line)
+                if reg is None:
+                    continue
+                enum_text = _kw(cs, "backend") or (cs.arg_texts[0] if cs.arg_texts else None)
+                class_path = _str(_kw(cs, "class_path")) or (cs.str_args[1] if len(cs.str_args) > 1 else None)
+                if not class_path:
+                    continue  # a decorator factory call is handled with the class
+                self._add(out, mod, cs.scope, reg, enum_text, class_path, cs.line, "call")
+            for q, c in s.classes.items():
+                for d in c.decorators:
+                    if not d.is_call:
+                        continue
+                    reg = self._is_registrar(mod, "", d.func, d.line)
+                    if reg is not None:
+                        enum_text = _kw(d, "backend") or (d.arg_texts[0] if d.arg_texts else None)
+                        self._add(out, mod, "", reg, enum_text, f"{mod.name}.{q}", d.line, "decorator")
+                    elif include_custom_ops and d.func.rpartition(".")[2] == "register_oot":
+                        name = _str(_kw(d, "name")) or (d.str_args[0] if d.str_args else None) or c.name
+                        key = ("custom_op", name)
+                        e = BackendEntry(name, "custom_op", None, f"{mod.name}.{q}", mod.path, c.line)
+                        e.registered_at.append({"path": mod.path, "line": d.line, "form": f"@{d.func}"})
+                        e.upstream = self._custom_op_upstream(mod, q)
+                        out[key] = e
+        entries = sorted(out.values(), key=lambda e: (e.kind != "attention", e.kind, e.name))
+        for e in entries:
+            self._fill(e, with_call_sites)
+        return entries
+
+    def _add(self, out, mod, scope, registrar, enum_text, class_path, line, form) -> None:
+        kind = "mla_prefill" if "mla_prefill" in registrar else "attention"
+        member = enum_text.rpartition(".")[2] if enum_text else "?"
+        key = (kind, member)
+        e = out.get(key)
+        if e is None:
+            e = BackendEntry(member, kind, enum_text, class_path, None, None)
+            out[key] = e
+            e.upstream = self._upstream(mod, scope, enum_text, line)
+        elif e.cls != class_path:
+            e.error = f"registered twice with different classes: {e.cls} and {class_path}"
+        e.registered_at.append({"path": mod.path, "line": line, "form": form, "registrar": registrar})
+
+    def _upstream(self, mod, scope, enum_text, line) -> ClassRef | None:
+        if not enum_text or "." not in enum_text:
+            return None
+        enum_cls, _, member = enum_text.rpartition(".")
+        ev = self.r.resolve_dotted(mod, scope, enum_cls, Walk(), line=line)
+        if ev.kind != "class" or ev.cls is None:
+            return ClassRef(None, None, None, note=f"enum {enum_cls} not resolved: {ev.reason}")
+        b = ev.cls.attrs.get(member)
+        if b is None:
+            return ClassRef(None, ev.path, ev.line, note=f"{enum_cls} has no member {member} in the installed vLLM")
+        path = _str(b.target) if b.target else None
+        if not path:
+            return ClassRef(None, ev.path, b.line, note=f"{enum_cls}.{member} has no default class path")
+        uv = self.r.resolve_symbol(path)
+        if uv.kind == "class":
+            return ClassRef(path, uv.path, uv.cls.line if uv.cls else uv.line)
+        return ClassRef(path, None, None, note=uv.reason or "upstream class not found")
+
+    def _custom_op_upstream(self, mod, q) -> ClassRef | None:
+        bases = self.r.class_bases(mod, q)
+        for b in bases:
+            if b.kind == "class" and b.module is not None and not b.module.workspace:
+                return ClassRef(b.dotted, b.path, b.cls.line if b.cls else b.line)
+        return None
+
+    def _fill(self, e: BackendEntry, with_call_sites: bool) -> None:
+        v = self.r.resolve_symbol(e.cls)
+        if v.kind != "class" or v.module is None:
+            e.error = e.error or f"class {e.cls} not found: {v.reason}"
+            return
+        e.path, e.line = v.path, v.cls.line if v.cls else v.line
+        classes = [v]
+        if e.kind != "custom_op":
+            for attr, meth in PART_METHODS:
+                ref, cv = self._part(v, meth)
+                setattr(e, attr, ref)
+                if cv is not None:
+                    classes.append(cv)
+            e.metadata = self._metadata(v, e)
+        if with_call_sites:
+            seen = set()
+            for cv in classes:
+                for site in self.call_sites_of_class(cv):
+                    k = (site.path, site.line, site.col)
+                    if k not in seen:
+                        seen.add(k)
+                        e.call_sites.append(site)
+
+    def _part(self, v: Val, meth: str):
+        fv = self.r.class_attr(v.module, v.qual, meth, Walk())
+        if fv is None or fv.func is None or fv.module is None:
+            return ClassRef(None, None, None, note=f"{meth} not found"), None
+        f = fv.func
+        names = [r for r in f.returns if r]
+        inherited = None if fv.module.workspace else fv.dotted
+        for name in names:
+            cv = self.r.resolve_dotted(fv.module, f.qualname, name, Walk(), line=f.end_line)
+            if cv.kind == "class":
+                return ClassRef(cv.dotted, cv.path, cv.cls.line if cv.cls else cv.line, inherited_from=inherited,
+                                note=f"{meth} inherited from upstream: the plugin does not override it" if inherited else None), cv
+        return ClassRef(None, fv.path, f.line, inherited_from=inherited, note=f"{meth} returns {', '.join(names) or 'nothing resolvable'}"), None
+
+    def _metadata(self, v: Val, e: BackendEntry) -> ClassRef | None:
+        # builder's generic parameter or a *Metadata dataclass in the backend module
+        mod = v.module
+        for q, c in mod.summary.classes.items():
+            if c.is_dataclass and q.endswith("Metadata") and "Builder" not in q:
+                return ClassRef(f"{mod.name}.{q}", mod.path, c.line)
+        return None
+
+    def _root_is_imported(self, mod, cs) -> bool:
+        """Is the callee's first name bound by an import (not a parameter/local value)?"""
+        root = cs.func.split(".", 1)[0]
+        if root in ("self", "cls"):
+            return False
+        q = cs.scope
+        while q:
+            f = mod.summary.functions.get(q)
+            if f is not None:
+                if any(p.name == root for p in f.params):
+                    return False
+                if root in f.locals:
+                    return all(b.kind in ("import", "from", "call") for b in f.locals[root])
+            q = q.rpartition(".")[0]
+        bs = mod.summary.bindings.get(root, [])
+        return bool(bs) and all(b.kind in ("import", "from", "assign", "call") for b in bs)
+
+    def call_sites_of_class(self, cv: Val) -> list[CallSiteResult]:
+        """Kernel call sites in the workspace-defined methods of a class."""
+        out = []
+        mod = cv.module
+        if mod is None or not mod.workspace or cv.cls is None:
+            return out
+        for name, fq in cv.cls.methods.items():
+            for cs in mod.summary.calls_in(fq):
+                res = self.kernel_call(mod, cs)
+                if res is not None:
+                    out.append(res)
+            f = mod.summary.functions.get(fq)
+            for inner in (f.inner_defs if f else ()):
+                for cs in mod.summary.calls_in(inner):
+                    res = self.kernel_call(mod, cs)
+                    if res is not None:
+                        out.append(res)
+        return out
+
+    def kernel_call(self, mod, cs) -> CallSiteResult | None:
+        if not is_candidate(cs):
+            return None
+        chain = self.r.trace_call(mod, cs)
+        if not is_kernel_chain(chain):
+            return None
+        if chain.final.kind == M.UNRESOLVED and not self._root_is_imported(mod, cs):
+            return None
+        return CallSiteResult(mod.path, cs.line, cs.col, cs.func + ("[grid]" if cs.launch else ""), cs.scope, chain)
+
+
+def _noop():
+    return None
+
+
+_SKIP_ROOTS = {"super", "logger", "np", "math", "os", "sys", "envs", "dataclasses", "copy", "triton", "tl"}
+
+
+def is_candidate(cs) -> bool:
+    if not cs.func:
+        return False
+    if cs.launch or cs.func.startswith("torch.ops."):
+        return True
+    root = cs.func.split(".", 1)[0]
+    if root in _SKIP_ROOTS:
+        return False
+    if root == "torch":
+        return cs.func.startswith("torch.ops.")
+    return True
+
+
+def is_kernel_chain(chain: M.Chain) -> bool:
+    """Does this chain end in (or pass through) something kernel-like?"""
+    k = chain.final.kind
+    if k in (M.TORCH_OP, M.TRITON_KERNEL, M.EXTENSION_FUNCTION, M.DUMMY, M.NOT_INSTALLED):
+        return True
+    if any(h.kind in ("torch_op", "patch") for h in chain.hops):
+        return True
+    if k == M.PYTHON_FUNCTION and chain.final.calls:
+        return True  # a python function that launches kernels itself
+    if k == M.UNRESOLVED:
+        # only unresolved calls that came through an import of kernel-ish code
+        return any(h.kind in ("import", "conditional_import", "lazy_import", "dynamic_import", "alias") for h in chain.hops) and not any(
+            h.kind == "platform" for h in chain.hops) and "PyTorch API" not in (chain.final.reason or "") and "builtin" not in (chain.final.reason or "")
+    return False

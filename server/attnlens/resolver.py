@@ -1,0 +1,799 @@
+"""Follow a call or a name to the code that runs.
+
+The resolver walks :mod:`attnlens.pyindex` summaries. Each step appends a
+:class:`~attnlens.model.Hop` (kind, file:line, symbol, detail, guard
+condition and its value under the platform profile) and ends in a
+:class:`~attnlens.model.Final` whose kind is one of ``python_function``,
+``python_class``, ``torch_op``, ``triton_kernel``, ``extension_function``,
+``dummy``, ``not_installed`` or ``unresolved`` (always with a reason).
+
+Hop kinds followed: imports (plain, conditional, lazy, relative), re-exports,
+assignment aliases, ``importlib.import_module``/``getattr`` with literal
+strings, ``self.x`` attributes, class MRO lookups, ``get_impl_cls`` style
+returns, wrappers (``*args/**kwargs`` forwarding, single-call bodies,
+``functools.wraps`` decorators), ``autograd.Function.apply``, monkey patches
+of the plugin (applied before any upstream lookup), ``torch.ops.<ns>.<op>``
+to C++ and Python registrations, Triton ``kernel[grid](...)`` launches
+(through autotune/heuristics), native extension modules, dummies and
+packages that are not installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import time
+from dataclasses import dataclass, field
+
+from . import model as M
+from .index import Index, Module
+from .model import Chain, Final, Hop
+from .pyindex import Binding, CallSite, ClassInfo, FunctionInfo
+
+MAX_DEPTH = 40
+
+BUILTINS = frozenset(dir(__builtins__) if isinstance(__builtins__, dict) is False else __builtins__.keys())  # type: ignore[arg-type]
+TRITON_JIT_NAMES = ("jit",)
+TRITON_WRAPPERS = ("autotune", "heuristics")
+PASSTHROUGH_DECORATORS = {
+    "staticmethod", "classmethod", "property", "cache", "lru_cache", "cached_property", "functools.cache",
+    "functools.lru_cache", "functools.cached_property", "abstractmethod", "abc.abstractmethod", "override",
+    "typing.override", "torch.no_grad", "torch.inference_mode", "contextmanager", "contextlib.contextmanager",
+}
+# calls never worth following as the "one real call" of a wrapper body
+TRIVIAL_ROOTS = frozenset({
+    "logger", "logging", "warnings", "log", "print", "len", "int", "float", "str", "bool", "tuple", "list", "dict",
+    "set", "isinstance", "issubclass", "getattr", "hasattr", "setattr", "range", "min", "max", "sum", "any", "all",
+    "zip", "enumerate", "sorted", "reversed", "type", "super", "repr", "abs", "round", "divmod", "iter", "next",
+    "assert", "math", "np", "numpy", "os", "sys", "cdiv", "triton.cdiv", "triton.next_power_of_2",
+})
+
+
+@dataclass
+class Val:
+    """A resolved value during a walk."""
+
+    kind: str  # module | function | class | instance | torch | torch_ops | torch_op | ext_module | ext_attr
+    #            | not_installed | platform | builtin | unknown
+    module: Module | None = None
+    qual: str = ""  # function/class qualname, module name, op name, ...
+    path: str | None = None
+    line: int | None = None
+    reason: str = ""
+    owner: str | None = None  # class qualname that owns a method
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def func(self) -> FunctionInfo | None:
+        if self.kind == "function" and self.module is not None:
+            return self.module.summary.functions.get(self.qual)
+        return None
+
+    @property
+    def cls(self) -> ClassInfo | None:
+        if self.kind in ("class", "instance") and self.module is not None:
+            return self.module.summary.classes.get(self.qual)
+        return None
+
+    @property
+    def dotted(self) -> str:
+        if self.module is not None and self.kind in ("function", "class", "instance"):
+            return f"{self.module.name}.{self.qual}"
+        return self.qual
+
+
+class Walk:
+    """Mutable state of one resolution: hops so far, depth, visited."""
+
+    def __init__(self, budget_s: float | None = None):
+        self.hops: list[Hop] = []
+        self.depth = 0
+        self.seen: set = set()
+        self.deadline = time.perf_counter() + budget_s if budget_s else None
+        self.partial = False
+
+    def add(self, hop: Hop) -> None:
+        self.hops.append(hop)
+
+    def out_of_time(self) -> bool:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.partial = True
+            return True
+        return False
+
+
+class Resolver:
+    def __init__(self, index: Index, profile=None, ops=None):
+        from .profile import PlatformProfile
+        from .torchops import OpRegistry
+
+        self.index = index
+        self.profile = profile if profile is not None else PlatformProfile(self)
+        self.ops = ops if ops is not None else OpRegistry(self)
+        self._patches: dict | None = None
+        self._patch_gen = -1
+        self._active: set = set()
+        tgt = index.target
+        self.stdlib = frozenset((tgt.stdlib if tgt is not None and tgt.stdlib else [])) or _STDLIB
+
+    # ------------------------------------------------------------------
+    # guards
+    # ------------------------------------------------------------------
+    def guard_text(self, guards: tuple) -> str | None:
+        parts = []
+        for kind, text, _line in guards:
+            if kind in ("if", "typecheck"):
+                parts.append(text)
+            elif kind == "else":
+                parts.append(f"not ({text})")
+            elif kind == "except":
+                parts.append(f"except {text}")
+        return " and ".join(parts) if parts else None
+
+    def guard_value(self, mod: Module | None, guards: tuple, scope: str = "") -> bool | None:
+        vals = []
+        for kind, text, _line in guards:
+            if kind == "typecheck":
+                vals.append(False)
+            elif kind == "if":
+                vals.append(self.profile.evaluate(mod, scope, text))
+            elif kind == "else":
+                v = self.profile.evaluate(mod, scope, text)
+                vals.append(None if v is None else not v)
+        return M.combine_reachability(vals)
+
+    # ------------------------------------------------------------------
+    # names
+    # ------------------------------------------------------------------
+    def choose(self, mod: Module, bindings: list[Binding], scope: str, line: int | None = None) -> Binding:
+        """Pick the binding that is live at ``line`` on this platform."""
+        cands = bindings
+        if line is not None and scope:
+            before = [b for b in cands if b.line < line]
+            if before:
+                cands = before
+        if len(cands) == 1:
+            return cands[0]
+        live = [b for b in cands if self.guard_value(mod, b.guards, scope) is not False]
+        if not live:
+            return cands[-1]
+        # try/except ImportError alternatives: the try branch wins when its import resolves
+        tried = [b for b in live if any(k == "try" for k, _, _ in b.guards) and not any(k == "except" for k, _, _ in b.guards)]
+        excepts = [b for b in live if any(k == "except" for k, _, _ in b.guards)]
+        if tried and excepts:
+            b = tried[-1]
+            if b.kind in ("import", "from") and not self._import_ok(mod, b):
+                return excepts[-1]
+            return b
+        definite = [b for b in live if self.guard_value(mod, b.guards, scope) is True]
+        return (definite or live)[-1]
+
+    def _import_ok(self, mod: Module, b: Binding) -> bool:
+        target = self.abs_module(mod, b.target or "", b.level)
+        if target is None:
+            return False
+        if self.index.locate(target) is not None:
+            return True
+        return b.kind == "from" and self.index.locate(f"{target}.{b.attr}") is not None
+
+    def abs_module(self, mod: Module, target: str, level: int) -> str | None:
+        if level == 0:
+            return target
+        base = mod.package.split(".") if mod.package else []
+        if level - 1 > len(base):
+            return None
+        base = base[: len(base) - (level - 1)] if level > 1 else base
+        return ".".join(base + ([target] if target else []))
+
+    def lookup_name(self, mod: Module, scope: str, name: str, w: Walk, line: int | None = None) -> Val:
+        summ = mod.summary
+        # function scopes, innermost first (class bodies are not enclosing scopes)
+        q = scope
+        while q:
+            f = summ.functions.get(q)
+            if f is not None:
+                locs = f.locals.get(name)
+                if locs and line is not None:
+                    locs = [b for b in locs if b.line < line] or None
+                if locs:
+                    b = self.choose(mod, locs, q, line)
+                    return self.binding_value(mod, b, w, scope=q)
+                if any(p.name == name for p in f.params):
+                    return Val("unknown", mod, name, reason=f"`{name}` is a parameter of {f.qualname}")
+            q = q.rpartition(".")[0]
+        if name in summ.bindings:
+            b = self.choose(mod, summ.bindings[name], "", None)
+            return self.binding_value(mod, b, w, scope="")
+        for star in summ.bindings.get("*", []):
+            target = self.abs_module(mod, star.target or "", star.level)
+            sub = self.index.module(target) if target else None
+            if sub is not None and name in sub.summary.bindings:
+                w.add(Hop("import", mod.path, star.line, f"{target}.*", "star import", self.guard_text(star.guards)))
+                return self.attr_of_module(sub, name, w)
+        if name in BUILTINS:
+            return Val("builtin", None, name)
+        return Val("unknown", mod, name, reason=f"name `{name}` is not bound in {mod.name}")
+
+    def binding_value(self, mod: Module, b: Binding, w: Walk, scope: str) -> Val:
+        cond = self.guard_text(b.guards)
+        reach = self.guard_value(mod, b.guards, scope) if b.guards else None
+        if b.kind in ("import", "from"):
+            kind = "lazy_import" if scope else ("conditional_import" if b.guards else "import")
+            target = self.abs_module(mod, b.target or "", b.level)
+            if target is None:
+                return Val("unknown", mod, b.name, reason=f"relative import beyond top-level package in {mod.name}")
+            if b.kind == "import":
+                w.add(Hop(kind, mod.path, b.line, target, f"import {target}" + (f" as {b.name}" if b.name != target else ""), cond, reach, b.col))
+                return self.module_value(target, w)
+            w.add(Hop(kind, mod.path, b.line, f"{target}.{b.attr}", f"from {'.' * b.level}{b.target or ''} import {b.attr}" + (f" as {b.name}" if b.name != b.attr else ""), cond, reach, b.col))
+            base = self.module_value(target, w, quiet=True)
+            if base.kind == "module":
+                return self.attr_of_module(base.module, b.attr or "", w, from_import=True)  # type: ignore[arg-type]
+            if base.kind == "namespace":
+                return self.module_value(f"{target}.{b.attr}", w)
+            return self.attr(base, b.attr or "", w)
+        if b.kind == "def":
+            f = mod.summary.functions.get(b.target or "")
+            return Val("function", mod, b.target or b.name, mod.path, f.line if f else b.line)
+        if b.kind == "class":
+            c = mod.summary.classes.get(b.target or "")
+            return Val("class", mod, b.target or b.name, mod.path, c.line if c else b.line)
+        if b.kind == "assign":
+            w.add(Hop("alias", mod.path, b.line, f"{mod.name}.{b.name}" if not scope else b.name, f"{b.name} = {b.target}", cond, reach, b.col))
+            return self.resolve_dotted(mod, scope, b.target or "", w, line=b.line)
+        if b.kind == "call":
+            return self.call_value(mod, scope, b, w)
+        if b.kind == "ifexp":
+            alts = [self.resolve_dotted(mod, scope, a, Walk(), line=b.line) for a in b.alternatives]
+            w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {' if ' .join(b.alternatives[:1] + (b.target or '',))} else {b.alternatives[-1] if b.alternatives else '?'}", cond, reach, b.col))
+            good = [a for a in alts if a.kind not in ("unknown",)]
+            if good:
+                v = good[0]
+                v.extra = dict(v.extra, alternatives=[a.dotted for a in good])
+                return v
+            return Val("unknown", mod, b.name, reason=f"`{b.name}` is a conditional expression")
+        if b.kind == "star":
+            return Val("unknown", mod, b.name, reason="star import")
+        if b.kind == "lambda":
+            return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is a lambda at {os.path.basename(mod.path)}:{b.line}")
+        return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is bound to a computed value at {os.path.basename(mod.path)}:{b.line}")
+
+    def call_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
+        callee = b.target or ""
+        last = callee.rpartition(".")[2]
+        if last == "import_module" and b.str_args and b.str_args[0]:
+            name = b.str_args[0]
+            w.add(Hop("dynamic_import", mod.path, b.line, name, f'{b.name} = {callee}("{name}")', self.guard_text(b.guards)))
+            return self.module_value(name, w)
+        if callee in ("getattr", "builtins.getattr") and len(b.str_args) >= 2 and b.str_args[1]:
+            base_text = b.alternatives[0] if b.alternatives else ""
+            base = self.resolve_dotted(mod, scope, base_text, w, line=b.line) if base_text else Val("unknown", mod, "?")
+            w.add(Hop("dynamic_import", mod.path, b.line, b.str_args[1], f'{b.name} = getattr({base_text}, "{b.str_args[1]}")', self.guard_text(b.guards)))
+            return self.attr(base, b.str_args[1], w)
+        if callee in ("getattr", "builtins.getattr"):
+            return Val("unknown", mod, b.name, mod.path, b.line, reason=f"getattr with a non-literal name at {os.path.basename(mod.path)}:{b.line}")
+        target = self.resolve_dotted(mod, scope, callee, Walk(), line=b.line) if callee else Val("unknown")
+        if target.kind == "class":
+            w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {callee}(...) (instance)", self.guard_text(b.guards)))
+            return Val("instance", target.module, target.qual, target.path, target.line)
+        if target.kind == "function":
+            f = target.func
+            if f is not None and f.returns_names and len(set(f.returns_names)) == 1 and target.module is not None:
+                inner = self.lookup_name(target.module, f.qualname, f.returns_names[0], Walk())
+                if inner.kind in ("function", "class"):
+                    w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {callee}(...) returns {f.returns_names[0]}", self.guard_text(b.guards)))
+                    return inner
+        return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is the result of calling `{callee or '...'}` at {os.path.basename(mod.path)}:{b.line}")
+
+    def module_value(self, name: str, w: Walk, quiet: bool = False) -> Val:
+        if name == "torch" or name.startswith("torch."):
+            if name == "torch":
+                return Val("torch", None, "torch")
+            if name == "torch.ops":
+                return Val("torch_ops", None, "", extra={"ns": []})
+            return Val("unknown", None, name, reason=f"`{name}` is a PyTorch API (not followed)", extra={"torch_api": True})
+        top = name.split(".", 1)[0]
+        if top in self.stdlib:
+            return Val("unknown", None, name, reason=f"`{name}` is in the Python standard library (not followed)", extra={"stdlib": True})
+        loc = self.index.locate(name)
+        if loc is None:
+            top = name.split(".", 1)[0]
+            if self.index.locate(top) is None:
+                return Val("not_installed", None, name, reason=f"package `{top}` is not installed in the target environment", extra={"package": top})
+            return Val("unknown", None, name, reason=f"module `{name}` not found (package `{top}` is installed)")
+        if loc.kind == "ext":
+            return Val("ext_module", None, name, loc.path, None, extra={"package": name.split(".", 1)[0]})
+        if loc.kind == "namespace":
+            return Val("namespace", None, name, loc.path)
+        m = self.index.module(name)
+        if m is None:
+            return Val("unknown", None, name, reason=f"cannot read module `{name}`")
+        if m.summary.error:
+            return Val("module", m, name, m.path, 1, reason=m.summary.error)
+        return Val("module", m, name, m.path, 1)
+
+    def resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None = None) -> Val:
+        if not text:
+            return Val("unknown", mod, "", reason="the callee is not a plain name or attribute chain")
+        key = (mod.name, scope, text, line)
+        if key in self._active:
+            return Val("unknown", mod, text, reason=f"`{text}` is defined in terms of itself")
+        if len(self._active) > 80:
+            return Val("unknown", mod, text, reason="resolution nested too deeply")
+        self._active.add(key)
+        try:
+            return self._resolve_dotted(mod, scope, text, w, line)
+        finally:
+            self._active.discard(key)
+
+    def _resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
+        parts = text.split(".")
+        if parts[0] in ("self", "cls") and scope:
+            v = self.self_value(mod, scope, parts[0])
+        else:
+            v = self.lookup_name(mod, scope, parts[0], w, line)
+        for p in parts[1:]:
+            if v.kind in ("unknown", "not_installed", "builtin"):
+                if v.kind == "not_installed":
+                    v = Val("not_installed", None, f"{v.qual}.{p}", reason=v.reason, extra=v.extra)
+                    continue
+                break
+            v = self.attr(v, p, w)
+        return v
+
+    def self_value(self, mod: Module, scope: str, which: str) -> Val:
+        cls_q = self.enclosing_class(mod, scope)
+        if cls_q is None:
+            return Val("unknown", mod, which, reason=f"`{which}` outside a class")
+        c = mod.summary.classes[cls_q]
+        return Val("instance" if which == "self" else "class", mod, cls_q, mod.path, c.line)
+
+    def enclosing_class(self, mod: Module, scope: str) -> str | None:
+        q = scope
+        while q:
+            f = mod.summary.functions.get(q)
+            if f is not None and f.class_name and f.class_name in mod.summary.classes:
+                return f.class_name
+            q = q.rpartition(".")[0]
+        return None
+
+    # ------------------------------------------------------------------
+    # attributes
+    # ------------------------------------------------------------------
+    def attr(self, v: Val, name: str, w: Walk) -> Val:
+        k = v.kind
+        if k == "module":
+            return self.attr_of_module(v.module, name, w)  # type: ignore[arg-type]
+        if k == "namespace":
+            return self.module_value(f"{v.qual}.{name}", w)
+        if k == "torch":
+            if name == "ops":
+                return Val("torch_ops", None, "", extra={"ns": []})
+            return Val("unknown", None, f"torch.{name}", reason=f"`torch.{name}` is a PyTorch API (not followed)", extra={"torch_api": True})
+        if k == "torch_ops":
+            ns = v.extra.get("ns", [])
+            if not ns:
+                return Val("torch_ops", None, name, extra={"ns": [name]})
+            return Val("torch_op", None, f"{ns[0]}::{name}", extra={"ns": ns[0], "op": name})
+        if k == "torch_op":
+            if name in ("default",) or not name.startswith("_"):
+                return Val("torch_op", None, v.qual, extra=dict(v.extra, overload=name))
+            return v
+        if k in ("ext_module", "ext_attr"):
+            return Val("ext_attr", None, f"{v.qual}.{name}", v.path, None, extra=v.extra)
+        if k == "not_installed":
+            return Val("not_installed", None, f"{v.qual}.{name}", reason=v.reason, extra=v.extra)
+        if k == "platform":
+            return self.profile.platform_attr(name, w)
+        if k in ("class", "instance"):
+            found = self.class_attr(v.module, v.qual, name, w, instance=(k == "instance"))  # type: ignore[arg-type]
+            if found is not None:
+                if found.kind == "function" and name == "apply" and self.is_autograd_function(v):
+                    pass
+                return found
+            if name == "apply" and self.is_autograd_function(v):
+                c = v.cls
+                fq = c.methods.get("forward") if c else None
+                if fq and v.module is not None:
+                    f = v.module.summary.functions[fq]
+                    w.add(Hop("autograd_apply", v.module.path, f.line, f"{v.dotted}.forward", f"{v.qual}.apply(...) runs {v.qual}.forward", None))
+                    return Val("function", v.module, fq, v.module.path, f.line, owner=v.qual)
+            return Val("unknown", v.module, f"{v.dotted}.{name}", reason=f"`{name}` not found on class {v.dotted} (or it is set dynamically)")
+        if k == "function":
+            return Val("unknown", v.module, f"{v.dotted}.{name}", reason=f"attribute `{name}` of function {v.dotted}")
+        return Val("unknown", v.module, f"{v.qual}.{name}", reason=v.reason or f"cannot follow `.{name}`")
+
+    def attr_of_module(self, m: Module, name: str, w: Walk, from_import: bool = False) -> Val:
+        summ = m.summary
+        if name in summ.bindings:
+            b = self.choose(m, summ.bindings[name], "", None)
+            if b.kind in ("import", "from", "assign") and not from_import:
+                pass
+            if b.kind in ("import", "from"):
+                # a re-export: name imported into m from elsewhere
+                w.add(Hop("reexport", m.path, b.line, f"{m.name}.{name}", f"{m.name} re-exports {name}", self.guard_text(b.guards), self.guard_value(m, b.guards) if b.guards else None, b.col))
+                hops_before = len(w.hops)
+                v = self.binding_value(m, b, w, scope="")
+                # drop the duplicated import hop that binding_value adds right after the reexport hop
+                if len(w.hops) > hops_before and w.hops[hops_before].kind in ("import", "conditional_import") and w.hops[hops_before].line == b.line:
+                    w.hops[hops_before - 1].detail += f" ({w.hops[hops_before].detail})"
+                    del w.hops[hops_before]
+                return v
+            return self.binding_value(m, b, w, scope="")
+        sub = f"{m.name}.{name}"
+        if m.is_package:
+            loc = self.index.locate(sub)
+            if loc is not None:
+                return self.module_value(sub, w)
+        if m.name == "vllm.platforms" and name == "current_platform" or (summ.has_getattr and name == "current_platform"):
+            return self.profile.current_platform(w)
+        if summ.has_getattr:
+            return Val("unknown", m, sub, reason=f"`{name}` comes from {m.name}.__getattr__ (dynamic)")
+        if summ.error:
+            return Val("unknown", m, sub, reason=f"{m.name}: {summ.error}")
+        return Val("unknown", m, sub, reason=f"`{name}` does not exist in {m.name} ({os.path.basename(m.path)})")
+
+    def class_bases(self, mod: Module, cq: str) -> list[Val]:
+        c = mod.summary.classes.get(cq)
+        out = []
+        if c is None:
+            return out
+        scope = cq.rpartition(".")[0] if "." in cq else ""
+        scope = scope if scope in mod.summary.functions else ""
+        for b in c.bases:
+            if not b or b in ("object", "Generic", "ABC", "abc.ABC") or b.startswith("Generic"):
+                continue
+            v = self.resolve_dotted(mod, scope, b, Walk(), line=c.line)
+            out.append(v)
+        return out
+
+    def mro(self, mod: Module, cq: str, limit: int = 30) -> list[Val]:
+        """Linearised base classes (depth-first, de-duplicated), starting with the class."""
+        out: list[Val] = []
+        seen = set()
+        stack = [Val("class", mod, cq, mod.path, mod.summary.classes[cq].line if cq in mod.summary.classes else None)]
+        while stack and len(out) < limit:
+            v = stack.pop(0)
+            key = (v.module.name if v.module else None, v.qual)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(v)
+            if v.kind == "class" and v.module is not None:
+                stack[0:0] = [b for b in self.class_bases(v.module, v.qual) if b.kind == "class"]
+        return out
+
+    def class_attr(self, mod: Module, cq: str, name: str, w: Walk, instance: bool = False) -> Val | None:
+        for cv in self.mro(mod, cq):
+            m = cv.module
+            c = cv.cls
+            if m is None or c is None:
+                continue
+            if name in c.methods:
+                fq = c.methods[name]
+                f = m.summary.functions[fq]
+                return Val("function", m, fq, m.path, f.line, owner=cv.qual)
+            if name in c.attrs:
+                b = c.attrs[name]
+                if b.kind == "class":
+                    ci = m.summary.classes.get(b.target or "")
+                    return Val("class", m, b.target or name, m.path, ci.line if ci else b.line)
+                if b.kind == "assign":
+                    w.add(Hop("alias", m.path, b.line, f"{cv.dotted}.{name}", f"{name} = {b.target}", None))
+                    return self.resolve_dotted(m, "", b.target or "", w, line=b.line)
+                return Val("unknown", m, f"{cv.dotted}.{name}", m.path, b.line, reason=f"class attribute {cv.dotted}.{name} holds a value", extra={"binding": b})
+            if instance and name in c.inst_attrs:
+                b = c.inst_attrs[name]
+                scope = b.attr or ""
+                if b.kind == "assign":
+                    w.add(Hop("alias", m.path, b.line, f"self.{name}", f"self.{name} = {b.target}", None))
+                    return self.resolve_dotted(m, scope, b.target or "", w, line=b.line)
+                if b.kind == "call":
+                    return self.call_value(m, scope, b, w)
+                if b.kind == "ifexp":
+                    return self.binding_value(m, b, w, scope)
+                return Val("unknown", m, f"self.{name}", m.path, b.line, reason=f"self.{name} is computed at {os.path.basename(m.path)}:{b.line}")
+        return None
+
+    def is_autograd_function(self, v: Val) -> bool:
+        if v.module is None:
+            return False
+        c = v.cls
+        if c is None:
+            return False
+        for b in c.bases:
+            if b.endswith("autograd.Function") or b == "Function":
+                return True
+        return False
+
+    # ------------------------------------------------------------------
+    # patches
+    # ------------------------------------------------------------------
+    def patches(self) -> dict:
+        """(upstream module, attribute path) -> (replacement Val, path, line, decorator text)."""
+        if self._patches is not None and self._patch_gen == self.index.generation:
+            return self._patches
+        from .patches import collect_patches
+
+        self._patches = collect_patches(self)
+        self._patch_gen = self.index.generation
+        return self._patches
+
+    def patched(self, v: Val) -> tuple | None:
+        if v.module is None or v.module.workspace:
+            return None
+        key = (v.module.name, v.qual)
+        return self.patches().get(key)
+
+    # ------------------------------------------------------------------
+    # following to the end
+    # ------------------------------------------------------------------
+    def follow(self, v: Val, w: Walk, launch: bool = False) -> Final:
+        """From a resolved callee value to the final target."""
+        w.depth += 1
+        if w.depth > MAX_DEPTH:
+            return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="chain longer than the depth limit")
+        if w.out_of_time():
+            return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="time budget exhausted (partial answer)")
+        key = (v.kind, v.module.name if v.module else None, v.qual)
+        if key in w.seen:
+            return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle in the chain")
+        w.seen.add(key)
+        k = v.kind
+        if k in ("function", "class"):
+            p = self.patched(v)
+            if p is not None:
+                rep, ppath, pline, text = p
+                w.add(Hop("patch", ppath, pline, rep.dotted, f"{text} replaces {v.dotted} at import time", None))
+                return self.follow(rep, w, launch)
+        if k == "function":
+            return self.follow_function(v, w, launch)
+        if k == "class":
+            c = v.cls
+            if launch:
+                return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason=f"`{v.dotted}[...]` launches a class")
+            return Final(M.PYTHON_CLASS, v.path, c.line if c else v.line, v.dotted, package=_pkg(v), detail=c.docstring or "" if c else "")
+        if k == "instance":
+            # calling an instance: __call__ / forward
+            for meth in ("__call__", "forward"):
+                fv = self.class_attr(v.module, v.qual, meth, w, instance=True) if v.module else None
+                if fv is not None and fv.kind == "function":
+                    w.add(Hop("call", fv.path or "", fv.line or 0, fv.dotted, f"instance of {v.dotted} called: {meth}"))
+                    return self.follow(fv, w)
+            return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason=f"instance of {v.dotted} is not callable statically")
+        if k == "torch_op":
+            return self.ops.follow_op(v, w)
+        if k == "torch_ops":
+            return Final(M.UNRESOLVED, None, None, f"torch.ops.{v.qual}", reason="torch.ops namespace without an op name")
+        if k == "ext_attr":
+            return Final(M.EXTENSION_FUNCTION, v.path, None, v.qual, package=v.extra.get("package"),
+                         detail=f"native extension module {os.path.basename(v.path or '')}")
+        if k == "ext_module":
+            return Final(M.EXTENSION_FUNCTION, v.path, None, v.qual, package=v.extra.get("package"), detail="native extension module")
+        if k == "not_installed":
+            pkg = v.extra.get("package") or v.qual.split(".", 1)[0]
+            w.add(Hop("not_installed", "", 0, v.qual, v.reason))
+            return Final(M.NOT_INSTALLED, None, None, pkg, package=pkg, reason=v.reason, detail=f"{v.qual} would come from `{pkg}`")
+        if k == "module":
+            return Final(M.UNRESOLVED, v.path, 1, v.qual, reason=f"`{v.qual}` is a module, not a callable")
+        if k == "builtin":
+            return Final(M.UNRESOLVED, None, None, v.qual, reason=f"`{v.qual}` is a Python builtin")
+        if k == "platform":
+            return Final(M.PYTHON_CLASS, v.path, v.line, v.qual, detail="the current platform")
+        return Final(M.UNRESOLVED, v.path, v.line, v.qual or "?", reason=v.reason or "could not resolve")
+
+    def follow_function(self, v: Val, w: Walk, launch: bool) -> Final:
+        mod = v.module
+        f = v.func
+        assert mod is not None and f is not None
+        # decorators, outermost first
+        jit = None
+        deco_notes = []
+        for d in f.decorators:
+            last = d.func.rpartition(".")[2]
+            if last in TRITON_JIT_NAMES and ("triton" in d.func or self._is_triton(mod, d.func)):
+                jit = d
+            elif last in TRITON_WRAPPERS and ("triton" in d.func or self._is_triton(mod, d.func)):
+                deco_notes.append(f"@{d.func}")
+        if jit is not None:
+            if deco_notes:
+                w.add(Hop("decorator", mod.path, f.deco_line, v.dotted, " over ".join(deco_notes) + " over @triton.jit (the autotuner/heuristics wrap the jit function)"))
+            return self.triton_final(v, f, deco_notes)
+        if launch:
+            return Final(M.UNRESOLVED, v.path, f.line, v.dotted, reason=f"`{v.dotted}[grid](...)` but {v.dotted} is not decorated with @triton.jit")
+        for d in f.decorators:
+            text = d.func
+            if not text or text in PASSTHROUGH_DECORATORS or text.rpartition(".")[2] in ("staticmethod", "classmethod", "property", "cache", "lru_cache", "wraps", "abstractmethod", "override", "dataclass", "no_grad", "inference_mode"):
+                continue
+            last = text.rpartition(".")[2]
+            if last in ("custom_op", "triton_op") and d.str_args and d.str_args[0]:
+                w.add(Hop("op_registration", mod.path, d.line, d.str_args[0], f"@{text}(\"{d.str_args[0]}\") registers {v.dotted} as torch op {d.str_args[0]}"))
+                continue
+            if last == "compile" and "torch" in text:
+                w.add(Hop("decorator", mod.path, d.line, v.dotted, f"@{text}: runs through torch.compile"))
+                continue
+            if self.patch_decorator(mod, d) is not None:
+                continue
+            dv = self.resolve_dotted(mod, "", text, Walk(), line=d.line)
+            if dv.kind == "function" and dv.func is not None and dv.module is not None:
+                inner = self._decorator_inner(dv)
+                if inner is not None:
+                    w.add(Hop("wrapper", dv.module.path, inner.line, f"{dv.module.name}.{inner.qualname}",
+                              f"@{text} wraps {v.qual}" + (" (functools.wraps)" if inner.wraps else "") + "; the wrapper calls the original"))
+        if f.dummy:
+            w.add(Hop("dummy", mod.path, f.line, v.dotted, f.dummy))
+            return Final(M.DUMMY, mod.path, f.line, v.dotted, package=_pkg(v), reason=f"{v.dotted} {f.dummy}", detail=f.docstring or "")
+        nxt = self.wrapper_target(v, f, w)
+        if nxt is not None:
+            cs, tv, why = nxt
+            w.add(Hop("wrapper" if cs.forwards else "call", mod.path, cs.line, cs.func or "?", why,
+                      self.guard_text(cs.guards), self.guard_value(mod, cs.guards, f.qualname) if cs.guards else None, cs.col))
+            return self.follow(tv, w, launch=cs.launch)
+        return self.python_final(v, f)
+
+    def python_final(self, v: Val, f: FunctionInfo) -> Final:
+        mod = v.module
+        assert mod is not None
+        kernels = []
+        for cs in mod.summary.calls_in(f.qualname):
+            if cs.launch or cs.func.startswith("torch.ops."):
+                kernels.append(f"{cs.func}{'[grid]' if cs.launch else ''} (line {cs.line})")
+        params = [p.name for p in f.params]
+        return Final(M.PYTHON_FUNCTION, mod.path, f.line, v.dotted, package=_pkg(v), detail=f.docstring or "",
+                     params=params, calls=kernels[:12])
+
+    def triton_final(self, v: Val, f: FunctionInfo, wrappers: list[str]) -> Final:
+        params = []
+        constexprs = []
+        for p in f.params:
+            params.append(p.name)
+            if p.annotation and p.annotation.rpartition(".")[2] == "constexpr":
+                constexprs.append(p.name)
+        return Final(M.TRITON_KERNEL, v.path, f.line, v.dotted, package=_pkg(v),
+                     detail=("wrapped by " + ", ".join(wrappers)) if wrappers else "@triton.jit",
+                     params=params, constexprs=constexprs)
+
+    def _is_triton(self, mod: Module, text: str) -> bool:
+        root = text.split(".", 1)[0]
+        v = self.lookup_name(mod, "", root, Walk())
+        return v.kind in ("module", "namespace", "not_installed", "unknown") and "triton" in (v.qual or "")
+
+    def _decorator_inner(self, dv: Val) -> FunctionInfo | None:
+        f = dv.func
+        if f is None or dv.module is None:
+            return None
+        for q in f.inner_defs:
+            inner = dv.module.summary.functions.get(q)
+            if inner is None:
+                continue
+            if inner.wraps or any(cs.forwards for cs in dv.module.summary.calls_in(q)):
+                return inner
+        return None
+
+    def patch_decorator(self, mod: Module, d) -> str | None:
+        from .patches import is_patch_decorator
+
+        return is_patch_decorator(self, mod, d)
+
+    def wrapper_target(self, v: Val, f: FunctionInfo, w: Walk):
+        """If ``f`` is a thin wrapper, the one call it delegates to."""
+        mod = v.module
+        assert mod is not None
+        calls = mod.summary.calls_in(f.qualname)
+        if not calls:
+            return None
+        scope = f.qualname
+        live = [c for c in calls if c.scope == scope and (not c.guards or self.guard_value(mod, c.guards, scope) is not False)]
+        fwd = [c for c in live if c.forwards and c.func]
+        if len(fwd) == 1:
+            tv = self.resolve_dotted(mod, scope, fwd[0].func, w, line=fwd[0].line)
+            if tv.kind != "unknown" or tv.reason:
+                return fwd[0], tv, f"{f.name} forwards *args/**kwargs to {fwd[0].func}"
+        interesting = []
+        for c in live:
+            if not c.func:
+                continue
+            root = c.func.split(".", 1)[0]
+            if root in TRIVIAL_ROOTS or c.func in TRIVIAL_ROOTS:
+                continue
+            if c.launch or c.func.startswith("torch.ops."):
+                interesting.append((c, 2))
+                continue
+            probe = Walk()
+            tv = self.resolve_dotted(mod, scope, c.func, probe, line=c.line)
+            if tv.kind in ("function", "class", "torch_op", "ext_attr", "ext_module", "not_installed", "instance") and not (tv.kind == "class" and not c.launch):
+                score = 2 if tv.kind in ("torch_op", "ext_attr", "not_installed") else 1
+                interesting.append((c, score))
+        if not interesting:
+            return None
+        kernels = [c for c, s in interesting if s == 2]
+        pick = None
+        if len(interesting) == 1:
+            pick = interesting[0][0]
+        elif len(kernels) == 1 and f.significant <= 8:
+            pick = kernels[0]
+        elif len(interesting) > 1:
+            rets = [c for c, _ in interesting if c.in_return]
+            if len(rets) == 1 and f.significant <= 2:
+                pick = rets[0]
+        if pick is None:
+            return None
+        if f.significant > 12 and not pick.in_return:
+            return None
+        tv = self.resolve_dotted(mod, scope, pick.func, w, line=pick.line)
+        why = f"{f.name} delegates to {pick.func}" + ("[grid](...)" if pick.launch else "(...)")
+        return pick, tv, why
+
+    # ------------------------------------------------------------------
+    # entry points
+    # ------------------------------------------------------------------
+    def trace_call(self, mod: Module, cs: CallSite, budget_s: float | None = None) -> Chain:
+        w = Walk(budget_s)
+        cond = self.guard_text(cs.guards)
+        reach = self.guard_value(mod, cs.guards, cs.scope) if cs.guards else None
+        sym = cs.func + ("[grid]" if cs.launch else "")
+        w.add(Hop("triton_launch" if cs.launch else "call", mod.path, cs.line, sym or "?", f"call in {mod.name}{'.' + cs.scope if cs.scope else ''}", cond, reach, cs.col))
+        if not cs.func:
+            final = Final(M.UNRESOLVED, mod.path, cs.line, "?", reason="dynamic call: the callee is not a plain name or attribute chain")
+        else:
+            v = self.resolve_dotted(mod, cs.scope, cs.func, w, line=cs.line)
+            final = self.follow(v, w, launch=cs.launch)
+        return self._chain(w, final, mod)
+
+    def trace_text(self, mod: Module, scope: str, text: str, line: int, budget_s: float | None = None, col: int = 0) -> Chain:
+        w = Walk(budget_s)
+        w.add(Hop("call", mod.path, line, text, f"reference in {mod.name}{'.' + scope if scope else ''}", None, None, col))
+        v = self.resolve_dotted(mod, scope, text, w, line=line)
+        final = self.follow(v, w)
+        return self._chain(w, final, mod)
+
+    def trace_value(self, v: Val, first: Hop | None = None, budget_s: float | None = None) -> Chain:
+        w = Walk(budget_s)
+        if first is not None:
+            w.add(first)
+        final = self.follow(v, w)
+        return self._chain(w, final, v.module)
+
+    def _chain(self, w: Walk, final: Final, mod: Module | None) -> Chain:
+        if final.kind == M.UNRESOLVED and w.hops and w.hops[-1].kind != "unresolved":
+            w.hops.append(Hop("unresolved", final.path or "", final.line or 0, final.symbol, final.reason or ""))
+        reach = M.combine_reachability(h.reachable for h in w.hops if h.reachable is not None or h.condition)
+        return Chain(w.hops, final, reach, w.partial)
+
+    def resolve_symbol(self, dotted_name: str) -> Val:
+        """A fully qualified dotted name (module path + attributes) to a value."""
+        if dotted_name.startswith("torch.ops."):
+            parts = dotted_name.split(".")
+            if len(parts) >= 4:
+                return Val("torch_op", None, f"{parts[2]}::{parts[3]}", extra={"ns": parts[2], "op": parts[3]})
+        if "::" in dotted_name:
+            ns, _, op = dotted_name.partition("::")
+            return Val("torch_op", None, dotted_name, extra={"ns": ns, "op": op})
+        parts = dotted_name.split(".")
+        for i in range(len(parts), 0, -1):
+            name = ".".join(parts[:i])
+            loc = self.index.locate(name)
+            if loc is None:
+                continue
+            w = Walk()
+            v = self.module_value(name, w)
+            for p in parts[i:]:
+                v = self.attr(v, p, w)
+            return v
+        return Val("not_installed", None, dotted_name, reason=f"package `{parts[0]}` is not installed in the target environment", extra={"package": parts[0]})
+
+
+_STDLIB = frozenset(getattr(__import__("sys"), "stdlib_module_names", ()))
+
+
+def _pkg(v: Val) -> str | None:
+    if v.module is None:
+        return None
+    return v.module.name.split(".", 1)[0]
+
+
+def parse_expr(text: str) -> ast.expr | None:
+    try:
+        return ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None

@@ -1,0 +1,126 @@
+"""One analysed workspace: index + resolver + registry, and position lookups.
+
+This is the API the CLI and the language server share. It has no LSP types:
+lines are 1-based, columns are 0-based code points.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import model as M
+from .cache import Cache
+from .index import Index, Module
+from .pyindex import CallSite, summarize
+from .resolver import Resolver
+from .target import TargetError, TargetInfo, read_target
+
+
+@dataclass
+class Target:
+    """What sits under an editor position."""
+
+    module: Module
+    scope: str
+    text: str  # dotted text up to the segment under the cursor
+    line: int
+    col: int
+    end_col: int
+    call: CallSite | None = None
+
+
+class Workspace:
+    def __init__(self, root: str | Path, python: str | None = None, cache_dir: str | Path | None = None,
+                 use_cache: bool = True, target: TargetInfo | None = None):
+        self.root = Path(os.path.realpath(root))
+        self.cache = Cache.for_workspace(self.root, Path(cache_dir) if cache_dir else None) if use_cache else Cache(None)
+        self.target_error: str | None = None
+        if target is None:
+            try:
+                target = read_target(python, self.cache)
+            except TargetError as e:
+                self.target_error = str(e)
+                target = TargetInfo(python=python or "", sys_path=[], error=str(e))
+        self.target = target
+        self.index = Index(self.root, target, self.cache)
+        self.resolver = Resolver(self.index)
+        self._refs: dict[tuple, list] = {}
+
+    # -- registry ------------------------------------------------------------
+    def backends(self, with_call_sites: bool = True, include_custom_ops: bool = False):
+        from .registry import Registry
+
+        return [e for e in Registry(self.resolver).entries(with_call_sites, include_custom_ops=include_custom_ops)]
+
+    # -- positions -------------------------------------------------------------
+    def refs_for(self, mod: Module) -> list:
+        text = self.index.source_text(mod.path) or ""
+        key = (mod.path, hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest())
+        refs = self._refs.get(key)
+        if refs is None:
+            refs = summarize(text, mod.path, "", refs=True).refs
+            self._refs = {k: v for k, v in self._refs.items() if k[0] != mod.path}
+            self._refs[key] = refs
+        return refs
+
+    def target_at(self, path: str, line: int, col: int) -> Target | None:
+        mod = self.index.module_for_path(path)
+        if mod is None:
+            return None
+        s = mod.summary
+        best = None
+        for cs in s.calls:
+            if cs.fline <= line <= cs.fend_line:
+                if (cs.fline, cs.fcol) <= (line, col) <= (cs.fend_line, cs.fend_col):
+                    span = (cs.fend_line - cs.fline, cs.fend_col - cs.fcol)
+                    if best is None or span < best[0]:
+                        best = (span, cs)
+        ref_hit = None
+        for r in self.refs_for(mod):
+            if r.line == line and r.col <= col <= r.end_col:
+                if ref_hit is None or (r.end_col - r.col) < (ref_hit.end_col - ref_hit.col):
+                    ref_hit = r
+        if ref_hit is not None:
+            # the prefix up to the segment under the cursor
+            parts = ref_hit.text.split(".")
+            k = len(parts)
+            for i, end in enumerate(ref_hit.seg_ends):
+                if col <= end:
+                    k = i + 1
+                    break
+            text = ".".join(parts[:k])
+            call = None
+            if best is not None and best[1].func == ref_hit.text and k == len(parts) and best[1].fline == line:
+                call = best[1]
+            return Target(mod, ref_hit.scope, text, line, ref_hit.col, ref_hit.seg_ends[k - 1], call)
+        if best is not None:
+            cs = best[1]
+            return Target(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
+        # anywhere inside a call's parentheses: the innermost call
+        inner = None
+        for cs in s.calls:
+            if (cs.line, cs.col) <= (line, col) <= (cs.end_line, cs.end_col):
+                span = (cs.end_line - cs.line, cs.end_col - cs.col)
+                if inner is None or span < inner[0]:
+                    inner = (span, cs)
+        if inner is not None:
+            cs = inner[1]
+            return Target(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
+        return None
+
+    def trace_at(self, path: str, line: int, col: int, budget_s: float | None = None) -> M.Chain | None:
+        t = self.target_at(path, line, col)
+        if t is None:
+            return None
+        return self.trace_target(t, budget_s)
+
+    def trace_target(self, t: Target, budget_s: float | None = None) -> M.Chain:
+        if t.call is not None:
+            return self.resolver.trace_call(t.module, t.call, budget_s)
+        return self.resolver.trace_text(t.module, t.scope, t.text, t.line, budget_s, col=t.col)
+
+    def close(self) -> None:
+        self.index.flush()
