@@ -53,14 +53,20 @@ def is_safe_id(value: str) -> bool:
     return bool(_SAFE_ID.match(value)) and ".." not in value
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = False) -> None:
+    """Write via a temporary file + rename: readers see the old or the new file, never a torn one.
+
+    ``durable=True`` also fsyncs (evidence records); derived cache entries skip it,
+    since a lost entry after a power cut is simply rebuilt.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -2,7 +2,7 @@
 
 This module answers "which C++ function runs for ``torch.ops.<ns>.<op>``" from
 source code alone: no compiler, no torch, no language server.  It parses
-``.cpp/.cc/.cu/.cuh/.h/.hpp`` (and ``.cxx/.hh/.hxx/.inl/.ipp``) files with the
+``.cpp/.cc/.cu/.cuh/.h/.hpp`` (and ``.cxx/.hh/.hxx/.inl/.ipp/.hip``) files with the
 tree-sitter C++ grammar (CUDA files too: the grammar copes with most CUDA
 syntax, and the constructs it does not know only produce local ``ERROR`` nodes)
 and extracts, per file:
@@ -32,6 +32,15 @@ and extracts, per file:
   namespaces/classes, 1-based line of the declarator, one-line signature,
   whether it is a ``__global__`` CUDA kernel).
 
+**CUDA.**  Before parsing, CUDA-only syntax the grammar does not know
+(``__global__``, ``__device__``, ``__launch_bounds__(...)``, ``<<<grid,
+block>>>``, ``CUTLASS_DEVICE``...) is blanked with spaces of the same length, so
+byte offsets and lines are unchanged; texts (signatures, the ``__global__``
+test) are read from the original bytes.  A function whose braces are split by
+``#if`` ends up inside an ``ERROR`` node; a ``function_declarator`` followed by
+``{`` there is still recorded.  ``errors`` entries starting with ``syntax:``
+only count the remaining ``ERROR``/``MISSING`` nodes and are informational.
+
 **Preprocessor caveat.**  No preprocessing happens: both sides of every
 ``#if``/``#ifdef``/``#else`` are indexed, so an op defined differently for ROCm
 and CUDA has two ``OpDef`` entries and a function may have several
@@ -50,6 +59,7 @@ created per thread.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 import re
@@ -82,7 +92,7 @@ __all__ = [
 SUMMARY_FORMAT = 1
 
 CPP_SUFFIXES = frozenset(
-    {".cpp", ".cc", ".cxx", ".c++", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp"}
+    {".cpp", ".cc", ".cxx", ".c++", ".cu", ".cuh", ".hip", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp"}
 )
 
 #: Directory names never descended into by :func:`iter_cpp_files`.
@@ -585,9 +595,22 @@ def _row(node) -> int:
 class _Src:
     """Source bytes with cheap line/column lookups."""
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes, masked: bytes | None = None):
         self.data = data
+        self.masked = data if masked is None else masked
         self._starts: list[int] | None = None
+
+    def head_start(self, byte: int) -> int:
+        """Move ``byte`` back over whitespace that hides masked CUDA qualifiers, so
+        that ``__global__`` in front of a declaration is part of its head."""
+        m = self.masked
+        i = byte
+        while i > 0 and m[i - 1 : i] in (b" ", b"\t", b"\r", b"\n"):
+            i -= 1
+        j = i
+        while j < byte and self.data[j : j + 1] in (b" ", b"\t", b"\r", b"\n"):
+            j += 1
+        return j if self.data[j:byte].strip() else byte
 
     def text(self, node) -> str:
         return self.data[node.start_byte : node.end_byte].decode("utf-8", "replace")
@@ -604,8 +627,6 @@ class _Src:
                 starts.append(i + 1)
                 i = find(b"\n", i + 1)
             self._starts = starts
-        import bisect
-
         return bisect.bisect_right(self._starts, byte)  # 1-based
 
     def col_of(self, node) -> int:
@@ -1006,23 +1027,6 @@ def _scope(node, src: _Src) -> list[str]:
     return parts
 
 
-def _head_prefix(fdef, src: _Src) -> str:
-    """Text of an unterminated declaration just before ``fdef`` (``__global__
-    __launch_bounds__(256) void k()`` is split by the grammar into two nodes)."""
-    anchor = fdef
-    prev = anchor.prev_sibling
-    while prev is not None and prev.type == "comment":
-        prev = prev.prev_sibling
-    if prev is None or prev.type not in ("declaration", "template_declaration", "ERROR", "expression_statement"):
-        return ""
-    if _row(fdef) - prev.end_point[0] > 2:
-        return ""
-    txt = _COMMENT_RE.sub(" ", src.text(prev)).rstrip()
-    if not txt or txt[-1] in ";}:":
-        return ""
-    return _drop_template_header(txt)
-
-
 def _one_line(text: str, limit: int = 400) -> str:
     s = _WS_RE.sub(" ", text).strip()
     s = s.replace("( ", "(").replace(" )", ")")
@@ -1082,11 +1086,9 @@ def _function_of(fdef, src: _Src, path: str) -> CppFunction | None:
         return None  # ``SOME_MACRO(args) { ... }``: a macro invocation, not a function
     scope = _scope(fdef, src)
     qual = "::".join(scope + [_strip_template_args(written).lstrip(":")])
-    head = src.slice(fdef.start_byte, decl.end_byte)
-    prefix = _head_prefix(fdef, src)
-    head_clean = _COMMENT_RE.sub(" ", head)
-    is_kernel = bool(re.search(r"\b__global__\b", head_clean)) or bool(re.search(r"\b__global__\b", prefix))
-    sig = _one_line((prefix + " " + head_clean) if prefix else head_clean)
+    head = _COMMENT_RE.sub(" ", src.slice(src.head_start(fdef.start_byte), decl.end_byte))
+    is_kernel = bool(_KERNEL_RE.search(head))
+    sig = _one_line(head)
     return CppFunction(
         name=name, qualname=qual, path=path, line=_row(decl) + 1, signature=sig, is_kernel=is_kernel
     )
@@ -1128,13 +1130,36 @@ def _recovered_function(decl, src: _Src, path: str) -> CppFunction | None:
         prev = prev.prev_sibling
     if not has_type and "::" not in written and _MACRO_NAME_RE.match(name):
         return None
-    head = _COMMENT_RE.sub(" ", src.slice(start.start_byte, decl.end_byte))
+    head = _COMMENT_RE.sub(" ", src.slice(src.head_start(start.start_byte), decl.end_byte))
     sig = _one_line(_drop_template_header(head))
     qual = "::".join(_scope(decl, src) + [_strip_template_args(written).lstrip(":")])
     return CppFunction(
         name=name, qualname=qual, path=path, line=_row(decl) + 1, signature=sig,
-        is_kernel=bool(re.search(r"\b__global__\b", head)),
+        is_kernel=bool(_KERNEL_RE.search(head)),
     )
+
+
+_CUDA_MASK_RE = re.compile(
+    rb"\b(?:__global__|__device__|__host__|__forceinline__|__noinline__|__shared__|__constant__"
+    rb"|__managed__|__grid_constant__|__inline__|CUTLASS_DEVICE|CUTLASS_HOST_DEVICE|CUTLASS_HOST"
+    rb"|CUTLASS_GLOBAL|CUTE_DEVICE|CUTE_HOST_DEVICE|CUTE_HOST|C10_HOST_DEVICE|C10_DEVICE|C10_HOST"
+    rb"|C10_ALWAYS_INLINE|C10_NOINLINE|C10_LAUNCH_BOUNDS_0|HOST_DEVICE_INLINE|DEVICE_INLINE)\b"
+    rb"|\b(?:__launch_bounds__|__align__|__cluster_dims__|__maxnreg__|__block_size__"
+    rb"|C10_LAUNCH_BOUNDS_1|C10_LAUNCH_BOUNDS_2)[ \t]*\((?:[^()]|\([^()]*\))*\)"
+    rb"|<<<(?:[^<>;{}]|<[^<>;{}]*>){0,400}?>>>"
+)
+_KERNEL_RE = re.compile(r"\b(?:__global__|CUTLASS_GLOBAL)\b")
+_NOT_NL = re.compile(rb"[^\n]")
+
+
+def _mask_cuda(data: bytes) -> bytes:
+    """Blank CUDA-only syntax the C++ grammar does not know (``__global__``,
+    ``__device__``, ``__launch_bounds__(...)``, ``<<<grid, block>>>``...) with spaces.
+    Byte offsets and line numbers are unchanged, so positions and texts are read from
+    the original source while the tree comes from the masked one."""
+    if b"__" not in data and b"<<<" not in data:
+        return data
+    return _CUDA_MASK_RE.sub(lambda m: _NOT_NL.sub(b" ", m.group(0)), data)
 
 
 def _looks_binary(data: bytes) -> bool:
@@ -1162,13 +1187,14 @@ def summarize_cpp(source: bytes, path: str, extension_name: str = "_C") -> FileS
     if _looks_binary(source):
         summary.errors.append("skipped: binary content")
         return summary
+    masked = _mask_cuda(source)
     try:
-        tree = _parser().parse(source)
+        tree = _parser().parse(masked)
     except Exception as exc:  # noqa: BLE001
         summary.errors.append(f"parse failed: {type(exc).__name__}: {exc}")
         return summary
     root = tree.root_node
-    src = _Src(source)
+    src = _Src(source, masked)
     if root.has_error:
         n_err, first = _count_errors(root)
         if n_err:

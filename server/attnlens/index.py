@@ -103,6 +103,26 @@ class Index:
         for name, path in files.items():
             self._path_to_name[path] = name
 
+    def fingerprint(self) -> str:
+        """Changes whenever a workspace file, an overlay or the target changes (cheap: stats only)."""
+        if getattr(self, "_fp_gen", None) == self.generation and getattr(self, "_fp", None):
+            return self._fp
+        h = hashlib.sha1()
+        h.update(repr(self.search_path).encode())
+        for name in sorted(self.ws_files):
+            p = self.ws_files[name]
+            try:
+                st = os.stat(p)
+                h.update(f"{p}|{st.st_mtime_ns}|{st.st_size}\n".encode())
+            except OSError:
+                h.update(f"{p}|gone\n".encode())
+        for p in sorted(self._overlays):
+            h.update(p.encode())
+            h.update(hashlib.sha1(self._overlays[p].encode("utf-8", "surrogatepass")).digest())
+        self._fp = h.hexdigest()[:24]
+        self._fp_gen = self.generation
+        return self._fp
+
     def is_workspace_path(self, path: str) -> bool:
         return os.path.realpath(path) in self._path_to_name or any(
             os.path.realpath(path).startswith(str(r) + os.sep) for r in self.workspace_roots

@@ -84,3 +84,36 @@ def collect_patches(resolver) -> dict:
                 "unknown", mod, ap.target, mod.path, ap.line, reason=f"{ap.target} is replaced by a computed value (lambda/expression) at {mod.path}:{ap.line}")
             out[(tm, attr)] = (rv, mod.path, ap.line, f"{ap.target} = {ap.value or '<expression>'}")
     return out
+
+
+class _LazyVal:
+    """A patch replacement that loads its module only when a chain reaches it."""
+
+
+def freeze_patches(table: dict) -> list:
+    out = []
+    for key, (rv, path, line, text) in table.items():
+        out.append((key, rv.kind, rv.module.name if rv.module is not None else None, rv.qual, rv.path, rv.line, rv.reason, path, line, text))
+    return out
+
+
+def thaw_patches(resolver, frozen: list) -> dict:
+    from .resolver import Val
+
+    class Lazy(dict):
+        def get(self, key, default=None):
+            item = dict.get(self, key)
+            if item is None:
+                return default
+            if isinstance(item, tuple) and len(item) == 10:
+                _, kind, modname, qual, vpath, vline, reason, path, line, text = item
+                mod = resolver.index.module(modname) if modname else None
+                rv = Val(kind, mod, qual, vpath, vline, reason=reason or "")
+                item = (rv, path, line, text)
+                self[key] = item
+            return item
+
+    lazy = Lazy()
+    for item in frozen:
+        lazy[item[0]] = item
+    return lazy

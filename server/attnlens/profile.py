@@ -189,6 +189,9 @@ class PlatformProfile:
         if not found:
             return Val("unknown", None, f"current_platform.{name}", reason=f"platform has no `{name}`")
         v = found[0]
+        if v.kind == "function" and info.classes:
+            c0 = info.classes[0]
+            v.extra = dict(v.extra, receiver=(c0.module, c0.qual))
         if v.kind == "function" and v.module is not None:
             names = sorted({x.dotted for x in found})
             w.add(Hop("platform", v.path or "", v.line or 0, v.dotted,

@@ -241,10 +241,10 @@ class Registry:
                 if any(p.name == root for p in f.params):
                     return False
                 if root in f.locals:
-                    return all(b.kind in ("import", "from", "call") for b in f.locals[root])
+                    return all(b.kind in ("import", "from") or (b.kind == "call" and (b.target or "").rpartition(".")[2] in ("import_module", "getattr")) for b in f.locals[root])
             q = q.rpartition(".")[0]
         bs = mod.summary.bindings.get(root, [])
-        return bool(bs) and all(b.kind in ("import", "from", "assign", "call") for b in bs)
+        return bool(bs) and all(b.kind in ("import", "from", "assign") or (b.kind == "call" and (b.target or "").rpartition(".")[2] in ("import_module", "getattr")) for b in bs)
 
     def call_sites_of_class(self, cv: Val) -> list[CallSiteResult]:
         """Kernel call sites in the workspace-defined methods of a class."""
@@ -299,6 +299,8 @@ def is_candidate(cs) -> bool:
 def is_kernel_chain(chain: M.Chain) -> bool:
     """Does this chain end in (or pass through) something kernel-like?"""
     k = chain.final.kind
+    if any(h.kind == "platform" for h in chain.hops) and k not in M.KERNEL_KINDS:
+        return False  # platform queries (capability checks) are not kernel calls
     if k in (M.TORCH_OP, M.TRITON_KERNEL, M.EXTENSION_FUNCTION, M.DUMMY, M.NOT_INSTALLED):
         return True
     if any(h.kind in ("torch_op", "patch") for h in chain.hops):
@@ -308,5 +310,5 @@ def is_kernel_chain(chain: M.Chain) -> bool:
     if k == M.UNRESOLVED:
         # only unresolved calls that came through an import of kernel-ish code
         return any(h.kind in ("import", "conditional_import", "lazy_import", "dynamic_import", "alias") for h in chain.hops) and not any(
-            h.kind == "platform" for h in chain.hops) and "PyTorch API" not in (chain.final.reason or "") and "builtin" not in (chain.final.reason or "")
+            h.kind == "platform" for h in chain.hops) and "(not followed)" not in (chain.final.reason or "") and "builtin" not in (chain.final.reason or "")
     return False

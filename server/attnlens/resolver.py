@@ -91,6 +91,7 @@ class Walk:
         self.seen: set = set()
         self.deadline = time.perf_counter() + budget_s if budget_s else None
         self.partial = False
+        self.receiver = None  # (module, class qualname) of the object a method was looked up on
 
     def add(self, hop: Hop) -> None:
         self.hops.append(hop)
@@ -223,6 +224,8 @@ class Resolver:
             if target is None:
                 return Val("unknown", mod, b.name, reason=f"relative import beyond top-level package in {mod.name}")
             if b.kind == "import":
+                if target == "torch":
+                    return self.module_value(target, w)
                 w.add(Hop(kind, mod.path, b.line, target, f"import {target}" + (f" as {b.name}" if b.name != target else ""), cond, reach, b.col))
                 return self.module_value(target, w)
             w.add(Hop(kind, mod.path, b.line, f"{target}.{b.attr}", f"from {'.' * b.level}{b.target or ''} import {b.attr}" + (f" as {b.name}" if b.name != b.attr else ""), cond, reach, b.col))
@@ -329,7 +332,7 @@ class Resolver:
     def _resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
         parts = text.split(".")
         if parts[0] in ("self", "cls") and scope:
-            v = self.self_value(mod, scope, parts[0])
+            v = self.self_value(mod, scope, parts[0], w)
         else:
             v = self.lookup_name(mod, scope, parts[0], w, line)
         for p in parts[1:]:
@@ -341,12 +344,21 @@ class Resolver:
             v = self.attr(v, p, w)
         return v
 
-    def self_value(self, mod: Module, scope: str, which: str) -> Val:
+    def self_value(self, mod: Module, scope: str, which: str, w: Walk | None = None) -> Val:
         cls_q = self.enclosing_class(mod, scope)
         if cls_q is None:
             return Val("unknown", mod, which, reason=f"`{which}` outside a class")
+        kind = "instance" if which == "self" else "class"
+        recv = getattr(w, "receiver", None) if w is not None else None
+        if recv is not None and recv[1] is not None:
+            rmod, rq = recv
+            # virtual dispatch: `self` is the receiver's class when the method is inherited by it
+            if (rmod.name, rq) != (mod.name, cls_q) and any(
+                    b.module is not None and (b.module.name, b.qual) == (mod.name, cls_q) for b in self.mro(rmod, rq)):
+                rc = rmod.summary.classes.get(rq)
+                return Val(kind, rmod, rq, rmod.path, rc.line if rc else None)
         c = mod.summary.classes[cls_q]
-        return Val("instance" if which == "self" else "class", mod, cls_q, mod.path, c.line)
+        return Val(kind, mod, cls_q, mod.path, c.line)
 
     def enclosing_class(self, mod: Module, scope: str) -> str | None:
         q = scope
@@ -472,7 +484,7 @@ class Resolver:
             if name in c.methods:
                 fq = c.methods[name]
                 f = m.summary.functions[fq]
-                return Val("function", m, fq, m.path, f.line, owner=cv.qual)
+                return Val("function", m, fq, m.path, f.line, owner=cv.qual, extra={"receiver": (mod, cq)})
             if name in c.attrs:
                 b = c.attrs[name]
                 if b.kind == "class":
@@ -513,9 +525,15 @@ class Resolver:
         """(upstream module, attribute path) -> (replacement Val, path, line, decorator text)."""
         if self._patches is not None and self._patch_gen == self.index.generation:
             return self._patches
-        from .patches import collect_patches
+        from .patches import collect_patches, freeze_patches, thaw_patches
 
-        self._patches = collect_patches(self)
+        fp = self.index.fingerprint()
+        frozen = self.index.cache.load_pickle("derived", f"patches-{fp}")
+        if frozen is not None:
+            self._patches = thaw_patches(self, frozen)
+        else:
+            self._patches = collect_patches(self)
+            self.index.cache.store_pickle("derived", f"patches-{fp}", freeze_patches(self._patches))
         self._patch_gen = self.index.generation
         return self._patches
 
@@ -547,6 +565,14 @@ class Resolver:
                 w.add(Hop("patch", ppath, pline, rep.dotted, f"{text} replaces {v.dotted} at import time", None))
                 return self.follow(rep, w, launch)
         if k == "function":
+            recv = v.extra.get("receiver")
+            if recv is not None:
+                saved = getattr(w, "receiver", None)
+                w.receiver = recv
+                try:
+                    return self.follow_function(v, w, launch)
+                finally:
+                    w.receiver = saved
             return self.follow_function(v, w, launch)
         if k == "class":
             c = v.cls
@@ -625,22 +651,68 @@ class Resolver:
             return Final(M.DUMMY, mod.path, f.line, v.dotted, package=_pkg(v), reason=f"{v.dotted} {f.dummy}", detail=f.docstring or "")
         nxt = self.wrapper_target(v, f, w)
         if nxt is not None:
-            cs, tv, why = nxt
+            cs, why = nxt
             w.add(Hop("wrapper" if cs.forwards else "call", mod.path, cs.line, cs.func or "?", why,
                       self.guard_text(cs.guards), self.guard_value(mod, cs.guards, f.qualname) if cs.guards else None, cs.col))
+            tv = self.resolve_dotted(mod, f.qualname, cs.func, w, line=cs.line)
             return self.follow(tv, w, launch=cs.launch)
         return self.python_final(v, f)
 
     def python_final(self, v: Val, f: FunctionInfo) -> Final:
         mod = v.module
         assert mod is not None
-        kernels = []
-        for cs in mod.summary.calls_in(f.qualname):
-            if cs.launch or cs.func.startswith("torch.ops."):
-                kernels.append(f"{cs.func}{'[grid]' if cs.launch else ''} (line {cs.line})")
         params = [p.name for p in f.params]
         return Final(M.PYTHON_FUNCTION, mod.path, f.line, v.dotted, package=_pkg(v), detail=f.docstring or "",
-                     params=params, calls=kernels[:12])
+                     params=params, calls=self.kernels_reached(v)[:16])
+
+    def kernels_reached(self, v: Val, depth: int = 3) -> list[str]:
+        """Kernels a multi-call Python function reaches (live branches, bounded depth, memoised)."""
+        mod, f = v.module, v.func
+        if mod is None or f is None:
+            return []
+        key = (mod.path, mod.summary.sha, f.qualname, depth, self.index.generation)
+        memo = self.__dict__.setdefault("_reach_memo", {})
+        if key in memo:
+            return memo[key]
+        memo[key] = []  # cycle guard
+        out: list[str] = []
+        for cs in mod.summary.calls_in(f.qualname):
+            if cs.scope != f.qualname or not cs.func:
+                continue
+            if cs.guards and self.guard_value(mod, cs.guards, f.qualname) is False:
+                continue
+            root = cs.func.split(".", 1)[0]
+            if root in TRIVIAL_ROOTS:
+                continue
+            if cs.launch or cs.func.startswith("torch.ops."):
+                w = Walk()
+                tv = self.resolve_dotted(mod, f.qualname, cs.func, w, line=cs.line)
+                fin = self.follow(tv, w, launch=cs.launch)
+                out.append(f"{fin.kind} {fin.symbol} (line {cs.line})")
+                continue
+            w = Walk()
+            tv = self.resolve_dotted(mod, f.qualname, cs.func, w, line=cs.line)
+            if any(h.kind == "platform" for h in w.hops):
+                continue  # platform queries are not kernels
+            if tv.kind == "not_installed":
+                out.append(f"not_installed {tv.qual} (line {cs.line})")
+            elif tv.kind in ("torch_op", "ext_attr"):
+                fin = self.follow(tv, w)
+                out.append(f"{fin.kind} {fin.symbol} (line {cs.line})")
+            elif tv.kind == "function" and depth > 0 and tv.func is not None:
+                sub = Walk()
+                sub.depth = MAX_DEPTH - 12
+                fin = self.follow(tv, sub)
+                if fin.kind in M.KERNEL_KINDS or fin.kind in (M.DUMMY, M.NOT_INSTALLED):
+                    out.append(f"{fin.kind} {fin.symbol} (line {cs.line})")
+                elif fin.kind == M.PYTHON_FUNCTION and fin.calls:
+                    out.extend(c for c in fin.calls if c not in out)
+        seen = []
+        for c in out:
+            if c not in seen:
+                seen.append(c)
+        memo[key] = seen
+        return seen
 
     def triton_final(self, v: Val, f: FunctionInfo, wrappers: list[str]) -> Final:
         params = []
@@ -686,9 +758,7 @@ class Resolver:
         live = [c for c in calls if c.scope == scope and (not c.guards or self.guard_value(mod, c.guards, scope) is not False)]
         fwd = [c for c in live if c.forwards and c.func]
         if len(fwd) == 1:
-            tv = self.resolve_dotted(mod, scope, fwd[0].func, w, line=fwd[0].line)
-            if tv.kind != "unknown" or tv.reason:
-                return fwd[0], tv, f"{f.name} forwards *args/**kwargs to {fwd[0].func}"
+            return fwd[0], f"{f.name} forwards *args/**kwargs to {fwd[0].func}"
         interesting = []
         for c in live:
             if not c.func:
@@ -720,9 +790,8 @@ class Resolver:
             return None
         if f.significant > 12 and not pick.in_return:
             return None
-        tv = self.resolve_dotted(mod, scope, pick.func, w, line=pick.line)
         why = f"{f.name} delegates to {pick.func}" + ("[grid](...)" if pick.launch else "(...)")
-        return pick, tv, why
+        return pick, why
 
     # ------------------------------------------------------------------
     # entry points

@@ -113,8 +113,16 @@ class OpRegistry:
         if key in self._py_cache:
             return self._py_cache[key]
         found = []
-        mods = list(self.r.index.workspace_modules())
+        needle = op.encode()
+        mods = []
+        for name, path in sorted(self.r.index.ws_files.items()):
+            text = self.r.index.source_text(path)
+            if text is not None and op in text:
+                m = self.r.index.module(name)
+                if m is not None:
+                    mods.append(m)
         mods += self._installed_candidates(ns, op)
+        _ = needle
         for m in mods:
             found.extend(self._scan_module(m, ns, op))
         self._py_cache[key] = found

@@ -1,0 +1,68 @@
+"""Shared helpers for tests: inline fixture workspaces and position lookup by text."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+from attnlens.target import TargetInfo
+from attnlens.workspace import Workspace
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "mini-metax"
+
+
+def write_tree(base: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = base / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            p.write_bytes(text)
+        else:
+            p.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+def fixture_ws(tmp_path: Path, plugin: dict[str, str], site: dict[str, str] | None = None, cache: bool = False) -> Workspace:
+    """A plugin root + a fake site-packages, analysed without running any interpreter."""
+    root = tmp_path / "plugin"
+    sp = tmp_path / "site"
+    write_tree(root, plugin)
+    write_tree(sp, site or {})
+    target = TargetInfo(python=sys.executable, sys_path=[str(sp)], stdlib=sorted(getattr(sys, "stdlib_module_names", ())))
+    return Workspace(root, target=target, cache_dir=tmp_path / "cache", use_cache=cache)
+
+
+def find(path: Path | str, text: str, nth: int = 0, offset: int = 0) -> tuple[str, int, int]:
+    """(path, 1-based line, 0-based column) of the nth occurrence of ``text`` (+offset chars)."""
+    path = str(path)
+    lines = Path(path).read_text().splitlines()
+    seen = 0
+    for i, line in enumerate(lines):
+        start = 0
+        while True:
+            c = line.find(text, start)
+            if c < 0:
+                break
+            if seen == nth:
+                return path, i + 1, c + offset
+            seen += 1
+            start = c + 1
+    raise AssertionError(f"{text!r} not found in {path}")
+
+
+def example_ws(tmp_path: Path) -> Workspace:
+    """The bundled example against the real vllm installed in the test interpreter."""
+    return Workspace(EXAMPLE, python=sys.executable, cache_dir=tmp_path / "cache")
+
+
+def kinds(chain) -> list[str]:
+    return [h.kind for h in chain.hops]
+
+
+def have_vllm() -> bool:
+    for p in sys.path:
+        if os.path.isfile(os.path.join(p, "vllm", "v1", "attention", "backends", "registry.py")):
+            return True
+    return False
