@@ -77,11 +77,11 @@ export class ServerManager implements vscode.Disposable {
 
   constructor(
     private readonly context: vscode.ExtensionContext,
-    readonly output: vscode.OutputChannel,
+    readonly output: vscode.LogOutputChannel,
   ) {}
 
   log(message: string): void {
-    this.output.appendLine(`[client ${new Date().toISOString().slice(11, 23)}] ${message}`);
+    this.output.info(`[client] ${message}`);
   }
 
   get running(): boolean {
@@ -137,7 +137,7 @@ export class ServerManager implements vscode.Disposable {
 
   private async failed(message: string, detail?: string): Promise<void> {
     this.lastError = message;
-    this.log(`ERROR ${message}${detail ? `\n${detail}` : ""}`);
+    this.output.error(`[client] ${message}${detail ? `\n${detail}` : ""}`);
     this.setState("failed");
     // Do not await: the notification stays until the user acts.
     void vscode.window.showErrorMessage(`AttnLens: ${message}`, OPEN_SETTINGS, SHOW_LOG).then((choice) => {

@@ -85,9 +85,9 @@ export function errorMessage(e: unknown): string {
 }
 
 /** Show an error from a command as a notification, with a button to the log. */
-export function showCommandError(what: string, e: unknown, output?: vscode.OutputChannel): void {
+export function showCommandError(what: string, e: unknown, output?: vscode.LogOutputChannel): void {
   const msg = `AttnLens: ${what}: ${errorMessage(e)}`;
-  output?.appendLine(`[client] ${msg}`);
+  output?.error(`[client] ${msg}`);
   void vscode.window.showErrorMessage(msg, ...(output ? ["Show Log"] : [])).then((c) => {
     if (c === "Show Log") {
       output?.show(true);

@@ -75,6 +75,8 @@ def cmd_trace(args) -> int:
 def cmd_backends(args) -> int:
     ws = _workspace(args)
     t0 = time.perf_counter()
+    if not args.no_cache:
+        ws.resolver.ops.prefetch_cpp()
     entries = ws.backends(with_call_sites=not args.no_call_sites, include_custom_ops=args.custom_ops)
     dt = time.perf_counter() - t0
     ws.close()
@@ -86,6 +88,29 @@ def cmd_backends(args) -> int:
         print(backends_table(entries, ws.root))
         if args.timing:
             print(f"({len(entries)} entries in {dt:.3f} s)")
+    return 0
+
+
+def cmd_sites(args) -> int:
+    ws = _workspace(args)
+    if not args.no_cache:
+        ws.resolver.ops.prefetch_cpp()
+    paths = [os.path.abspath(p) if os.path.exists(p) else os.path.join(str(ws.root), p) for p in args.paths] or None
+    sites = ws.kernel_sites(paths)
+    ws.close()
+    if args.json:
+        print(json.dumps([s.to_json() for s in sites], indent=1))
+        return 0
+    from collections import Counter
+
+    counts = Counter(s.chain.final.kind for s in sites)
+    for s in sites:
+        f = s.chain.final
+        rel = os.path.relpath(s.path, ws.root)
+        extra = f"  ({f.reason})" if f.kind == "unresolved" else ""
+        print(f"{rel}:{s.line}:{s.col + 1}  {s.call} -> {f.kind} {f.symbol}{extra}")
+    print()
+    print(f"{len(sites)} kernel call sites: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()))
     return 0
 
 
@@ -117,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--custom-ops", action="store_true", help="also list out-of-tree CustomOp registrations")
     b.add_argument("--timing", action="store_true")
     b.set_defaults(func=cmd_backends)
+
+    st = sub.add_parser("sites", help="every kernel call site under PATHS with its final target (a census)")
+    _common(st)
+    st.add_argument("--json", action="store_true")
+    st.add_argument("paths", nargs="*", help="files or folders (default: the whole workspace)")
+    st.set_defaults(func=cmd_sites)
 
     pr = sub.add_parser("profile", help="show the platform profile used to evaluate branch guards")
     _common(pr)

@@ -282,6 +282,12 @@ class Index:
             self.cache.store_pickle("meta", "shamemo", self._sha_memo)
             self._sha_memo_dirty = False
 
+    def has_overlays(self) -> bool:
+        return bool(self._overlays)
+
+    def loaded_modules(self) -> list[Module]:
+        return [m for m in self._modules.values() if m is not None]
+
     def workspace_modules(self) -> Iterator[Module]:
         for name in sorted(self.ws_files):
             m = self.module(name)

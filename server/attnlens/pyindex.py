@@ -332,6 +332,8 @@ class _Builder:
         self.scope: list[FunctionInfo] = []  # function stack
         self.cls: list[ClassInfo] = []  # class stack
         self.qual: list[str] = []
+        self._rets = []
+        self._names = []
 
     # -- positions ---------------------------------------------------------
     def pos(self, node) -> tuple[int, int]:
@@ -433,6 +435,8 @@ class _Builder:
                 ann = self.seg(st.annotation)
                 c.fields = c.fields + ((st.target.id, " ".join((ann or "").split()), st.value is not None, st.lineno),)
         elif isinstance(st, ast.Return):
+            if self.scope:
+                self._rets[-1].append(st.value)
             if st.value is not None:
                 self.expr(st.value, in_return=True)
         elif hasattr(ast, "Match") and isinstance(st, getattr(ast, "Match")):
@@ -448,6 +452,8 @@ class _Builder:
 
     _src: str = ""
     want_refs: bool = False
+    _rets: list
+    _names: list
 
     def seg(self, node) -> str:
         """Source text of a node (like ast.get_source_segment, without re-splitting the file)."""
@@ -589,6 +595,8 @@ class _Builder:
         saved_guards = self.guards
         self.guards = []
         self.scope.append(fi)
+        self._rets.append([])
+        self._names.append(set())
         self.qual.append(node.name)
         saved_cls = self.cls
         self.cls = saved_cls if saved_cls and fi.class_name else []
@@ -596,40 +604,40 @@ class _Builder:
         self.cls = saved_cls
         self.qual.pop()
         self.scope.pop()
+        ret_nodes = self._rets.pop()
+        names = self._names.pop()
         self.guards = saved_guards
         # returns, reads
         rets = []
         consts = set()
         const_ok = True
-        names = set()
         kw_reads = set()
         kwarg = a.kwarg.arg if a.kwarg else None
-        for sub in _walk_own(node):
-            if isinstance(sub, ast.Return):
-                if sub.value is None:
-                    rets.append("None")
-                    consts.add(("const", None))
+        for rv in ret_nodes:
+            if rv is None:
+                rets.append("None")
+                consts.add(("const", None))
+            else:
+                rets.append(_literal_text(rv))
+                c = _const(rv)
+                if c is None:
+                    const_ok = False
                 else:
-                    rets.append(_literal_text(sub.value))
-                    c = _const(sub.value)
-                    if c is None:
-                        const_ok = False
-                    else:
-                        consts.add(c)
-            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
-                names.add(sub.id)
-            elif kwarg and isinstance(sub, ast.Call):
-                fd = dotted(sub.func) or ""
-                if fd in (f"{kwarg}.get", f"{kwarg}.pop", f"{kwarg}.setdefault") and sub.args:
-                    if isinstance(sub.args[0], ast.Constant) and isinstance(sub.args[0].value, str):
-                        kw_reads.add(sub.args[0].value)
-            elif kwarg and isinstance(sub, ast.Subscript) and dotted(sub.value) == kwarg:
-                sl = sub.slice
-                if isinstance(sl, ast.Constant) and isinstance(sl.value, str):
-                    kw_reads.add(sl.value)
-            elif kwarg and isinstance(sub, ast.Compare) and len(sub.ops) == 1 and isinstance(sub.ops[0], ast.In):
-                if dotted(sub.comparators[0]) == kwarg and isinstance(sub.left, ast.Constant):
-                    kw_reads.add(str(sub.left.value))
+                    consts.add(c)
+        if kwarg:
+            for sub in _walk_own(node):
+                if isinstance(sub, ast.Call):
+                    fd = dotted(sub.func) or ""
+                    if fd in (f"{kwarg}.get", f"{kwarg}.pop", f"{kwarg}.setdefault") and sub.args:
+                        if isinstance(sub.args[0], ast.Constant) and isinstance(sub.args[0].value, str):
+                            kw_reads.add(sub.args[0].value)
+                elif isinstance(sub, ast.Subscript) and dotted(sub.value) == kwarg:
+                    sl = sub.slice
+                    if isinstance(sl, ast.Constant) and isinstance(sl.value, str):
+                        kw_reads.add(sl.value)
+                elif isinstance(sub, ast.Compare) and len(sub.ops) == 1 and isinstance(sub.ops[0], ast.In):
+                    if dotted(sub.comparators[0]) == kwarg and isinstance(sub.left, ast.Constant):
+                        kw_reads.add(str(sub.left.value))
         fi.returns = tuple(rets)
         if const_ok and len(consts) == 1 and rets:
             fi.returns_const = next(iter(consts))
@@ -692,10 +700,14 @@ class _Builder:
                 elif dotted(f) is None:
                     stack.append(f)
                 else:
+                    if self._names:
+                        self._names[-1].add(dotted(f).split(".", 1)[0])
                     self.ref(f)
             elif isinstance(n, (ast.Attribute, ast.Name)):
                 d = dotted(n)
                 if d is not None:
+                    if self._names:
+                        self._names[-1].add(d.split(".", 1)[0])
                     self.ref(n)
                 else:
                     stack.append(n.value)  # type: ignore[union-attr]

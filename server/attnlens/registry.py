@@ -268,6 +268,8 @@ class Registry:
     def kernel_call(self, mod, cs) -> CallSiteResult | None:
         if not is_candidate(cs):
             return None
+        if cs.scope and _inside_jit(mod, cs.scope):
+            return None  # a device-function call inside a Triton kernel body
         chain = self.r.trace_call(mod, cs)
         if not is_kernel_chain(chain):
             return None
@@ -276,8 +278,14 @@ class Registry:
         return CallSiteResult(mod.path, cs.line, cs.col, cs.func + ("[grid]" if cs.launch else ""), cs.scope, chain)
 
 
-def _noop():
-    return None
+def _inside_jit(mod, scope: str) -> bool:
+    q = scope
+    while q:
+        f = mod.summary.functions.get(q)
+        if f is not None and any(d.func.rpartition(".")[2] == "jit" for d in f.decorators):
+            return True
+        q = q.rpartition(".")[0]
+    return False
 
 
 _SKIP_ROOTS = {"super", "logger", "np", "math", "os", "sys", "envs", "dataclasses", "copy", "triton", "tl"}

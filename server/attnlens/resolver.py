@@ -437,6 +437,23 @@ class Resolver:
             loc = self.index.locate(sub)
             if loc is not None:
                 return self.module_value(sub, w)
+        for star in summ.bindings.get("*", []):
+            target = self.abs_module(m, star.target or "", star.level)
+            if not target or target == m.name:
+                continue
+            sm = self.index.module(target)
+            if sm is not None and (name in sm.summary.bindings or any(b.kind == "star" for b in sm.summary.bindings.get("*", []))):
+                key = ("star", m.name, target, name)
+                if key in self._active:
+                    continue
+                self._active.add(key)
+                try:
+                    v = self.attr_of_module(sm, name, Walk())
+                finally:
+                    self._active.discard(key)
+                if v.kind != "unknown" or name in sm.summary.bindings:
+                    w.add(Hop("reexport", m.path, star.line, f"{m.name}.{name}", f"{m.name} re-exports {name} via `from {target} import *`", self.guard_text(star.guards)))
+                    return self.attr_of_module(sm, name, w)
         if m.name == "vllm.platforms" and name == "current_platform" or (summ.has_getattr and name == "current_platform"):
             return self.profile.current_platform(w)
         if summ.has_getattr:
@@ -780,7 +797,7 @@ class Resolver:
         pick = None
         if len(interesting) == 1:
             pick = interesting[0][0]
-        elif len(kernels) == 1 and f.significant <= 8:
+        elif len(kernels) == 1 and (f.significant <= 8 or len(self.kernels_reached(v)) <= 1):
             pick = kernels[0]
         elif len(interesting) > 1:
             rets = [c for c, _ in interesting if c.in_return]
@@ -788,7 +805,7 @@ class Resolver:
                 pick = rets[0]
         if pick is None:
             return None
-        if f.significant > 12 and not pick.in_return:
+        if f.significant > 12 and not pick.in_return and not (pick.launch or pick.func.startswith("torch.ops.")):
             return None
         why = f"{f.name} delegates to {pick.func}" + ("[grid](...)" if pick.launch else "(...)")
         return pick, why

@@ -38,12 +38,45 @@ class OpRegistry:
         self._cpp_gen = -1
         self._py_cache: dict = {}
         self._ext_cache: dict = {}
+        self._cpp_files: list = []
+        self._prefetch = None
         self._providers = None
 
     # -- C++ ---------------------------------------------------------------
+    def prefetch_cpp(self) -> None:
+        """Build the C++ index in a forked worker while Python parsing goes on (cold CLI runs).
+
+        Only used where forking is safe (a single-threaded CLI process); the result
+        comes back through the cache folder.
+        """
+        if self._cpp is not None or self._prefetch is not None or not hasattr(os, "fork"):
+            return
+        try:
+            pid = os.fork()
+        except OSError:
+            return
+        if pid == 0:  # child
+            code = 0
+            try:
+                self.cpp()
+            except BaseException:
+                code = 1
+            os._exit(code)
+        self._prefetch = pid
+
+    def _join_prefetch(self) -> None:
+        if self._prefetch is None:
+            return
+        try:
+            os.waitpid(self._prefetch, 0)
+        except ChildProcessError:
+            pass
+        self._prefetch = None
+
     def cpp(self):
         if self._cpp is not None:
             return self._cpp
+        self._join_prefetch()
         try:
             from . import cppindex
         except Exception:  # pragma: no cover - tree-sitter missing
@@ -64,8 +97,24 @@ class OpRegistry:
             cache.store_json("cpp", f"{sha}.json", summ.to_json())
 
         files = list(cppindex.iter_cpp_files(self.r.index.root))
+        self._cpp_files = files
+        import hashlib
+
+        h = hashlib.sha1()
+        for f in sorted(files):
+            try:
+                st = os.stat(f)
+                h.update(f"{f}|{st.st_mtime_ns}|{st.st_size}\n".encode())
+            except OSError:
+                pass
+        fp = h.hexdigest()[:24]
+        whole = cache.load_pickle("derived", f"cpp-{fp}")
+        if whole is not None:
+            self._cpp = whole
+            return whole
         try:
             self._cpp = cppindex.build_index(files, load=load, store=store)
+            cache.store_pickle("derived", f"cpp-{fp}", self._cpp)
         except Exception:
             self._cpp = _EmptyCpp()
         return self._cpp

@@ -48,12 +48,60 @@ class Workspace:
         self.index = Index(self.root, target, self.cache)
         self.resolver = Resolver(self.index)
         self._refs: dict[tuple, list] = {}
+        self._backends_memo = None
 
     # -- registry ------------------------------------------------------------
     def backends(self, with_call_sites: bool = True, include_custom_ops: bool = False):
+        """Registry entries; memoised in memory per index generation and on disk per input fingerprint.
+
+        The on-disk entry is keyed by the workspace fingerprint (every workspace file's
+        stamp and the open overlays) and records the stamps of every installed module and
+        C++ file it read, so any change upstream or in csrc/ invalidates it.
+        """
         from .registry import Registry
 
-        return [e for e in Registry(self.resolver).entries(with_call_sites, include_custom_ops=include_custom_ops)]
+        key = (self.index.generation, with_call_sites, include_custom_ops)
+        if self._backends_memo is not None and self._backends_memo[0] == key:
+            return self._backends_memo[1]
+        name = f"backends-{self.index.fingerprint()}-{int(with_call_sites)}{int(include_custom_ops)}"
+        cached = None if self.index.has_overlays() else self.cache.load_pickle("derived", name)
+        if cached is not None and _deps_fresh(cached[0]):
+            entries = cached[1]
+        else:
+            entries = Registry(self.resolver).entries(with_call_sites, include_custom_ops=include_custom_ops)
+            if not self.index.has_overlays():
+                self.cache.store_pickle("derived", name, (self._dependency_stamps(), entries))
+        self._backends_memo = (key, entries)
+        return entries
+
+    def kernel_sites(self, paths: list[str] | None = None):
+        """Every kernel call site in workspace modules under ``paths`` (default: all)."""
+        from .registry import Registry
+
+        reg = Registry(self.resolver)
+        wanted = [os.path.realpath(p) for p in (paths or [str(self.root)])]
+        out = []
+        for mod in self.index.workspace_modules():
+            real = os.path.realpath(mod.path)
+            if not any(real == w or real.startswith(w.rstrip(os.sep) + os.sep) for w in wanted):
+                continue
+            for cs in mod.summary.calls:
+                res = reg.kernel_call(mod, cs)
+                if res is not None:
+                    out.append(res)
+        return out
+
+    def _dependency_stamps(self) -> list:
+        paths = [m.path for m in self.index.loaded_modules() if not m.workspace]
+        cpp = getattr(self.resolver.ops, "_cpp_files", None) or []
+        out = []
+        for p in sorted(set(paths) | set(map(str, cpp))):
+            try:
+                st = os.stat(p)
+                out.append((p, st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append((p, 0, -1))
+        return out
 
     # -- positions -------------------------------------------------------------
     def refs_for(self, mod: Module) -> list:
@@ -130,3 +178,16 @@ class Workspace:
 
     def close(self) -> None:
         self.index.flush()
+
+
+def _deps_fresh(stamps: list) -> bool:
+    for p, mt, size in stamps:
+        try:
+            st = os.stat(p)
+        except OSError:
+            if size != -1:
+                return False
+            continue
+        if st.st_mtime_ns != mt or st.st_size != size:
+            return False
+    return True

@@ -1,0 +1,253 @@
+import * as path from "path";
+import * as vscode from "vscode";
+import { BackendsProvider, Node, probeTargetFor } from "./backendsView";
+import { chainMarkdown, chainPlain, DocumentStore, environmentMarkdown, probeMarkdown } from "./documents";
+import { onPythonInterpreterChanged } from "./interpreter";
+import { ProbeRun, ProbesProvider } from "./probesView";
+import { RESTART_SETTINGS, ServerManager } from "./server";
+import { StatusBar } from "./statusBar";
+import { Chain, EnvironmentRecord, Loc, PROBE_FAMILIES, ProbeRecord, ProbeRequest } from "./types";
+import { errorMessage, hasLoc, openLocation, showCommandError, toUri } from "./util";
+
+let server: ServerManager | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  const output = vscode.window.createOutputChannel("AttnLens", { log: true });
+  const mgr = new ServerManager(context, output);
+  server = mgr;
+  const documents = new DocumentStore();
+  const backends = new BackendsProvider(mgr);
+  const probes = new ProbesProvider(context.workspaceState);
+  const backendsView = vscode.window.createTreeView("attnlens.backends", { treeDataProvider: backends, showCollapseAll: true });
+  backends.attach(backendsView);
+  const probesView = vscode.window.createTreeView("attnlens.probes", { treeDataProvider: probes });
+  const statusBar = new StatusBar(mgr);
+  context.subscriptions.push(output, mgr, documents, backends, probes, backendsView, probesView, statusBar);
+
+  // --- server lifecycle -> views
+  context.subscriptions.push(
+    mgr.onDidChangeState((state) => {
+      if (state === "running") {
+        void backends.refresh(false);
+      } else if (state === "failed" || state === "stopped") {
+        backends.clear(state === "failed" ? `The AttnLens server is not running: ${mgr.lastError ?? "see the log"}` : "The AttnLens server is stopped.");
+      }
+    }),
+    mgr.onStatus((status) => {
+      if (status.generation !== undefined && status.generation !== null) {
+        backends.onGeneration(status.generation);
+      }
+    }),
+  );
+
+  // --- settings, trust and interpreter changes -> debounced restart
+  context.subscriptions.push(
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      const hit = RESTART_SETTINGS.filter((s) => e.affectsConfiguration(s));
+      if (hit.length) {
+        mgr.log(`settings changed: ${hit.join(", ")}`);
+        mgr.scheduleRestart(`settings changed (${hit.join(", ")})`);
+      }
+    }),
+    vscode.workspace.onDidGrantWorkspaceTrust(() => mgr.scheduleRestart("workspace trusted")),
+    vscode.workspace.onDidChangeWorkspaceFolders(() => mgr.scheduleRestart("workspace folders changed")),
+  );
+  void onPythonInterpreterChanged(() => {
+    const cfg = vscode.workspace.getConfiguration("attnlens");
+    if (!cfg.get<string>("interpreter") || !cfg.get<string>("targetPython")) {
+      mgr.scheduleRestart("the Python extension's interpreter changed");
+    }
+  }).then((d) => d && context.subscriptions.push(d));
+
+  // --- commands
+  const reg = (id: string, fn: (...args: any[]) => unknown) => context.subscriptions.push(vscode.commands.registerCommand(id, fn));
+
+  reg("attnlens.restartServer", () =>
+    vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: "AttnLens: restarting server" }, () => mgr.restart("command")),
+  );
+  reg("attnlens.showOutput", () => output.show(true));
+  reg("attnlens.openLocation", (loc: Loc) => openLocation(loc));
+  reg("attnlens.refreshBackends", () => backends.refresh(true));
+  reg("attnlens.reindex", async () => {
+    try {
+      await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: "AttnLens: re-indexing" }, () =>
+        mgr.executeCommand("attnlens.restartIndex"),
+      );
+    } catch (e) {
+      showCommandError("re-index", e, output);
+    }
+  });
+
+  reg("attnlens.showEnvironment", async () => {
+    let env: EnvironmentRecord | undefined;
+    let envError: string | undefined;
+    await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: "AttnLens: reading the target environment…" },
+      async () => {
+        await mgr.refreshStatus();
+        try {
+          env = await mgr.executeCommand<EnvironmentRecord>("attnlens.environment");
+          if (env && typeof env === "object") {
+            mgr.environment = env;
+          }
+        } catch (e) {
+          envError = errorMessage(e);
+          env = mgr.lastStatus?.environment ?? undefined;
+        }
+      },
+    );
+    statusBar.update();
+    const details = () => documents.show("environment.md", environmentMarkdown(mgr.lastStatus, env, mgr.interpreter?.path), { preview: false });
+    if (env?.summary) {
+      const c = await vscode.window.showInformationMessage(`AttnLens environment: ${env.summary}`, "Details");
+      if (c === "Details") {
+        await details();
+      }
+    } else {
+      const c = await vscode.window.showWarningMessage(
+        `AttnLens: environment unavailable: ${envError ?? "the server returned no summary"}`,
+        "Details",
+        "Show Log",
+      );
+      if (c === "Details") {
+        await details();
+      } else if (c === "Show Log") {
+        output.show(true);
+      }
+    }
+  });
+
+  const trace = async (uri: vscode.Uri, pos: vscode.Position) => {
+    let chain: Chain | null = null;
+    try {
+      chain = await vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Window, title: "AttnLens: tracing" },
+        () => mgr.executeCommand<Chain | null>("attnlens.trace", [uri.toString(), pos.line, pos.character]),
+      );
+    } catch (e) {
+      showCommandError("trace", e, output);
+      return;
+    }
+    const where = `${path.basename(uri.fsPath)}:${pos.line + 1}:${pos.character + 1}`;
+    if (!chain || typeof chain !== "object" || (!chain.hops?.length && !chain.final)) {
+      void vscode.window.showInformationMessage(`AttnLens: nothing to trace at ${where}${chain?.error ? ` (${chain.error})` : ""}.`);
+      return;
+    }
+    output.info(`[trace ${where}]\n${chainPlain(chain)}`);
+    await documents.show(`trace ${where.replace(/:/g, "_")}.md`, chainMarkdown(chain, where));
+  };
+  reg("attnlens.traceAtCursor", async () => {
+    const editor = vscode.window.activeTextEditor;
+    if (!editor || editor.document.uri.scheme !== "file") {
+      void vscode.window.showInformationMessage("AttnLens: open a Python file and put the cursor on a call to trace it.");
+      return;
+    }
+    await trace(editor.document.uri, editor.selection.active);
+  });
+  reg("attnlens.traceItem", async (node?: Node) => {
+    if (node?.type === "site" && hasLoc(node.site)) {
+      await trace(toUri(node.site.path), new vscode.Position(Math.max((node.site.line ?? 1) - 1, 0), node.site.col ?? 0));
+    }
+  });
+
+  reg("attnlens.showInventory", async () => {
+    try {
+      const res = await vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Notification, title: "AttnLens: building the inventory…" },
+        () => mgr.executeCommand<{ markdown?: string } | string>("attnlens.inventory", [{ format: "markdown" }]),
+      );
+      const md = typeof res === "string" ? res : res?.markdown;
+      if (!md) {
+        throw new Error("the server returned no markdown");
+      }
+      await documents.show("inventory.md", md);
+    } catch (e) {
+      showCommandError("inventory", e, output);
+    }
+  });
+
+  const runProbe = async (prefill: Partial<ProbeRequest> = {}) => {
+    if (!vscode.workspace.isTrusted) {
+      const c = await vscode.window.showWarningMessage(
+        "AttnLens: probes are disabled in an untrusted workspace. A probe imports and runs this workspace's code " +
+          "(the plugin and its kernels) in the target interpreter; trust the workspace to run probes.",
+        "Manage Workspace Trust",
+      );
+      if (c) {
+        await vscode.commands.executeCommand("workbench.trust.manage");
+      }
+      return;
+    }
+    const target0 = prefill.target ?? "";
+    const guess = prefill.family ?? PROBE_FAMILIES.find((f) => target0 && f.hint.test(target0))?.name;
+    const items = PROBE_FAMILIES.map((f) => ({ label: f.name, description: f.description, picked: f.name === guess }));
+    items.sort((a, b) => Number(b.picked) - Number(a.picked));
+    const family = await vscode.window.showQuickPick(items, {
+      title: "AttnLens: run probe (1/2) — family",
+      placeHolder: "Which contract should the target be checked against?",
+      matchOnDescription: true,
+    });
+    if (!family) {
+      return;
+    }
+    const target = await vscode.window.showInputBox({
+      title: `AttnLens: run probe (2/2) — ${family.label} target`,
+      prompt: "Symbol to probe: package.module:attr, package.module.attr, ns::op or torch.ops.ns.op",
+      value: target0,
+      ignoreFocusOut: true,
+      validateInput: (v) => (v.trim() ? undefined : "Enter the symbol to probe"),
+    });
+    if (!target) {
+      return;
+    }
+    const device = prefill.device || vscode.workspace.getConfiguration("attnlens").get<string>("probe.device") || undefined;
+    const req: ProbeRequest = { family: family.label, target: target.trim(), ...(device ? { device } : {}) };
+    let record: ProbeRecord;
+    try {
+      record = await vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Notification, title: `AttnLens: probing ${req.family} on ${req.target}`, cancellable: true },
+        (_p, token) => mgr.executeCommand<ProbeRecord>("attnlens.runProbe", [req], token),
+      );
+    } catch (e) {
+      showCommandError(`probe ${req.family} on ${req.target}`, e, output);
+      return;
+    }
+    if (!record || typeof record !== "object" || (record.error && !record.verdict)) {
+      const why = record && typeof record === "object" ? JSON.stringify(record.error) : "no record returned";
+      showCommandError(`probe ${req.family} on ${req.target}`, new Error(why), output);
+      return;
+    }
+    record.family ??= req.family;
+    record.target ??= req.target;
+    const run = probes.add(record);
+    void probesView.reveal(run, { select: true, focus: false }).then(undefined, () => undefined);
+    const c = await vscode.window.showInformationMessage(`AttnLens probe ${record.family} on ${record.target}: ${record.verdict ?? "?"}`, "Details");
+    if (c === "Details") {
+      await vscode.commands.executeCommand("attnlens.showProbe", run);
+    }
+  };
+  // Also the target of server code actions / hover links: args [{family?, target?, device?}].
+  reg("attnlens.runProbe", (arg?: unknown) => {
+    if (arg && typeof arg === "object" && !Array.isArray(arg)) {
+      return runProbe(arg as Partial<ProbeRequest>);
+    }
+    return runProbe(typeof arg === "string" ? { target: arg } : {});
+  });
+  reg("attnlens.probeItem", (node?: Node) => runProbe(node?.type === "site" ? { target: probeTargetFor(node.site) } : {}));
+  reg("attnlens.showProbe", (run?: ProbeRun) => {
+    const r = run?.record ?? probes.all[0]?.record;
+    if (!r) {
+      return;
+    }
+    const name = `probe ${r.family ?? ""} ${(r.target ?? "").replace(/[/:\\]/g, "_")} ${r.id ?? ""}`.trim();
+    return documents.show(`${name}.md`, probeMarkdown(r), { preview: false });
+  });
+  reg("attnlens.clearProbes", () => probes.clear());
+
+  await mgr.start();
+}
+
+export async function deactivate(): Promise<void> {
+  await server?.shutdown();
+  server = undefined;
+}

@@ -1,0 +1,169 @@
+"""Conversions at the LSP edge: URIs, positions, ranges, symbol kinds.
+
+The analysis core speaks 1-based lines and 0-based *code point* columns.
+LSP speaks 0-based lines and columns counted in the negotiated position
+encoding (UTF-16 code units unless the client offered something else).
+Everything here is pure and has no pygls state, so it is unit-tested alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable
+
+from lsprotocol import types as T
+from pygls.uris import from_fs_path, to_fs_path
+
+UTF8 = "utf-8"
+UTF16 = "utf-16"
+UTF32 = "utf-32"
+
+# LSP line terminators are exactly \r\n, \r and \n (str.splitlines also splits
+# on \x0b, \x0c, \u2028 ... which would shift every later line).
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines of ``text`` as LSP counts them, without terminators."""
+    return _NEWLINE.split(text)
+
+
+def _unit_len(ch: str, encoding: str) -> int:
+    if encoding == UTF16:
+        return 2 if ord(ch) > 0xFFFF else 1
+    if encoding == UTF8:
+        o = ord(ch)
+        return 1 if o < 0x80 else 2 if o < 0x800 else 3 if o < 0x10000 else 4
+    return 1
+
+
+def to_code_points(line: str, units: int, encoding: str = UTF16) -> int:
+    """LSP column (in ``encoding`` units) -> code point column on ``line``.
+
+    A column that falls inside a character (half of a surrogate pair, the
+    middle of a UTF-8 sequence) maps to that character; columns past the end
+    clamp to the line length.
+    """
+    if units <= 0:
+        return 0
+    if encoding == UTF32 or line.isascii():
+        return min(units, len(line))
+    acc = 0
+    for i, ch in enumerate(line):
+        acc += _unit_len(ch, encoding)
+        if acc > units:
+            return i
+        if acc == units:
+            return i + 1
+    return len(line)
+
+
+def from_code_points(line: str, cp: int, encoding: str = UTF16) -> int:
+    """Code point column on ``line`` -> LSP column in ``encoding`` units."""
+    if cp <= 0:
+        return 0
+    if encoding == UTF32 or line.isascii():
+        return min(cp, len(line)) if line or cp == 0 else cp
+    return sum(_unit_len(ch, encoding) for ch in line[:cp])
+
+
+def uri_to_path(uri: str) -> str | None:
+    """A ``file:`` URI to a real absolute path (None for other schemes)."""
+    if not uri.startswith("file:"):
+        return None
+    p = to_fs_path(uri)
+    return os.path.realpath(p) if p else None
+
+
+def path_to_uri(path: str) -> str:
+    return from_fs_path(path) or ("file://" + path)
+
+
+def link(path: str, line: int | None) -> str:
+    """A clickable Markdown link target: ``file:///x.py#L12`` (VS Code, most clients)."""
+    return f"{path_to_uri(path)}#L{line or 1}"
+
+
+class LineSource:
+    """Line texts for converting columns: open buffers first, then the disk.
+
+    ``open_text(path)`` returns the editor's text of an open document or None.
+    Disk reads are memoised by (mtime, size); only a few files stay cached.
+    """
+
+    def __init__(self, open_text: Callable[[str], str | None], max_files: int = 64):
+        self._open_text = open_text
+        self._disk: dict[str, tuple[tuple[int, int], list[str]]] = {}
+        self._max = max_files
+
+    def lines(self, path: str) -> list[str]:
+        text = self._open_text(path)
+        if text is not None:
+            return split_lines(text)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return []
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = self._disk.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return []
+        lines = split_lines(data.decode("utf-8", "replace"))
+        if len(self._disk) >= self._max:
+            self._disk.pop(next(iter(self._disk)))
+        self._disk[path] = (stamp, lines)
+        return lines
+
+    def line(self, path: str, line1: int) -> str:
+        lines = self.lines(path)
+        return lines[line1 - 1] if 0 < line1 <= len(lines) else ""
+
+
+class Positions:
+    """Core positions (1-based line, code point col) <-> LSP positions."""
+
+    def __init__(self, lines: LineSource, encoding: str = UTF16):
+        self.lines = lines
+        self.encoding = encoding
+
+    def to_core(self, path: str, pos: T.Position) -> tuple[int, int]:
+        text = self.lines.line(path, pos.line + 1)
+        return pos.line + 1, to_code_points(text, pos.character, self.encoding)
+
+    def position(self, path: str, line1: int, col: int) -> T.Position:
+        line0 = max(line1 - 1, 0)
+        if col <= 0:
+            return T.Position(line0, 0)
+        return T.Position(line0, from_code_points(self.lines.line(path, line1), col, self.encoding))
+
+    def range(self, path: str, line1: int, col: int, end_line1: int | None = None, end_col: int | None = None) -> T.Range:
+        start = self.position(path, line1, col)
+        if end_line1 is None:
+            end_line1 = line1
+        if end_col is None:
+            end_col = col
+        return T.Range(start, self.position(path, end_line1, end_col))
+
+    def line_range(self, path: str, line1: int, end_line1: int | None = None) -> T.Range:
+        """From the start of ``line1`` to the end of ``end_line1``."""
+        end_line1 = end_line1 or line1
+        text = self.lines.line(path, end_line1)
+        end = from_code_points(text, len(text), self.encoding)
+        return T.Range(T.Position(max(line1 - 1, 0), 0), T.Position(max(end_line1 - 1, 0), end))
+
+    def location(self, path: str, line1: int, col: int = 0, end_col: int | None = None) -> T.Location:
+        return T.Location(path_to_uri(path), self.range(path, line1, col, line1, end_col if end_col is not None else col))
+
+
+def name_span(line_text: str, name: str, start: int = 0) -> tuple[int, int]:
+    """Code point span of identifier ``name`` on a def/class line (after ``start``)."""
+    m = re.compile(r"\b" + re.escape(name) + r"\b").search(line_text, max(start, 0))
+    if m is None:
+        return start, start
+    return m.start(), m.end()

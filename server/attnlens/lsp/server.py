@@ -1,0 +1,185 @@
+"""The AttnLens language server object: session state plus feature wiring.
+
+State ownership (see ``__init__``): the event loop thread owns settings,
+open documents, the exact-position hover cache and the edit *epoch*; the
+worker thread owns the :class:`~attnlens.lsp.analysis.Analysis` (index,
+resolver, chain/backend/symbol caches). Handlers are async adapters:
+convert positions, ``await self.call(...)`` on the worker, convert back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any, Callable, Iterable
+
+from lsprotocol import types as T
+from pygls.lsp.server import LanguageServer
+
+from .. import __version__
+from .analysis import LRU, Analysis
+from .capabilities import ClientCaps
+from .config import Settings
+from .convert import UTF16, LineSource, Positions, uri_to_path
+from .worker import IDLE, NOW, Debouncer, Worker
+
+log = logging.getLogger("attnlens.lsp")
+
+STATUS_NOTIFICATION = "attnlens/status"
+
+
+class AttnLensServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__("attnlens", __version__, text_document_sync_kind=T.TextDocumentSyncKind.Incremental)
+        self.settings = Settings()
+        self.init_options: dict = {}
+        self.caps = ClientCaps()
+        self.worker = Worker()
+        self.debouncer = Debouncer()
+        self.analysis: Analysis | None = None
+        self.root_hint: str | None = None  # from rootUri / workspaceFolders
+        self.ready = asyncio.Event()
+        self.epoch = 0  # bumped by every submitted edit; keys the exact-position hover cache
+        self.hover_cache: LRU = LRU(1024)
+        self.open_docs: dict[str, str] = {}  # real path -> uri
+        self.overlaid: set[str] = set()  # paths whose overlay is set in the index
+        self.lines = LineSource(self._open_text)
+        self.positions = Positions(self.lines, UTF16)
+        self.index_run = 0
+        self.background: set[asyncio.Task] = set()
+        self.warned: set[str] = set()
+
+    # -- documents -------------------------------------------------------------
+    def _open_text(self, path: str) -> str | None:
+        uri = self.open_docs.get(path)
+        if uri is None:
+            return None
+        try:
+            return self.workspace.get_text_document(uri).source
+        except Exception:  # noqa: BLE001 - not initialised yet
+            return None
+
+    def doc_version(self, uri: str) -> int | None:
+        path = uri_to_path(uri)
+        if path is None or path not in self.open_docs:
+            return None
+        return self.workspace.get_text_document(uri).version
+
+    # -- the worker --------------------------------------------------------------
+    async def call(self, fn: Callable[..., Any], *args: Any, priority: int = NOW) -> Any:
+        """Run ``fn(analysis, *args)`` on the worker; None when no workspace is analysed."""
+        if not self.ready.is_set():
+            await self.ready.wait()
+
+        def job():
+            a = self.analysis
+            return None if a is None else fn(a, *args)
+
+        return await self.worker.run(job, priority=priority)
+
+    def mutate(self, fn: Callable[[Analysis], Any]) -> None:
+        """Queue a change of the analysis state (in order with requests)."""
+        self.epoch += 1
+        self.hover_cache.clear()
+
+        def job():
+            a = self.analysis
+            if a is not None:
+                fn(a)
+
+        fut = self.worker.submit(job, priority=NOW)
+        fut.add_done_callback(_log_failure)
+        self.schedule_refresh()
+
+    def spawn(self, coro) -> asyncio.Task:
+        """Keep a reference to a background task until it ends."""
+        task = asyncio.ensure_future(coro)
+        self.background.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self.background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    # -- client feedback ---------------------------------------------------------
+    def warn(self, message: str, once: bool = False) -> None:
+        if once and message in self.warned:
+            return
+        self.warned.add(message)
+        log.warning("%s", message)
+        self.window_show_message(T.ShowMessageParams(T.MessageType.Warning, message))
+
+    async def send_status(self) -> dict | None:
+        status = await self.call(Analysis.status, priority=IDLE)
+        if status is None:
+            status = {"root": None, "targetPython": self.settings.target_python, "targetError": None,
+                      "indexedModules": 0, "generation": 0, "platform": None}
+        status["serverVersion"] = __version__
+        status["features"] = optional_features()
+        self.protocol.notify(STATUS_NOTIFICATION, status)
+        return status
+
+    # -- background refresh after edits -----------------------------------------
+    def schedule_refresh(self, delay_s: float = 1.0) -> None:
+        self.debouncer.schedule("refresh", delay_s, self._refresh)
+
+    async def _refresh(self) -> None:
+        if self.analysis is None:
+            return
+        await self.call(lambda a: a.backends(), priority=IDLE)
+        await self.call(lambda a: a.symbols(), priority=IDLE)
+        await self.index_call_sites()
+
+    async def index_call_sites(self) -> None:
+        if not self.settings.index_call_sites:
+            return
+        run = self.index_run
+        while run == self.index_run:
+            left = await self.call(lambda a: a.callsites_step(0.05), priority=IDLE)
+            if left is None:
+                return
+
+    def shutdown_analysis(self) -> None:
+        self.debouncer.cancel_all()
+        for t in list(self.background):
+            t.cancel()
+
+        def close():
+            if self.analysis is not None:
+                self.analysis.ws.close()
+
+        try:
+            self.worker.submit(close).result(timeout=5)
+        except Exception:  # noqa: BLE001
+            log.warning("closing the workspace failed", exc_info=True)
+
+
+def _log_failure(fut) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("analysis update failed", exc_info=fut.exception())
+
+
+def optional_features() -> dict:
+    """Which optional parts of AttnLens are importable in this server."""
+    out = {}
+    for key, mod in (("rules", "attnlens.rules.engine"), ("runtime", "attnlens.runtime.probes"),
+                     ("environment", "attnlens.runtime.environment"), ("cppindex", "attnlens.cppindex")):
+        try:
+            __import__(mod)
+            out[key] = True
+        except Exception:  # noqa: BLE001 - optional
+            out[key] = False
+    return out
+
+
+def create_server(features: Iterable[str] | None = None) -> AttnLensServer:
+    """Build a server with the named feature modules (default: all)."""
+    from . import features as F
+
+    server = AttnLensServer()
+    for name in features or F.ALL:
+        F.module(name).register(server)
+    return server
