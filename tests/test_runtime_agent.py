@@ -180,6 +180,7 @@ def test_pool_close_leaves_nothing_running():
 
 def test_missing_interpreter_is_reported_not_raised(tmp_path):
     ag = AgentProcess(str(tmp_path / "no-python"), {})
-    with pytest.raises(FileNotFoundError):
-        ag.request("ping", timeout=5)
+    rep = ag.request("ping", timeout=5)
+    assert rep.status == "error" and rep.error["type"] == "AgentStartError"
+    assert "no-python" in rep.message
     ag.close()

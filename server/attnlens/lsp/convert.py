@@ -85,62 +85,27 @@ def link(path: str, line: int | None) -> str:
     return f"{path_to_uri(path)}#L{line or 1}"
 
 
-class LineSource:
-    """Line texts for converting columns: open buffers first, then the disk.
+class Positions:
+    """Core positions (1-based line, code point col) <-> LSP positions.
 
-    ``open_text(path)`` returns the editor's text of an open document or None.
-    Disk reads are memoised by (mtime, size); only a few files stay cached.
+    ``line_text(path, line1)`` supplies the text of a line as the analysis
+    sees it (the open buffer's overlay, else the disk), so conversions and
+    analysis always agree on the text.
     """
 
-    def __init__(self, open_text: Callable[[str], str | None], max_files: int = 64):
-        self._open_text = open_text
-        self._disk: dict[str, tuple[tuple[int, int], list[str]]] = {}
-        self._max = max_files
-
-    def lines(self, path: str) -> list[str]:
-        text = self._open_text(path)
-        if text is not None:
-            return split_lines(text)
-        try:
-            st = os.stat(path)
-        except OSError:
-            return []
-        stamp = (st.st_mtime_ns, st.st_size)
-        hit = self._disk.get(path)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
-            return []
-        lines = split_lines(data.decode("utf-8", "replace"))
-        if len(self._disk) >= self._max:
-            self._disk.pop(next(iter(self._disk)))
-        self._disk[path] = (stamp, lines)
-        return lines
-
-    def line(self, path: str, line1: int) -> str:
-        lines = self.lines(path)
-        return lines[line1 - 1] if 0 < line1 <= len(lines) else ""
-
-
-class Positions:
-    """Core positions (1-based line, code point col) <-> LSP positions."""
-
-    def __init__(self, lines: LineSource, encoding: str = UTF16):
-        self.lines = lines
+    def __init__(self, line_text: Callable[[str, int], str], encoding: str = UTF16):
+        self.line_text = line_text
         self.encoding = encoding
 
     def to_core(self, path: str, pos: T.Position) -> tuple[int, int]:
-        text = self.lines.line(path, pos.line + 1)
+        text = self.line_text(path, pos.line + 1)
         return pos.line + 1, to_code_points(text, pos.character, self.encoding)
 
     def position(self, path: str, line1: int, col: int) -> T.Position:
         line0 = max(line1 - 1, 0)
         if col <= 0:
             return T.Position(line0, 0)
-        return T.Position(line0, from_code_points(self.lines.line(path, line1), col, self.encoding))
+        return T.Position(line0, from_code_points(self.line_text(path, line1), col, self.encoding))
 
     def range(self, path: str, line1: int, col: int, end_line1: int | None = None, end_col: int | None = None) -> T.Range:
         start = self.position(path, line1, col)
@@ -153,7 +118,7 @@ class Positions:
     def line_range(self, path: str, line1: int, end_line1: int | None = None) -> T.Range:
         """From the start of ``line1`` to the end of ``end_line1``."""
         end_line1 = end_line1 or line1
-        text = self.lines.line(path, end_line1)
+        text = self.line_text(path, end_line1)
         end = from_code_points(text, len(text), self.encoding)
         return T.Range(T.Position(max(line1 - 1, 0), 0), T.Position(max(end_line1 - 1, 0), end))
 

@@ -21,7 +21,7 @@ from .. import __version__
 from .analysis import LRU, Analysis
 from .capabilities import ClientCaps
 from .config import Settings
-from .convert import UTF16, LineSource, Positions, uri_to_path
+from .convert import UTF16, Positions, uri_to_path
 from .worker import IDLE, NOW, Debouncer, Worker
 
 log = logging.getLogger("attnlens.lsp")
@@ -44,22 +44,12 @@ class AttnLensServer(LanguageServer):
         self.hover_cache: LRU = LRU(1024)
         self.open_docs: dict[str, str] = {}  # real path -> uri
         self.overlaid: set[str] = set()  # paths whose overlay is set in the index
-        self.lines = LineSource(self._open_text)
-        self.positions = Positions(self.lines, UTF16)
+        self.encoding = UTF16  # negotiated position encoding
         self.index_run = 0
         self.background: set[asyncio.Task] = set()
         self.warned: set[str] = set()
 
     # -- documents -------------------------------------------------------------
-    def _open_text(self, path: str) -> str | None:
-        uri = self.open_docs.get(path)
-        if uri is None:
-            return None
-        try:
-            return self.workspace.get_text_document(uri).source
-        except Exception:  # noqa: BLE001 - not initialised yet
-            return None
-
     def doc_version(self, uri: str) -> int | None:
         path = uri_to_path(uri)
         if path is None or path not in self.open_docs:
@@ -68,7 +58,11 @@ class AttnLensServer(LanguageServer):
 
     # -- the worker --------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, priority: int = NOW) -> Any:
-        """Run ``fn(analysis, *args)`` on the worker; None when no workspace is analysed."""
+        """Run ``fn(analysis, *args)`` on the worker; None when no workspace is analysed.
+
+        ``fn`` may build LSP objects: positions are converted on the worker with
+        :meth:`positions`, against the same text the analysis reads.
+        """
         if not self.ready.is_set():
             await self.ready.wait()
 
@@ -77,6 +71,10 @@ class AttnLensServer(LanguageServer):
             return None if a is None else fn(a, *args)
 
         return await self.worker.run(job, priority=priority)
+
+    def positions(self, a: Analysis) -> Positions:
+        """A position converter over the analysis' view of the text (worker thread)."""
+        return Positions(a.line_text, self.encoding)
 
     def mutate(self, fn: Callable[[Analysis], Any]) -> None:
         """Queue a change of the analysis state (in order with requests)."""

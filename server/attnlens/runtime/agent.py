@@ -343,7 +343,12 @@ class AgentProcess:
         with self._lock:
             if self.closed:
                 raise RuntimeError("agent closed")
-            self.start()
+            try:
+                self.start()
+            except OSError as e:
+                msg = f"cannot start the agent with {self.python}: {type(e).__name__}: {e}"
+                return [AgentReply("error", None, error={"type": "AgentStartError", "message": msg}, message=msg,
+                                   method=m) for m, _ in calls]
             ids = []
             t_send = time.monotonic()
             try:

@@ -28,7 +28,7 @@ def register(ls: AttnLensServer) -> None:
         ls.caps = ClientCaps.from_lsp(params.capabilities)
         enc = getattr(ls.workspace, "position_encoding", None) or UTF16
         enc = getattr(enc, "value", enc)
-        ls.positions.encoding = {"utf-8": UTF8, "utf-32": UTF32}.get(enc, UTF16)
+        ls.encoding = {"utf-8": UTF8, "utf-32": UTF32}.get(enc, UTF16)
         opts = params.initialization_options
         ls.init_options = opts if isinstance(opts, dict) else {}
         ls.settings, warnings = config.parse(ls.init_options)

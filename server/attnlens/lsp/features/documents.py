@@ -1,0 +1,132 @@
+"""Document sync and file watching: the only handlers that change analysis state.
+
+pygls keeps the editor text (incremental sync); these handlers mirror it
+into the index as *overlays* (the buffer wins over the disk) through the
+worker queue, so requests sent after an edit see it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from lsprotocol import types as T
+
+from ..convert import uri_to_path
+from ..server import AttnLensServer
+
+log = logging.getLogger("attnlens.lsp")
+
+CPP_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp")
+
+
+def register(ls: AttnLensServer) -> None:
+    @ls.feature(T.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(params: T.DidOpenTextDocumentParams) -> None:
+        path = uri_to_path(params.text_document.uri)
+        if path is None:
+            return
+        ls.open_docs[path] = params.text_document.uri
+        if path.endswith(".py") and ls.analysis is not None:
+            _overlay_if_changed(ls, path, params.text_document.text)
+        _diagnostics_changed(ls, params.text_document.uri)
+
+    @ls.feature(T.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(params: T.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        path = uri_to_path(uri)
+        if path is None or not path.endswith(".py"):
+            return
+        text = ls.workspace.get_text_document(uri).source
+        ls.overlaid.add(path)
+        ls.mutate(lambda a: a.ws.index.set_overlay(path, text))
+        _diagnostics_changed(ls, uri)
+
+    @ls.feature(T.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(params: T.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        path = uri_to_path(uri)
+        if path is None:
+            return
+        ls.open_docs.pop(path, None)
+        if path in ls.overlaid:
+            ls.overlaid.discard(path)
+            ls.mutate(lambda a: a.ws.index.set_overlay(path, None))
+        from .diagnostics import forget
+
+        forget(ls, uri)
+
+    @ls.feature(T.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(params: T.DidSaveTextDocumentParams) -> None:
+        return None  # the overlay already holds the text; watchers report the disk
+
+    @ls.feature(T.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(params: T.DidChangeWatchedFilesParams) -> None:
+        paths = [p for p in (uri_to_path(c.uri) for c in params.changes) if p]
+        if not paths:
+            return
+        cpp = any(p.endswith(CPP_SUFFIXES) for p in paths)
+        py = [p for p in paths if p.endswith(".py")]
+
+        def apply(a):
+            if cpp:
+                ops = getattr(a.ws.resolver, "ops", None)
+                if ops is not None and hasattr(ops, "invalidate_cpp"):
+                    ops.invalidate_cpp()
+            if len(paths) > 32:
+                a.ws.index.refresh()
+                return
+            for p in py:
+                a.ws.index.invalidate(p)
+            if cpp and not py:
+                a.ws.index.invalidate(paths[0])  # bumps the generation: chains through C++ change
+
+        ls.mutate(apply)
+        from .diagnostics import refresh_all
+
+        refresh_all(ls)
+
+
+def _overlay_if_changed(ls: AttnLensServer, path: str, text: str) -> None:
+    """Overlay an opened buffer only when it differs from the disk (no needless re-index)."""
+
+    def apply(a):
+        if a.ws.index.source_text(path) != text:
+            a.ws.index.set_overlay(path, text)
+            return True
+        return False
+
+    try:
+        disk_same = _disk_text(path) == text
+    except OSError:
+        disk_same = False
+    if disk_same:
+        return
+    ls.overlaid.add(path)
+    ls.mutate(apply)
+
+
+def _disk_text(path: str) -> str | None:
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        data = f.read()
+    return data.decode("utf-8", "replace")
+
+
+def sync_open_documents(ls: AttnLensServer) -> None:
+    """Mirror every open buffer into a freshly built workspace."""
+    for path, uri in list(ls.open_docs.items()):
+        if not path.endswith(".py"):
+            continue
+        try:
+            text = ls.workspace.get_text_document(uri).source
+        except Exception:  # noqa: BLE001
+            continue
+        _overlay_if_changed(ls, path, text)
+
+
+def _diagnostics_changed(ls: AttnLensServer, uri: str) -> None:
+    from .diagnostics import schedule
+
+    schedule(ls, uri)

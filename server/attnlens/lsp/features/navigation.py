@@ -1,0 +1,82 @@
+"""textDocument/definition and textDocument/implementation over chains.
+
+definition: where the name is bound or defined, i.e. the first hop after the
+call that sits somewhere else (an import, an alias, the def).
+implementation: the code that finally runs, i.e. the final target; for a torch
+op, the C++ functions its registrations bind.
+"""
+
+from __future__ import annotations
+
+from lsprotocol import types as T
+
+from ... import model as M
+from ..analysis import Analysis
+from ..convert import uri_to_path
+from ..server import AttnLensServer
+
+NAV_BUDGET_S = 5.0
+
+
+def register(ls: AttnLensServer) -> None:
+    @ls.feature(T.TEXT_DOCUMENT_DEFINITION)
+    async def definition(params: T.DefinitionParams) -> list[T.Location] | None:
+        path = uri_to_path(params.text_document.uri)
+        if path is None:
+            return None
+        return await ls.call(_definition, ls, path, params.position)
+
+    @ls.feature(T.TEXT_DOCUMENT_IMPLEMENTATION)
+    async def implementation(params: T.ImplementationParams) -> list[T.Location] | None:
+        path = uri_to_path(params.text_document.uri)
+        if path is None:
+            return None
+        return await ls.call(_implementation, ls, path, params.position)
+
+
+def _definition(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
+    conv = ls.positions(a)
+    line, col = conv.to_core(path, pos)
+    d = a.def_at(path, line, col)
+    if d is not None:
+        return [conv.location(d.path, d.line, d.col, d.end_col)]
+    r = a.resolve(path, line, col, NAV_BUDGET_S)
+    if r is None:
+        return None
+    hops = r.chain.hops
+    call = hops[0] if hops else None
+    for h in hops[1:]:
+        if h.path and h.line and (call is None or (h.path, h.line) != (call.path, call.line)):
+            return [conv.location(h.path, h.line, h.col)]
+    f = r.chain.final
+    if f.path and f.line:
+        return [conv.location(f.path, f.line)]
+    return None
+
+
+def final_locations(final: M.Final) -> list[tuple[str, int]]:
+    """Where the final target's code is: C++ functions of an op, else the def."""
+    out: list[tuple[str, int]] = []
+    if final.kind == M.TORCH_OP:
+        for reg in final.registrations:
+            if reg.function_path and reg.function_line and (reg.function_path, reg.function_line) not in out:
+                out.append((reg.function_path, reg.function_line))
+    if not out and final.path and final.line:
+        out.append((final.path, final.line))
+    return out
+
+
+def _implementation(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
+    conv = ls.positions(a)
+    line, col = conv.to_core(path, pos)
+    d = a.def_at(path, line, col)
+    if d is not None:
+        r = a.ws.resolver
+        chain = r.trace_value(r.resolve_symbol(d.dotted), budget_s=NAV_BUDGET_S)
+    else:
+        res = a.resolve(path, line, col, NAV_BUDGET_S)
+        if res is None:
+            return None
+        chain = res.chain
+    locs = final_locations(chain.final)
+    return [conv.location(p, ln) for p, ln in locs] or None

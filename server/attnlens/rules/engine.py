@@ -1,0 +1,520 @@
+"""The rules engine: findings over the resolved chains of one workspace.
+
+Pure analysis (no LSP types). A rule is an object with an id (``AL101``...),
+a name, a default severity, a one-line summary and documentation; checks are
+functions over a :class:`ModuleContext` that yield :class:`Finding` objects
+for one or more rules. ``Finding`` positions follow the core: 1-based lines,
+0-based code-point columns, exclusive end (``to_json`` gives 1-based columns).
+
+Every finding carries ``data`` with the resolved ``chain`` (``Chain.to_json()``)
+when there is one, the ``contract`` entry id that was consulted, and the
+``probe`` family that could decide the question on a device.
+
+Suppression: a trailing ``# attnlens: ignore[AL101]`` (several ids separated
+by commas) or ``# attnlens: ignore`` on any line of the finding's range.
+
+Caching: findings of a module are stored in the workspace cache keyed by the
+module's content hash and a global fingerprint (rules code, contracts,
+target interpreter, workspace file set, plugin config), together with the
+content hashes of every module the checks read (recorded while checking);
+a cached entry is used only while all of them are unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+import traceback
+import weakref
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .. import model as M
+from ..resolver import Val, Walk
+from . import facts as F
+from .contracts import PROBE_AGENT_FAMILY, ContractSet, load_contracts
+
+SEVERITIES = ("error", "warning", "info")
+SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str
+    path: str
+    line: int
+    col: int  # 0-based code points
+    end_line: int
+    end_col: int  # 0-based, exclusive
+    message: str
+    data: dict = field(default_factory=dict)
+
+    def to_json(self, root: str | os.PathLike | None = None) -> dict:
+        path = self.path
+        if root is not None:
+            try:
+                rel = os.path.relpath(self.path, root)
+                if not rel.startswith(".."):
+                    path = Path(rel).as_posix()
+            except ValueError:
+                pass
+        return {
+            "rule": self.rule, "severity": self.severity, "path": path,
+            "line": self.line, "col": self.col + 1, "end_line": self.end_line, "end_col": self.end_col + 1,
+            "message": self.message, "data": self.data,
+        }
+
+    def sort_key(self):
+        return (self.path, self.line, self.col, self.rule, self.message)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    name: str
+    severity: str
+    summary: str
+    docs: str = ""
+    tags: tuple = ()
+
+    @property
+    def anchor(self) -> str:
+        return f"{self.id.lower()}-{self.name}"
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "name": self.name, "severity": self.severity, "summary": self.summary,
+                "docs": self.docs, "anchor": self.anchor, "tags": list(self.tags)}
+
+
+RULES: dict[str, Rule] = {}
+CHECKS: list[tuple[Callable, tuple]] = []
+
+
+def rule(r: Rule) -> Rule:
+    RULES[r.id] = r
+    return r
+
+
+def check(*ids: str):
+    """Register a check function producing findings for the given rule ids."""
+
+    def deco(fn):
+        CHECKS.append((fn, ids))
+        return fn
+
+    return deco
+
+
+# --------------------------------------------------------------------------- suppression
+
+_IGNORE = re.compile(r"#\s*attnlens\s*:\s*ignore(?:\[([A-Za-z0-9_,\s-]*)\])?")
+
+
+def suppressed(lines: list[str], f: Finding) -> bool:
+    last = max(f.line, min(f.end_line, f.line + 50))
+    for ln in range(f.line, last + 1):
+        if ln - 1 >= len(lines) or ln < 1:
+            break
+        text = lines[ln - 1]
+        if "attnlens" not in text:
+            continue
+        for m in _IGNORE.finditer(text):
+            ids = m.group(1)
+            if ids is None:
+                return True
+            if f.rule.upper() in {x.strip().upper() for x in ids.split(",") if x.strip()}:
+                return True
+    return False
+
+
+# --------------------------------------------------------------------------- per-module context
+
+
+class ModuleContext:
+    """What checks see: one workspace module plus cached helpers."""
+
+    def __init__(self, engine: "Engine", mod):
+        self.engine = engine
+        self.ws = engine.ws
+        self.r = engine.ws.resolver
+        self.mod = mod
+        self.s = mod.summary
+        self.path = mod.path
+        self._facts: F.AstFacts | None = None
+        self._resolved: dict = {}
+        self._traced: dict = {}
+        self.findings: list[Finding] = []
+
+    # -- source facts ------------------------------------------------------
+    @property
+    def facts(self) -> F.AstFacts:
+        if self._facts is None:
+            text = self.ws.index.source_text(self.path) or ""
+            self._facts = F.collect(text)
+        return self._facts
+
+    @property
+    def lines(self) -> list[str]:
+        return self.facts.lines
+
+    # -- resolution ----------------------------------------------------------
+    def resolve_call(self, cs) -> Val:
+        """The direct callee of a call site (monkey patches applied)."""
+        key = (cs.line, cs.col)
+        v = self._resolved.get(key)
+        if v is None:
+            try:
+                v = self.r.resolve_dotted(self.mod, cs.scope, cs.func, Walk(), line=cs.line) if cs.func else Val("unknown")
+                v = self.engine.apply_patch(v)
+            except RecursionError:
+                v = Val("unknown", reason="resolution recursed too deeply")
+            self._resolved[key] = v
+        return v
+
+    def trace(self, cs) -> M.Chain | None:
+        key = (cs.line, cs.col)
+        if key not in self._traced:
+            try:
+                self._traced[key] = self.r.trace_call(self.mod, cs)
+            except RecursionError:
+                self._traced[key] = None
+        return self._traced[key]
+
+    def call_dead(self, cs) -> bool:
+        """Is the call site under a guard that is False on this platform?"""
+        if not cs.guards:
+            return False
+        try:
+            return self.r.guard_value(self.mod, cs.guards, cs.scope) is False
+        except RecursionError:
+            return False
+
+    def is_workspace(self, v: Val | None) -> bool:
+        return v is not None and v.module is not None and bool(v.module.workspace)
+
+    # -- findings ----------------------------------------------------------
+    def add(self, rule_id: str, line: int, col: int, end_line: int, end_col: int, message: str,
+            severity: str | None = None, chain: M.Chain | None = None, contract: str | None = None,
+            probe: str | None = None, **extra) -> Finding:
+        r = RULES[rule_id]
+        data: dict = {"chain": chain.to_json() if chain is not None else None, "contract": contract, "probe": probe}
+        if probe:
+            data["probe_agent_family"] = PROBE_AGENT_FAMILY.get(probe, probe)
+        data.update(extra)
+        f = Finding(rule_id, severity or r.severity, self.path, line, col, end_line, end_col, message, data)
+        self.findings.append(f)
+        return f
+
+    def add_at_call(self, rule_id: str, cs, message: str, **kw) -> Finding:
+        return self.add(rule_id, cs.line, cs.col, cs.end_line, cs.end_col, message, **kw)
+
+    def line_text(self, line: int) -> str:
+        return self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+
+    def name_range(self, line: int, name: str, start_col: int = 0) -> tuple[int, int, int, int]:
+        """Range of ``name`` on ``line`` (first occurrence at or after start_col)."""
+        text = self.line_text(line)
+        m = re.search(r"\b" + re.escape(name) + r"\b", text[start_col:]) if name else None
+        if m is None:
+            stripped = len(text) - len(text.lstrip())
+            return line, stripped, line, max(len(text), stripped + 1)
+        return line, start_col + m.start(), line, start_col + m.end()
+
+    def def_range(self, f) -> tuple[int, int, int, int]:
+        return self.name_range(f.line, f.name, 0)
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+def _rules_code_hash() -> str:
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for p in sorted(here.glob("*.py")):
+        try:
+            h.update(p.name.encode() + b"\0" + p.read_bytes())
+        except OSError:
+            pass
+    for name in ("resolver.py", "pyindex.py", "model.py", "profile.py", "patches.py", "registry.py", "torchops.py"):
+        p = here.parent / name
+        try:
+            st = p.stat()
+            h.update(f"{name}:{st.st_mtime_ns}:{st.st_size}".encode())
+        except OSError:
+            pass
+    return h.hexdigest()[:20]
+
+
+class _Recorder:
+    """Records every module the analysis reads (name -> content sha)."""
+
+    def __init__(self, index):
+        self.index = index
+        self.orig = index.module
+        self.stack: list[dict] = []
+
+    def __enter__(self):
+        deps: dict = {}
+        self.stack.append(deps)
+        if len(self.stack) == 1:
+            orig = self.orig
+            stack = self.stack
+
+            def recording(name):
+                m = orig(name)
+                sha = m.summary.sha if m is not None else None
+                for d in stack:
+                    d[name] = sha
+                return m
+
+            self.index.module = recording  # instance attribute shadows the method
+        return deps
+
+    def __exit__(self, *exc):
+        self.stack.pop()
+        if not self.stack:
+            try:
+                del self.index.module
+            except AttributeError:
+                pass
+        return False
+
+
+class Engine:
+    def __init__(self, ws, contracts: ContractSet | None = None, use_cache: bool = True):
+        self.ws = ws
+        self.contracts = contracts if contracts is not None else load_contracts(root=ws.root)
+        self.use_cache = use_cache and ws.cache.enabled
+        self._global_deps: dict | None = None
+        self._fingerprint: str | None = None
+        self._memo: dict = {}  # shared lazily computed things (registry pairs, ...)
+        self._sha_now: dict = {}
+        self.errors: list[str] = []
+        self.stats = {"cached": 0, "checked": 0}
+
+    # -- shared helpers used by checks -------------------------------------
+    def apply_patch(self, v: Val) -> Val:
+        if v.kind in ("function", "class") and v.module is not None and not v.module.workspace:
+            try:
+                p = self.ws.resolver.patched(v)
+            except Exception:
+                p = None
+            if p is not None:
+                rep = p[0]
+                rep.extra = dict(rep.extra, patched_from=v.dotted, patch_at=f"{p[1]}:{p[2]}")
+                return rep
+        return v
+
+    def memo(self, key, fn):
+        if key not in self._memo:
+            self._memo[key] = fn()
+        return self._memo[key]
+
+    # -- fingerprints --------------------------------------------------------
+    def fingerprint(self) -> str:
+        if self._fingerprint is not None:
+            return self._fingerprint
+        h = hashlib.sha256()
+        h.update(_rules_code_hash().encode())
+        h.update(self.contracts.fingerprint.encode())
+        t = self.ws.target
+        h.update((getattr(t, "python", "") or "").encode())
+        for p in list(getattr(t, "sys_path", []) or []):
+            try:
+                st = os.stat(p)
+                h.update(f"{p}:{st.st_mtime_ns}".encode())
+            except OSError:
+                h.update(f"{p}:-".encode())
+        idx = self.ws.index
+        h.update("\n".join(sorted(idx.ws_files)).encode())
+        for name in ("pyproject.toml", "setup.py", "setup.cfg"):
+            try:
+                st = os.stat(self.ws.root / name)
+                h.update(f"{name}:{st.st_mtime_ns}:{st.st_size}".encode())
+            except OSError:
+                pass
+        self._fingerprint = h.hexdigest()[:32]
+        return self._fingerprint
+
+    def current_sha(self, name: str) -> str | None:
+        """Content sha of module ``name`` now, without parsing it when possible."""
+        if name in self._sha_now:
+            return self._sha_now[name]
+        idx = self.ws.index
+        sha = None
+        loc = idx.locate(name)
+        if loc is not None and loc.kind == "py":
+            real = os.path.realpath(loc.path)
+            overlays = getattr(idx, "_overlays", {})
+            if real in overlays:
+                sha = hashlib.sha256(overlays[real].encode("utf-8", "surrogatepass")).hexdigest()
+            else:
+                try:
+                    st = os.stat(loc.path)
+                    memo = getattr(idx, "_sha_memo", {}).get(loc.path)
+                    if memo is not None and memo[0] == (st.st_mtime_ns, st.st_size):
+                        sha = memo[1]
+                    else:
+                        sha = hashlib.sha256(Path(loc.path).read_bytes()).hexdigest()
+                except OSError:
+                    sha = None
+        elif loc is not None:
+            sha = None  # extension/namespace: the fingerprint covers installs
+        self._sha_now[name] = sha
+        return sha
+
+    def _deps_fresh(self, deps: dict) -> bool:
+        for name, sha in deps.items():
+            if self.current_sha(name) != sha:
+                return False
+        return True
+
+    def _has_overlay(self, path: str) -> bool:
+        return os.path.realpath(path) in getattr(self.ws.index, "_overlays", {})
+
+    def global_deps(self) -> dict:
+        """Load what every module's checks share (platform profile, patches, registry)."""
+        if self._global_deps is None:
+            with _Recorder(self.ws.index) as deps:
+                try:
+                    _ = self.ws.resolver.profile.info
+                    self.ws.resolver.patches()
+                except Exception as e:  # pragma: no cover - defensive
+                    self.errors.append(f"profile/patches: {type(e).__name__}: {e}")
+                from . import checks_upstream
+
+                try:
+                    checks_upstream.registry_pairs(self)
+                except Exception as e:  # pragma: no cover - defensive
+                    self.errors.append(f"registry: {type(e).__name__}: {e}")
+            self._global_deps = dict(deps)
+        return self._global_deps
+
+    # -- checking ------------------------------------------------------------
+    def check_module(self, path: str) -> list[Finding]:
+        from . import checks_calls, checks_claims, checks_platform, checks_shapes, checks_upstream  # noqa: F401
+
+        mod = self.ws.index.module_for_path(path)
+        if mod is None or not mod.workspace:
+            return []
+        cache = self.ws.cache
+        key = None
+        overlay = self._has_overlay(mod.path)
+        if self.use_cache and not overlay:
+            sha = self.current_sha(mod.name) or mod.summary.sha
+            key = hashlib.sha256(f"{self.fingerprint()}|{mod.name}|{sha}".encode()).hexdigest()[:40]
+            hit = cache.load_pickle("rules", key)
+            if hit is not None:
+                gkey = hit.get("global")
+                gdeps = cache.load_pickle("rules", gkey) if gkey else {}
+                if gdeps is not None and self._deps_fresh(hit["deps"]) and self._deps_fresh(gdeps):
+                    self.stats["cached"] += 1
+                    return [Finding(**d) for d in hit["findings"]]
+        gdeps = self.global_deps()
+        findings, deps = self._run(mod)
+        self.stats["checked"] += 1
+        if key is not None:
+            gkey = "g-" + hashlib.sha256(repr(sorted(gdeps.items())).encode()).hexdigest()[:32]
+            cache.store_pickle("rules", gkey, gdeps)
+            cache.store_pickle("rules", key, {"deps": deps, "global": gkey, "findings": [asdict(f) for f in findings]})
+        return findings
+
+    def _run(self, mod) -> tuple[list[Finding], dict]:
+        ctx = ModuleContext(self, mod)
+        with _Recorder(self.ws.index) as deps:
+            for fn, _ids in CHECKS:
+                try:
+                    for _ in fn(ctx) or ():
+                        pass
+                except RecursionError:
+                    self.errors.append(f"{mod.path}: {fn.__name__}: recursion limit")
+                except Exception as e:
+                    tb = traceback.extract_tb(e.__traceback__)[-1]
+                    self.errors.append(f"{mod.path}: {fn.__name__}: {type(e).__name__}: {e} ({os.path.basename(tb.filename)}:{tb.lineno})")
+        deps = dict(deps)
+        deps[mod.name] = mod.summary.sha
+        lines = ctx.lines if ctx._facts is not None else (self.ws.index.source_text(mod.path) or "").splitlines()
+        out = []
+        seen = set()
+        for f in ctx.findings:
+            k = (f.rule, f.line, f.col, f.end_line, f.end_col, f.message)
+            if k in seen or suppressed(lines, f):
+                continue
+            seen.add(k)
+            out.append(f)
+        out.sort(key=Finding.sort_key)
+        return out, deps
+
+    def check_paths(self, paths: Iterable[str] | None = None) -> list[Finding]:
+        files = self.files_for(paths)
+        out: list[Finding] = []
+        for p in files:
+            out.extend(self.check_module(p))
+        try:
+            self.ws.index.flush()
+        except Exception:
+            pass
+        out.sort(key=Finding.sort_key)
+        return out
+
+    def files_for(self, paths: Iterable[str] | None) -> list[str]:
+        idx = self.ws.index
+        all_files = sorted(idx.ws_files.values())
+        if not paths:
+            return all_files
+        chosen: list[str] = []
+        for p in paths:
+            cands = [Path(p)]
+            if not Path(p).is_absolute():
+                cands.append(self.ws.root / p)
+            target = next((c for c in cands if c.exists()), None)
+            if target is None:
+                self.errors.append(f"{p}: no such file or folder")
+                continue
+            real = os.path.realpath(target)
+            if os.path.isdir(real):
+                chosen.extend(f for f in all_files if os.path.realpath(f).startswith(real + os.sep))
+            elif real.endswith(".py"):
+                chosen.append(real if real in {os.path.realpath(f) for f in all_files} else str(target))
+        seen = set()
+        out = []
+        for f in chosen:
+            r = os.path.realpath(f)
+            if r not in seen:
+                seen.add(r)
+                out.append(f)
+        return out
+
+
+_ENGINES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def engine_for(ws) -> Engine:
+    e = _ENGINES.get(ws)
+    if e is None or e._gen != ws.index.generation:  # type: ignore[attr-defined]
+        e = Engine(ws)
+        e._gen = ws.index.generation  # type: ignore[attr-defined]
+        _ENGINES[ws] = e
+    return e
+
+
+def check_module(ws, path: str) -> list[Finding]:
+    return engine_for(ws).check_module(path)
+
+
+def check_paths(ws, paths: Iterable[str] | None = None) -> list[Finding]:
+    return engine_for(ws).check_paths(paths)
+
+
+def rules_table() -> list[Rule]:
+    from . import checks_calls, checks_claims, checks_platform, checks_shapes, checks_upstream  # noqa: F401
+
+    return [RULES[k] for k in sorted(RULES)]
+
+
+def _debug(*a):  # pragma: no cover
+    print(*a, file=sys.stderr)
