@@ -34,7 +34,7 @@ FAMILIES = {
                        "probefix.kv_cache:reshape_and_cache_flash_writes_padding",
                        {"padding_and_holes", "fp8_per_tensor_scale"}),
     "lse_merge": (["probefix.lse_merge:merge_attn_states", "probefix.lse_merge:merge_attn_states_autotuned"],
-                  "probefix.lse_merge:merge_attn_states_exp2", {"basic", "lse_base", "output_lse"}),
+                  "probefix.lse_merge:merge_attn_states_exp2", {"basic", "lse_base", "output_lse.lse"}),
     "decode": (["probefix.decode:decode_attention_fwd"], "probefix.decode:decode_attention_fwd_ignores_page_table",
                {"gqa_page16", "mha_page1"}),
     "topk": (["probefix.topk:top_k_per_row_prefill"], "probefix.topk:top_k_per_row_prefill_ignores_padding",

@@ -123,7 +123,7 @@ def cmd_profile(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnlens", description="See the code that really runs behind vLLM plugin attention code.")
     p.add_argument("--version", action="version", version=f"attnlens {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -153,7 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(pr)
     pr.set_defaults(func=cmd_profile)
 
-    for mod_name in ("attnlens.runtime.cli_cmds", "attnlens.rules.cli_cmds", "attnlens.lsp.cli_cmds", "attnlens.upgrade.cli_cmds"):
+    wanted = _EXTENSIONS
+    if command in BUILTIN_COMMANDS:
+        wanted = ()  # keep start-up fast: do not import the other command groups
+    elif command in COMMAND_MODULES:
+        wanted = (COMMAND_MODULES[command],)
+    for mod_name in wanted:
         try:
             mod = __import__(mod_name, fromlist=["add_subparsers"])
         except ImportError:
@@ -162,8 +167,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+BUILTIN_COMMANDS = {"trace", "backends", "sites", "profile"}
+_EXTENSIONS = ("attnlens.runtime.cli_cmds", "attnlens.rules.cli_cmds", "attnlens.lsp.cli_cmds", "attnlens.upgrade.cli_cmds")
+COMMAND_MODULES = {
+    "env": "attnlens.runtime.cli_cmds", "probe": "attnlens.runtime.cli_cmds",
+    "check": "attnlens.rules.cli_cmds", "contracts": "attnlens.rules.cli_cmds",
+    "serve": "attnlens.lsp.cli_cmds",
+    "drift": "attnlens.upgrade.cli_cmds", "inventory": "attnlens.upgrade.cli_cmds",
+}
+
+
+def _command_of(argv: list[str]) -> str | None:
+    for a in argv:
+        if not a.startswith("-"):
+            return a
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    p = build_parser(_command_of(argv))
     args = p.parse_args(argv)
     if not getattr(args, "func", None):
         p.print_help()

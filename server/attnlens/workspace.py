@@ -126,12 +126,10 @@ class Workspace:
                     span = (cs.fend_line - cs.fline, cs.fend_col - cs.fcol)
                     if best is None or span < best[0]:
                         best = (span, cs)
-        if best is not None and best[1].fline == best[1].fend_line:
+        if best is not None:
+            # anywhere inside a callee expression: the call is what is traced
             cs = best[1]
-            # the cursor is on a callee: the segment under the cursor decides what is traced
-            parts = cs.func.split(".")
-            if len(parts) == 1 or col >= cs.fend_col - len(parts[-1]):
-                return Target(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
+            return Target(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
         ref_hit = None
         for r in self.refs_for(mod):
             if r.line == line and r.col <= col <= r.end_col:

@@ -285,7 +285,8 @@ try {
   // Open flash_attn.py; the extension activates on Python and starts the server.
   const FILE = "mini_metax/attention/backends/flash_attn.py";
   await quickOpen(FILE);
-  await page.locator(".monaco-editor .view-lines", { hasText: "class MiniFlashAttentionBackend" }).first().waitFor({ timeout: 30000 });
+  await page.locator(".tabs-container .tab.active", { hasText: "flash_attn.py" }).waitFor({ timeout: 30000 });
+  await page.locator(".monaco-editor .view-lines", { hasText: "FlashAttention backend for the Mini GPU" }).first().waitFor({ timeout: 30000 });
   log("flash_attn.py open");
 
   // ---- (2) hover first: it also tells us the server is up and indexed

@@ -33,7 +33,10 @@ class AttnLensServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("attnlens", __version__, text_document_sync_kind=T.TextDocumentSyncKind.Incremental)
         self.settings = Settings()
+        self.cli_defaults: dict = {}  # `attnlens serve --python/--cache-dir/...`: below client settings
+        self.cli_root: str | None = None  # `attnlens serve --root`: used when the client names no folder
         self.init_options: dict = {}
+        self.loop: asyncio.AbstractEventLoop | None = None  # set at initialize
         self.caps = ClientCaps()
         self.worker = Worker()
         self.debouncer = Debouncer()

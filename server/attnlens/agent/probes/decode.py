@@ -34,6 +34,7 @@ FAMILY = {
         "scaled, capped scores)."
     ),
     "cases": [
+        {"name": "contiguous_single", "what": "one request whose pages are 0, 1, 2 in order (baseline layout)"},
         {"name": "mha_page1", "what": "MHA 4:4, page size 1, random page table"},
         {"name": "mha_page1.lse", "what": "LSE of the same call"},
         {"name": "gqa_page16", "what": "GQA 8:2, page size 16, random page table, sequence lengths 1..77"},
@@ -52,7 +53,7 @@ FAMILY = {
 }
 
 
-def _inputs(torch, dev, dt, seed, *, B_lens, H, KVH, D, page, poison, q_scale=1.0):
+def _inputs(torch, dev, dt, seed, *, B_lens, H, KVH, D, page, poison, q_scale=1.0, contiguous=False):
     g = C.gen(torch, seed)
     B = len(B_lens)
     q = C.randn(torch, g, (B, H, D), dt, dev, scale=q_scale)
@@ -61,6 +62,8 @@ def _inputs(torch, dev, dt, seed, *, B_lens, H, KVH, D, page, poison, q_scale=1.
     kb = C.randn(torch, g, (npages, page, KVH, D), dt, "cpu")
     vb = C.randn(torch, g, (npages, page, KVH, D), dt, "cpu")
     perm = (C.randperm(torch, g, npages - 1) + 1).tolist()
+    if contiguous:
+        perm = list(range(npages))  # request 0 gets pages 0, 1, 2, ... in order
     r2t = torch.zeros(B, max(need), dtype=torch.int32)
     used, pos = set(), 0
     for i, n in enumerate(need):
@@ -115,13 +118,14 @@ def run(target, dev, options: dict) -> list:
     suite = C.Suite("decode", dev)
     what = {c["name"]: c["what"] for c in FAMILY["cases"]}
 
-    def case(name, seed, *, lens, H, KVH, page, cap=0.0, q_scale=1.0, splits=None, check_lse=False):
+    def case(name, seed, *, lens, H, KVH, page, cap=0.0, q_scale=1.0, splits=None, check_lse=False,
+             contiguous=False):
         splits = splits or splits_default
         keep: dict = {}
 
         def fn():
             q, kb, vb, r2t, blen = _inputs(torch, dev, dt, seed, B_lens=lens, H=H, KVH=KVH, D=D, page=page,
-                                           poison=poison, q_scale=q_scale)
+                                           poison=poison, q_scale=q_scale, contiguous=contiguous)
             B = len(lens)
             o = torch.full((B, H, D), float("nan"), dtype=dt, device=dev)
             lse = torch.full((B, H), float("nan"), dtype=torch.float32, device=dev)
@@ -154,6 +158,7 @@ def run(target, dev, options: dict) -> list:
 
             suite.run(name + ".lse", what[name + ".lse"], lse_fn, seed=seed, dtype="float32", kind="lse")
 
+    case("contiguous_single", seed0 + 4, lens=[45], H=8, KVH=2, page=16, contiguous=True)
     case("mha_page1", seed0 + 0, lens=[1, 7, 33, 64], H=4, KVH=4, page=1, check_lse=True)
     case("gqa_page16", seed0 + 1, lens=[1, 16, 17, 77], H=8, KVH=2, page=16, check_lse=True)
     case("logit_cap", seed0 + 2, lens=[5, 40], H=8, KVH=2, page=16, cap=10.0, q_scale=4.0)

@@ -25,13 +25,14 @@ WATCHERS = ("**/*.py", "**/*.{cpp,cu,h,cuh}")
 def register(ls: AttnLensServer) -> None:
     @ls.feature(T.INITIALIZE)
     def initialize(params: T.InitializeParams) -> None:
+        ls.loop = asyncio.get_running_loop()
         ls.caps = ClientCaps.from_lsp(params.capabilities)
         enc = getattr(ls.workspace, "position_encoding", None) or UTF16
         enc = getattr(enc, "value", enc)
         ls.encoding = {"utf-8": UTF8, "utf-32": UTF32}.get(enc, UTF16)
         opts = params.initialization_options
         ls.init_options = opts if isinstance(opts, dict) else {}
-        ls.settings, warnings = config.parse(ls.init_options)
+        ls.settings, warnings = config.parse(ls.cli_defaults, ls.init_options)
         for w in warnings:
             ls.warn(w)
         if opts is not None and not isinstance(opts, dict):
@@ -54,7 +55,7 @@ def register(ls: AttnLensServer) -> None:
             await pull_configuration(ls, restart=True)
         else:
             pushed = params.settings.get("attnlens") if isinstance(params.settings, dict) else None
-            await apply_settings(ls, ls.init_options, pushed, restart=True)
+            await apply_settings(ls, ls.cli_defaults, ls.init_options, pushed, restart=True)
 
     @ls.feature(T.SHUTDOWN)
     def shutdown(params: None) -> None:
@@ -69,7 +70,7 @@ async def pull_configuration(ls: AttnLensServer, restart: bool = False) -> None:
     except Exception:  # noqa: BLE001 - a client that fails here still gets served
         log.warning("workspace/configuration failed", exc_info=True)
         section = None
-    await apply_settings(ls, ls.init_options, section, restart=restart)
+    await apply_settings(ls, ls.cli_defaults, ls.init_options, section, restart=restart)
 
 
 async def apply_settings(ls: AttnLensServer, *layers, restart: bool) -> None:
@@ -115,7 +116,7 @@ async def start_workspace(ls: AttnLensServer) -> None:
     ls.index_run += 1
     ls.ready.clear()
     s = ls.settings
-    root = s.root or ls.root_hint
+    root = s.root or ls.root_hint or ls.cli_root
     if root is not None and not os.path.isabs(root) and ls.root_hint:
         root = os.path.join(ls.root_hint, root)
 

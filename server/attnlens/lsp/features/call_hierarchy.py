@@ -1,0 +1,85 @@
+"""Call hierarchy: the standard LSP surface for "call chain to kernel".
+
+prepare: the definition under the cursor, or the final target of the call
+there, or the enclosing function. outgoing: the kernel-relevant call sites
+of a function (each resolved to its final target); for a torch op, the C++
+functions bound to it. incoming: workspace call sites whose chain passes
+through the item (from the background call-site index), plus the registry
+registrations of a backend class.
+"""
+
+from __future__ import annotations
+
+from lsprotocol import types as T
+
+from ..analysis import Analysis, Item
+from ..convert import path_to_uri, uri_to_path
+from ..server import AttnLensServer
+
+HOVER_BUDGET_S = 2.0
+
+KINDS = {
+    "function": T.SymbolKind.Function, "method": T.SymbolKind.Method, "class": T.SymbolKind.Class,
+    "triton": T.SymbolKind.Function, "torch_op": T.SymbolKind.Operator, "cpp": T.SymbolKind.Function,
+    "module": T.SymbolKind.Module, "not_installed": T.SymbolKind.Package, "dummy": T.SymbolKind.Function,
+    "extension_function": T.SymbolKind.Function, "python_function": T.SymbolKind.Function,
+    "python_class": T.SymbolKind.Class, "triton_kernel": T.SymbolKind.Function, "unresolved": T.SymbolKind.Null,
+}
+
+
+def register(ls: AttnLensServer) -> None:
+    @ls.feature(T.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY)
+    async def prepare(params: T.CallHierarchyPrepareParams) -> list[T.CallHierarchyItem] | None:
+        path = uri_to_path(params.text_document.uri)
+        if path is None:
+            return None
+        return await ls.call(_prepare, ls, path, params.position) or None
+
+    @ls.feature(T.CALL_HIERARCHY_OUTGOING_CALLS)
+    async def outgoing(params: T.CallHierarchyOutgoingCallsParams) -> list[T.CallHierarchyOutgoingCall] | None:
+        data = params.item.data if isinstance(params.item.data, dict) else None
+        if data is None:
+            return None
+        return await ls.call(_outgoing, ls, params.item, data)
+
+    @ls.feature(T.CALL_HIERARCHY_INCOMING_CALLS)
+    async def incoming(params: T.CallHierarchyIncomingCallsParams) -> list[T.CallHierarchyIncomingCall] | None:
+        data = params.item.data if isinstance(params.item.data, dict) else None
+        if data is None:
+            return None
+        return await ls.call(_incoming, ls, data)
+
+
+def to_lsp(a: Analysis, ls: AttnLensServer, it: Item) -> T.CallHierarchyItem:
+    conv = ls.positions(a)
+    sel = conv.range(it.path, it.line, it.col, it.line, it.end_col)
+    full = conv.line_range(it.path, min(it.first_line, it.line), max(it.end_line, it.line))
+    return T.CallHierarchyItem(name=it.name, kind=KINDS.get(it.kind, T.SymbolKind.Function), uri=path_to_uri(it.path),
+                               range=full, selection_range=sel, detail=it.detail or None, data=it.data)
+
+
+def _prepare(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
+    line, col = ls.positions(a).to_core(path, pos)
+    return [to_lsp(a, ls, it) for it in a.prepare(path, line, col, HOVER_BUDGET_S) if it.path]
+
+
+def _ranges(a: Analysis, ls: AttnLensServer, path: str, spans) -> list[T.Range]:
+    conv = ls.positions(a)
+    return [conv.range(path, line, c0, line, c1) for line, c0, c1 in spans]
+
+
+def _outgoing(a: Analysis, ls: AttnLensServer, item: T.CallHierarchyItem, data: dict):
+    caller = uri_to_path(item.uri) or data.get("path") or ""
+    out = []
+    for target, spans in a.outgoing(data):
+        if not target.path:
+            continue
+        out.append(T.CallHierarchyOutgoingCall(to=to_lsp(a, ls, target), from_ranges=_ranges(a, ls, caller, spans)))
+    return out
+
+
+def _incoming(a: Analysis, ls: AttnLensServer, data: dict):
+    out = []
+    for caller, spans in a.incoming(data):
+        out.append(T.CallHierarchyIncomingCall(from_=to_lsp(a, ls, caller), from_ranges=_ranges(a, ls, caller.path, spans)))
+    return out

@@ -1,0 +1,122 @@
+"""workspace/executeCommand: the custom API the VS Code extension builds on.
+
+Command ids and argument shapes are documented in docs/editors.md; they are
+declared once here (``COMMANDS``) and once on the client side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from typing import Any
+
+from lsprotocol import types as T
+from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
+
+from ..analysis import Analysis
+from ..convert import uri_to_path
+from ..server import AttnLensServer, optional_features
+
+log = logging.getLogger("attnlens.lsp")
+
+BACKENDS = "attnlens.backends"
+TRACE = "attnlens.trace"
+STATUS = "attnlens.status"
+RESTART_INDEX = "attnlens.restartIndex"
+RUN_PROBE = "attnlens.runProbe"
+ENVIRONMENT = "attnlens.environment"
+INVENTORY = "attnlens.inventory"
+COMMANDS = (BACKENDS, TRACE, STATUS, RESTART_INDEX, RUN_PROBE, ENVIRONMENT, INVENTORY)
+
+
+def register(ls: AttnLensServer) -> None:
+    @ls.command(BACKENDS)
+    async def backends(*args: Any) -> list[dict]:
+        return await ls.call(lambda a: [e.to_json() for e in a.backends()]) or []
+
+    @ls.command(TRACE)
+    async def trace(*args: Any) -> dict | None:
+        if len(args) != 3 or not isinstance(args[0], str) or not all(isinstance(x, int) for x in args[1:]):
+            raise JsonRpcInvalidParams(f"{TRACE} takes [uri, line, character] (0-based, LSP position encoding)")
+        uri, line, char = args
+        path = uri_to_path(uri)
+        if path is None:
+            raise JsonRpcInvalidParams(f"{TRACE}: not a file URI: {uri}")
+        return await ls.call(_trace, ls, path, T.Position(line, char))
+
+    @ls.command(STATUS)
+    async def status(*args: Any) -> dict:
+        st = await ls.call(Analysis.status) or {"root": None, "targetPython": ls.settings.target_python,
+                                                  "targetError": None, "indexedModules": 0, "generation": 0,
+                                                  "platform": None}
+        from ... import __version__
+
+        st["serverVersion"] = __version__
+        st["features"] = optional_features()
+        return st
+
+    @ls.command(RESTART_INDEX)
+    async def restart_index(*args: Any) -> dict:
+        from .lifecycle import start_workspace
+
+        await start_workspace(ls)
+        return {"restarted": True, "root": str(ls.analysis.ws.root) if ls.analysis else None}
+
+    @ls.command(RUN_PROBE)
+    async def run_probe(*args: Any) -> Any:
+        probes = _optional("attnlens.runtime.probes", RUN_PROBE)
+        spec = args[0] if args and isinstance(args[0], dict) else {}
+        context = await ls.call(_context)
+        if context is None:
+            raise JsonRpcInternalError(f"{RUN_PROBE}: no workspace is analysed")
+        # a probe runs a subprocess for seconds or minutes: off the analysis thread
+        return _to_json(await asyncio.to_thread(_call_with, probes.run_probe, spec, context))
+
+    @ls.command(ENVIRONMENT)
+    async def environment(*args: Any) -> Any:
+        env = _optional("attnlens.runtime.environment", ENVIRONMENT)
+        context = await ls.call(_context)
+        if context is None:
+            raise JsonRpcInternalError(f"{ENVIRONMENT}: no workspace is analysed")
+        return _to_json(await asyncio.to_thread(env.load_or_collect, context["python"], context["cache"]))
+
+    @ls.command(INVENTORY)
+    async def inventory(*args: Any) -> Any:
+        raise JsonRpcInternalError(f"{INVENTORY} is reserved and not implemented in this server version")
+
+
+def _trace(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position) -> dict | None:
+    line, col = ls.positions(a).to_core(path, pos)
+    r = a.resolve(path, line, col, None)
+    return r.chain.to_json() if r is not None else None
+
+
+def _optional(module: str, command: str):
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError as e:
+        raise JsonRpcInternalError(f"{command} is not available: {module} is not installed in this server ({e})") from None
+
+
+def _context(a: Analysis) -> dict:
+    """Plain values a runtime call may need (never the analysis objects: other thread)."""
+    return {"python": a.ws.target.python, "cache": a.ws.cache, "root": str(a.ws.root)}
+
+
+def _call_with(fn, spec: dict, context: dict):
+    """Call ``fn`` with the keys of ``spec`` it accepts, plus the context values it asks for."""
+    params = inspect.signature(fn).parameters
+    kwargs = {k: v for k, v in spec.items() if k in params}
+    for k, v in context.items():
+        if k in params and k not in kwargs:
+            kwargs[k] = v
+    return fn(**kwargs)
+
+
+def _to_json(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, list):
+        return [_to_json(v) for v in value]
+    return value

@@ -1,0 +1,118 @@
+"""Rule diagnostics: a small adapter over ``attnlens.rules.engine`` (optional).
+
+Push (``textDocument/publishDiagnostics``) after open/change, debounced per
+file with superseded runs cancelled, for clients without pull support; pull
+(``textDocument/diagnostic``) for clients that have it, with
+``result_id = "<version>:<generation>"`` and "unchanged" reports. When the
+rules engine is not importable nothing is published and pulls answer empty.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lsprotocol import types as T
+
+from ..analysis import Analysis
+from ..convert import uri_to_path
+from ..server import AttnLensServer
+from ..worker import IDLE
+
+log = logging.getLogger("attnlens.lsp")
+
+SOURCE = "attnlens"
+SEVERITY = {"error": T.DiagnosticSeverity.Error, "warning": T.DiagnosticSeverity.Warning,
+            "info": T.DiagnosticSeverity.Information, "information": T.DiagnosticSeverity.Information,
+            "hint": T.DiagnosticSeverity.Hint}
+
+
+def engine():
+    """The rules engine's ``check_module`` or None when it is not installed."""
+    try:
+        from ...rules.engine import check_module  # type: ignore[import-not-found]
+    except Exception:  # noqa: BLE001 - optional feature, may be mid-development
+        return None
+    return check_module
+
+
+def register(ls: AttnLensServer) -> None:
+    @ls.feature(T.TEXT_DOCUMENT_DIAGNOSTIC, T.DiagnosticOptions(identifier=SOURCE, inter_file_dependencies=True,
+                                                                 workspace_diagnostics=False))
+    async def diagnostic(params: T.DocumentDiagnosticParams) -> T.DocumentDiagnosticReport:
+        uri = params.text_document.uri
+        path = uri_to_path(uri)
+        version = ls.doc_version(uri)
+        gen = await ls.call(lambda a: a.generation)
+        result_id = f"{version}:{gen}"
+        if params.previous_result_id == result_id:
+            return T.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
+        items = [] if path is None or not ls.settings.diagnostics else await ls.call(check, ls, path) or []
+        return T.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
+
+
+def check(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
+    """Findings of ``path`` as LSP diagnostics (worker thread)."""
+    check_module = engine()
+    if check_module is None or not path.endswith(".py"):
+        return []
+    conv = ls.positions(a)
+    out = []
+    for f in check_module(a.ws, path) or []:
+        try:
+            out.append(to_diagnostic(conv, path, f))
+        except Exception:  # noqa: BLE001 - one malformed finding must not hide the rest
+            log.warning("cannot convert finding %r", f, exc_info=True)
+    return out
+
+
+def to_diagnostic(conv, path: str, f: Any) -> T.Diagnostic:
+    line = int(getattr(f, "line", 1) or 1)
+    col = int(getattr(f, "col", 0) or 0)
+    end_line = int(getattr(f, "end_line", None) or line)
+    end_col = getattr(f, "end_col", None)
+    end_col = int(end_col) if end_col is not None else len(conv.line_text(path, end_line))
+    return T.Diagnostic(
+        range=conv.range(path, line, col, end_line, end_col),
+        message=str(getattr(f, "message", "")),
+        severity=SEVERITY.get(str(getattr(f, "severity", "warning")).lower(), T.DiagnosticSeverity.Warning),
+        source=SOURCE,
+        code=getattr(f, "rule", None),
+        data=getattr(f, "data", None),
+    )
+
+
+def schedule(ls: AttnLensServer, uri: str) -> None:
+    """Recompute and publish a file's diagnostics after the debounce delay (push clients)."""
+    if ls.caps.pull_diagnostics or not ls.settings.diagnostics or engine() is None:
+        return
+    ls.debouncer.schedule(("diagnostics", uri), ls.settings.diagnostics_debounce_ms / 1000.0, lambda: publish(ls, uri))
+
+
+async def publish(ls: AttnLensServer, uri: str) -> None:
+    path = uri_to_path(uri)
+    if path is None:
+        return
+    version = ls.doc_version(uri)
+    items = await ls.call(check, ls, path, priority=IDLE)
+    if items is None or ls.doc_version(uri) != version:
+        return  # superseded by a newer edit: its own run publishes
+    ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=items, version=version))
+
+
+def forget(ls: AttnLensServer, uri: str) -> None:
+    ls.debouncer.cancel(("diagnostics", uri))
+    if not ls.caps.pull_diagnostics and engine() is not None:
+        ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
+def refresh_all(ls: AttnLensServer) -> None:
+    """After a project-wide change: re-pull (refresh) or re-publish every open file."""
+    if engine() is None or not ls.settings.diagnostics:
+        return
+    if ls.caps.pull_diagnostics:
+        if ls.caps.diagnostic_refresh:
+            ls.spawn(ls.workspace_diagnostic_refresh_async(None))
+        return
+    for uri in list(ls.open_docs.values()):
+        schedule(ls, uri)

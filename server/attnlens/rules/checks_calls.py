@@ -1,0 +1,559 @@
+"""Call-site rules: keywords, dummies, packages that are not installed, torch op schemas.
+
+AL101 unaccepted-keyword, AL102 swallowed-keyword, AL106 dummy-callee,
+AL107 not-installed-callee, AL113 torch-op-schema.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import textwrap
+
+from .. import model as M
+from ..resolver import Val, Walk
+from .engine import Rule, check, rule
+
+AL101 = rule(Rule(
+    "AL101", "unaccepted-keyword", "error",
+    "A keyword argument that the resolved callee (or the function its **kwargs are forwarded to) does not accept.",
+    "The call resolves (through aliases, re-exports, patches and *args/**kwargs forwarding) to a Python "
+    "function or dataclass constructor with no parameter of that name and no **kwargs: it raises TypeError "
+    "when this line runs.",
+    ("correctness", "signature"),
+))
+AL102 = rule(Rule(
+    "AL102", "swallowed-keyword", "warning",
+    "A keyword that ends in a **kwargs that is never read on the resolved path: accepted is not implemented.",
+    "The keyword is accepted only into **kwargs (possibly after forwarding through wrappers) and no function "
+    "on the path reads it (`kwargs['x']`, `kwargs.get('x')`, `'x' in kwargs`) or forwards it further. The "
+    "option has no effect even though the call succeeds.",
+    ("semantics", "signature"),
+))
+AL106 = rule(Rule(
+    "AL106", "dummy-callee", "warning",
+    "A call whose resolved callee is a dummy or stub (only logs, returns None, passes or raises NotImplementedError).",
+    "The name looks like a kernel, but what runs on this platform is a placeholder.",
+    ("semantics",),
+))
+AL107 = rule(Rule(
+    "AL107", "not-installed-callee", "info",
+    "A call whose resolved callee comes from a package that is not installed in the target environment.",
+    "The chain ends in an import of a package the target interpreter cannot find, so nothing about the "
+    "kernel (signature, capabilities) can be checked here; run the check against the MetaX environment or "
+    "probe the kernel.",
+    ("environment",),
+))
+AL113 = rule(Rule(
+    "AL113", "torch-op-schema", "error",
+    "A torch custom op called with arguments that do not fit its registered schema (count, names, keyword-only).",
+    "The schema comes from the workspace's C++ `ops.def(...)` registration (or a schema baked into an "
+    "installed extension). A call that does not bind fails at run time, or binds arguments to the wrong "
+    "parameters when only the count matches by accident.",
+    ("correctness", "torch-op"),
+))
+
+PASSTHROUGH_LAST = {
+    "staticmethod", "classmethod", "cache", "lru_cache", "cached_property", "abstractmethod", "override",
+    "no_grad", "inference_mode", "wraps", "compile", "custom_op", "triton_op", "register_fake", "deprecated",
+    "overload", "final", "contextmanager", "timed", "_timed",
+}
+
+_CALL_SKIP_ROOTS = {"super", "logger", "logging", "np", "math", "os", "sys", "warnings", "print", "len", "isinstance",
+                    "dataclasses", "copy", "functools", "itertools", "collections", "typing", "json", "re", "time"}
+
+
+def _decorators_ok(ctx, v: Val) -> bool:
+    f = v.func
+    if f is None:
+        return False
+    for d in f.decorators:
+        last = d.func.rpartition(".")[2]
+        if not d.func:
+            return False
+        if last in PASSTHROUGH_LAST or last == "property":
+            continue
+        try:
+            if v.module is not None and ctx.r.patch_decorator(v.module, d) is not None:
+                continue
+        except Exception:
+            pass
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- **kwargs usage
+
+
+def _kwargs_usage(engine, v: Val):
+    """(forwarding call positions, dynamic use?) for the **kwargs of function ``v``."""
+    f = v.func
+    mod = v.module
+    key = ("kwuse", mod.path, mod.summary.sha, f.qualname)
+
+    def compute():
+        kwarg = next((p.name for p in f.params if p.kind == "kwarg"), None)
+        if kwarg is None:
+            return ((), False)
+        if kwarg not in (f.names_read or ()):
+            return ((), False)
+        text = engine.ws.index.source_text(mod.path) or ""
+        lines = text.splitlines()
+        seg = "\n".join(lines[f.line - 1 : f.end_line])
+        try:
+            node = ast.parse(textwrap.dedent(seg)).body[0]
+        except (SyntaxError, IndexError, ValueError):
+            return ((), True)
+        fwd = []
+        other = False
+        parents = {}
+        for n in ast.walk(node):
+            for c in ast.iter_child_nodes(n):
+                parents[c] = n
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id == kwarg and isinstance(n.ctx, ast.Load):
+                p = parents.get(n)
+                if isinstance(p, ast.keyword) and p.arg is None:
+                    call = parents.get(p)
+                    fwd.append(call.lineno + f.line - 1)
+                elif isinstance(p, ast.Attribute) and p.attr in ("get", "pop", "setdefault"):
+                    call = parents.get(p)
+                    if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant):
+                        continue
+                    other = True
+                elif isinstance(p, ast.Subscript) and isinstance(p.slice, ast.Constant):
+                    continue
+                elif isinstance(p, ast.Compare) and p.comparators and p.comparators[0] is n:
+                    continue
+                else:
+                    other = True
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and n is not node:
+                for m in ast.walk(n):
+                    if isinstance(m, ast.Name) and m.id == kwarg:
+                        other = True
+        return (tuple(fwd), other)
+
+    return engine.memo(key, compute)
+
+
+def _forward_targets(ctx, v: Val, lines: tuple):
+    mod = v.module
+    f = v.func
+    out = []
+    for cs in mod.summary.calls_in(f.qualname):
+        if cs.line in lines and cs.star_kwargs:
+            if cs.guards and ctx.r.guard_value(mod, cs.guards, cs.scope) is False:
+                continue
+            try:
+                tv = ctx.r.resolve_dotted(mod, cs.scope, cs.func, Walk(), line=cs.line) if cs.func else Val("unknown")
+            except RecursionError:
+                tv = Val("unknown")
+            out.append((cs, ctx.engine.apply_patch(tv)))
+    return out
+
+
+def _fname(v: Val) -> str:
+    return v.dotted
+
+
+def _loc(v: Val, root) -> str:
+    f = v.func
+    line = f.line if f is not None else v.line
+    path = v.path or (v.module.path if v.module else "")
+    try:
+        rel = os.path.relpath(path, root)
+        if rel.startswith(".."):
+            rel = _short(path)
+    except ValueError:
+        rel = path
+    return f"{rel}:{line}"
+
+
+def _short(path: str) -> str:
+    i = path.find("site-packages/")
+    return path[i + len("site-packages/"):] if i >= 0 else path
+
+
+def _flow(ctx, kw: str, v: Val, path: list, depth: int = 0):
+    """Where keyword ``kw`` goes when passed to function ``v``.
+
+    Returns (state, path) with state in accepted | read | swallowed | rejected | unknown | dummy.
+    """
+    path = path + [v]
+    f = v.func
+    if f is None or v.module is None or depth > 6:
+        return "unknown", path
+    if not _decorators_ok(ctx, v):
+        return "unknown", path
+    if f.dummy:
+        return "dummy", path
+    named = [p for p in f.params if p.name == kw]
+    if named and named[0].kind in ("pos", "kwonly"):
+        return "accepted", path
+    kwarg = next((p for p in f.params if p.kind == "kwarg"), None)
+    if kwarg is None:
+        return "rejected", path
+    if kw in (f.kw_reads or ()):
+        return "read", path
+    fwd, other = _kwargs_usage(ctx.engine, v)
+    if other:
+        return "unknown", path
+    if not fwd:
+        return "swallowed", path
+    states = []
+    for cs, tv in _forward_targets(ctx, v, fwd):
+        if kw in cs.keywords:
+            return "unknown", path  # also passed explicitly: TypeError or shadowing, not our question
+        if tv.kind == "function":
+            states.append(_flow(ctx, kw, tv, path, depth + 1))
+        elif tv.kind == "class":
+            st = _ctor_flow(ctx, kw, tv, path, depth + 1)
+            states.append(st)
+        else:
+            states.append(("unknown", path + [tv]))
+    if not states:
+        return "unknown", path
+    for want in ("unknown", "accepted", "read"):
+        for s, p in states:
+            if s == want:
+                return s, p
+    for s, p in states:
+        if s == "rejected":
+            return s, p
+    return states[0]
+
+
+def _mro_complete(ctx, v: Val):
+    """The class's MRO when every base of every class in it resolves, else None."""
+    return mro_complete(ctx.r, v)
+
+
+def mro_complete(r, v: Val):
+    try:
+        mro = r.mro(v.module, v.qual)
+    except RecursionError:
+        return None
+    for cv in mro:
+        c = cv.cls
+        if c is None or cv.module is None:
+            return None
+        want = [b for b in c.bases if b and b not in ("object", "Generic", "ABC", "abc.ABC") and not b.startswith("Generic")]
+        bases = r.class_bases(cv.module, cv.qual)
+        if len(bases) != len(want) or any(b.kind != "class" for b in bases):
+            return None
+    return mro
+
+
+def _ctor_params(ctx, v: Val):
+    """Constructor parameter names of class ``v`` (None when not known statically)."""
+    mro = _mro_complete(ctx, v)
+    if mro is None:
+        return None
+    for cv in mro:
+        c = cv.cls
+        if c.is_dataclass and "__init__" not in c.methods:
+            names = set()
+            for dv in reversed(mro):
+                dc = dv.cls
+                if dc is not None and dc.is_dataclass:
+                    for fld in dc.fields:
+                        ann = fld[1] or ""
+                        if not ann.startswith(("ClassVar", "typing.ClassVar")):
+                            names.add(fld[0])
+            return ("dataclass", names, False, cv)
+        if "__new__" in c.methods or any(d.func.rpartition(".")[2] not in ("dataclass",) for d in c.decorators if d.func):
+            return None
+        if "__init__" in c.methods:
+            fq = c.methods["__init__"]
+            f = cv.module.summary.functions.get(fq)
+            if f is None:
+                return None
+            fv = Val("function", cv.module, fq, cv.module.path, f.line, owner=cv.qual)
+            return ("init", fv, None, cv)
+    return ("object", set(), False, None)
+
+
+def _ctor_flow(ctx, kw: str, v: Val, path: list, depth: int):
+    info = _ctor_params(ctx, v)
+    path = path + [v]
+    if info is None:
+        return "unknown", path
+    kind, x, _, cv = info
+    if kind == "dataclass":
+        return ("accepted" if kw in x else "rejected"), path
+    if kind == "init":
+        return _flow(ctx, kw, x, path[:-1], depth)
+    return "rejected", path
+
+
+def _kw_range(ctx, cs, kw: str):
+    lines = ctx.lines
+    for ln in range(cs.line, min(cs.end_line, len(lines)) + 1):
+        text = lines[ln - 1]
+        start = cs.col if ln == cs.line else 0
+        end = cs.end_col if ln == cs.end_line else len(text)
+        m = re.search(r"(?<![\w.])" + re.escape(kw) + r"\s*=(?!=)", text[start:end])
+        if m:
+            return ln, start + m.start(), ln, start + m.start() + len(kw)
+    return cs.line, cs.col, cs.end_line, cs.end_col
+
+
+def _describe_path(p: list) -> str:
+    names = []
+    for v in p:
+        q = v.qual.rpartition(".")[2] if v.qual else v.dotted
+        names.append(q + ("()" if v.kind == "function" else ""))
+    return " -> ".join(names)
+
+
+@check("AL101", "AL102")
+def keyword_flow(ctx):
+    root = ctx.ws.root
+    for cs in ctx.s.calls:
+        if not cs.keywords or not cs.func or cs.launch:
+            continue
+        head = cs.func.split(".", 1)[0]
+        if head in _CALL_SKIP_ROOTS or head == "torch":
+            continue
+        if ctx.call_dead(cs):
+            continue
+        v = ctx.resolve_call(cs)
+        if v.kind not in ("function", "class"):
+            continue
+        for kw in cs.keywords:
+            if v.kind == "class":
+                state, path = _ctor_flow(ctx, kw, v, [], 0)
+            else:
+                state, path = _flow(ctx, kw, v, [])
+            if state in ("rejected", "swallowed"):
+                last = path[-1]
+                l0, c0, l1, c1 = _kw_range(ctx, cs, kw)
+                via = f" (path: {_describe_path(path)})" if len(path) > 1 else ""
+                if state == "rejected":
+                    if last.kind == "class":
+                        what = f"dataclass {last.dotted} ({_loc(last, root)}) has no field `{kw}`"
+                    else:
+                        what = f"{last.dotted} ({_loc(last, root)}) has no parameter `{kw}` and no **kwargs"
+                    msg = f"`{kw}=` is not accepted: {what}{via}; this call raises TypeError when it runs"
+                    ctx.add("AL101", l0, c0, l1, c1, msg, chain=ctx.trace(cs), keyword=kw,
+                            callee=last.dotted, callee_location=_loc(last, root))
+                else:
+                    f = last.func
+                    kwname = next((p.name for p in f.params if p.kind == "kwarg"), "kwargs")
+                    msg = (f"`{kw}=` is accepted only into `**{kwname}` of {last.dotted} ({_loc(last, root)}) and never "
+                           f"read on the resolved path{via}: accepted is not implemented")
+                    ctx.add("AL102", l0, c0, l1, c1, msg, chain=ctx.trace(cs), keyword=kw,
+                            callee=last.dotted, callee_location=_loc(last, root))
+
+
+# --------------------------------------------------------------------------- dummies / not installed
+
+
+def _root_val(ctx, cs) -> Val | None:
+    head = cs.func.split(".", 1)[0]
+    if head in ("self", "cls"):
+        return None
+    try:
+        return ctx.r.lookup_name(ctx.mod, cs.scope, head, Walk(), cs.line)
+    except RecursionError:
+        return None
+
+
+def _import_hop(chain):
+    if chain is None:
+        return None
+    for h in chain.hops:
+        if h.kind in ("import", "conditional_import", "lazy_import", "reexport", "not_installed", "dynamic_import"):
+            if h.kind != "not_installed":
+                return h
+    return None
+
+
+@check("AL106", "AL107")
+def dummy_and_missing(ctx):
+    root = ctx.ws.root
+    for cs in ctx.s.calls:
+        if not cs.func:
+            continue
+        head = cs.func.split(".", 1)[0]
+        if head in _CALL_SKIP_ROOTS or head == "torch":
+            continue
+        if ctx.call_dead(cs):
+            continue
+        v = ctx.resolve_call(cs)
+        if v.kind == "not_installed":
+            pkg = v.extra.get("package") or v.qual.split(".", 1)[0]
+            chain = ctx.trace(cs)
+            c = ctx.engine.contracts.match(v.qual)
+            h = _import_hop(chain)
+            where = ""
+            if h is not None:
+                where = f" (imported at {_rel(h.path, root)}:{h.line}" + (f", under `{h.condition}`" if h.condition else "") + ")"
+            msg = f"`{cs.func}` resolves to `{v.qual}`{where}, but package `{pkg}` is not installed in the target environment: the kernel behind this call cannot be checked here"
+            probe = None
+            if c is not None:
+                probe = c.probe_for()
+                msg += f"; contract {c.id} ({c.family}) lists what is known, a `{probe}` probe on the device decides the rest"
+            ctx.add_at_call("AL107", cs, msg, chain=chain, contract=c.id if c else None, probe=probe, package=pkg,
+                            symbol=v.qual)
+        elif v.kind == "function" and v.func is not None and v.func.dummy:
+            f = v.func
+            if head in ("self", "cls") and f.class_name:
+                continue  # dynamic dispatch: a subclass may override the placeholder
+            rv = _root_val(ctx, cs)
+            if rv is not None and rv.kind == "platform":
+                continue  # platform hooks (AL105 covers capability queries)
+            if not ctx.is_workspace(v) and f.dummy in ("empty body", "body is only `pass`"):
+                continue  # upstream no-op hooks are intentional
+            chain = ctx.trace(cs)
+            c = ctx.engine.contracts.match(v.dotted)
+            msg = f"`{cs.func}` resolves to {v.dotted} ({_loc(v, root)}), a placeholder that {f.dummy}: the work this call names does not happen on this platform"
+            if v.extra.get("patched_from"):
+                msg += f" (it replaces {v.extra['patched_from']} through a patch)"
+            ctx.add_at_call("AL106", cs, msg, chain=chain, contract=c.id if c else None,
+                            probe=c.probe_for() if c else None, callee=v.dotted, reason=f.dummy)
+
+
+def _rel(path: str, root) -> str:
+    try:
+        rel = os.path.relpath(path, root)
+        return _short(path) if rel.startswith("..") else rel
+    except ValueError:
+        return path
+
+
+# --------------------------------------------------------------------------- torch op schemas
+
+
+def op_schemas(engine, ns: str, op: str) -> list:
+    """[(Schema, where, from_workspace)] for torch op ns::op."""
+
+    def compute():
+        from ..cppindex import parse_schema
+
+        out = []
+        ops = engine.ws.resolver.ops
+        try:
+            info = ops.cpp().op(f"{ns}::{op}")
+        except Exception:
+            info = None
+        if info is not None:
+            for d in info.defs:
+                if "(" not in (d.schema or ""):
+                    continue
+                try:
+                    out.append((parse_schema(d.schema), f"{d.path}:{d.line}", True))
+                except ValueError:
+                    continue
+        if not out:
+            try:
+                ext = ops.extension_schema(ns, op)
+            except Exception:
+                ext = None
+            if ext is not None:
+                try:
+                    out.append((parse_schema(ext[1]), ext[0], False))
+                except ValueError:
+                    pass
+        return out
+
+    return engine.memo(("schema", ns, op), compute)
+
+
+def _fit(schemas, overload, nargs, keywords):
+    if overload and overload != "default":
+        cands = [s for s in schemas if s[0].overload == overload]
+    elif overload == "default":
+        cands = [s for s in schemas if not s[0].overload]
+    else:
+        cands = schemas
+    if not cands:
+        return None
+    results = []
+    for sch, where, ws in cands:
+        probs = sch.check_call(nargs, keywords)
+        if not probs:
+            return None
+        results.append((sch, where, ws, probs))
+    return results[0]
+
+
+def _op_of(v: Val):
+    ns = v.extra.get("ns") or v.qual.split("::")[0]
+    op = v.extra.get("op") or v.qual.split("::")[-1]
+    return ns, op, v.extra.get("overload")
+
+
+@check("AL113")
+def torch_op_schema(ctx):
+    root = ctx.ws.root
+    for cs in ctx.s.calls:
+        if not cs.func or cs.star_args or cs.star_kwargs or cs.launch:
+            continue
+        head = cs.func.split(".", 1)[0]
+        if head in _CALL_SKIP_ROOTS:
+            continue
+        if head == "torch" and not cs.func.startswith("torch.ops."):
+            continue
+        if ctx.call_dead(cs):
+            continue
+        v = ctx.resolve_call(cs)
+        if v.kind == "torch_op":
+            ns, op, ovl = _op_of(v)
+            schemas = op_schemas(ctx.engine, ns, op)
+            if not schemas:
+                continue
+            bad = _fit(schemas, ovl, cs.nargs, cs.keywords)
+            if bad is None:
+                continue
+            sch, where, _ws, probs = bad
+            msg = (f"torch.ops.{ns}.{op} called with {cs.nargs} positional argument(s)"
+                   + (f" and keyword(s) {', '.join(cs.keywords)}" if cs.keywords else "")
+                   + f", which does not fit its schema `{sch}` ({_rel(where.rsplit(':', 1)[0], root)}"
+                   + (f":{where.rsplit(':', 1)[1]}" if ":" in where else "") + "): " + "; ".join(probs))
+            ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs)
+        elif v.kind == "function" and v.module is not None and not v.module.workspace and v.func is not None:
+            inner = _upstream_op_call(ctx, v)
+            if inner is None:
+                continue
+            ics, ns, op, ovl = inner
+            schemas = [s for s in op_schemas(ctx.engine, ns, op) if s[2]]
+            if not schemas:
+                continue
+            bad = _fit(schemas, ovl, ics.nargs, ics.keywords)
+            if bad is None:
+                continue
+            sch, where, _ws, probs = bad
+            upath = _short(v.module.path)
+            msg = (f"`{cs.func}` reaches upstream {v.dotted}, which calls torch.ops.{ns}.{op} with {ics.nargs} "
+                   f"positional argument(s) at {upath}:{ics.line}; the schema this workspace registers "
+                   f"({_rel(where.rsplit(':', 1)[0], root)}:{where.rsplit(':', 1)[-1]}) is `{sch}`: " + "; ".join(probs))
+            ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
+                            upstream_call=f"{upath}:{ics.line}")
+
+
+def _upstream_op_call(ctx, v: Val):
+    mod = v.module
+    f = v.func
+    found = []
+    for ics in mod.summary.calls_in(f.qualname):
+        if ics.star_args or ics.star_kwargs or not ics.func:
+            continue
+        if not ics.func.startswith("torch.ops.") and ics.func.split(".", 1)[0] in _CALL_SKIP_ROOTS:
+            continue
+        if ics.guards and ctx.r.guard_value(mod, ics.guards, ics.scope) is False:
+            continue
+        if ics.func.startswith("torch.ops.") or ics.func.split(".", 1)[0] in ("ops",):
+            try:
+                tv = ctx.r.resolve_dotted(mod, ics.scope, ics.func, Walk(), line=ics.line)
+            except RecursionError:
+                continue
+            if tv.kind == "torch_op":
+                found.append((ics,) + _op_of(tv))
+    if len(found) != 1:
+        return None
+    return found[0]
+
+
+_ = M
