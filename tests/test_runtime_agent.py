@@ -184,3 +184,32 @@ def test_missing_interpreter_is_reported_not_raised(tmp_path):
     assert rep.status == "error" and rep.error["type"] == "AgentStartError"
     assert "no-python" in rep.message
     ag.close()
+
+
+def test_close_during_a_request_kills_at_once():
+    import threading
+
+    py = require_target()
+    ag = AgentProcess(py, fixture_env())
+    assert ag.request("ping", timeout=30).ok
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("rep", ag.request(
+        "introspect", {"symbol": "probefix.hang_import:x"}, timeout=60)))
+    t.start()
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    ag.close()
+    t.join(timeout=10)
+    assert time.monotonic() - t0 < 5 and not t.is_alive()
+    assert out["rep"].status == "crashed" and out["rep"].signal == 9
+    for pid in ag.past_pids:
+        assert not pid_alive(pid) and not group_alive(pid)
+    with pytest.raises(RuntimeError):
+        ag.request("ping", timeout=5)
+
+
+def test_target_reading_stdin_cannot_swallow_requests(agent):
+    rep = agent.batch([("introspect", {"symbol": "probefix.stdin_reader:data"}), ("ping", {"echo": "after"})],
+                      timeout=30)
+    assert [r.status for r in rep] == ["ok", "ok"]
+    assert rep[1].result["echo"] == "after"

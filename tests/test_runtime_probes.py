@@ -183,6 +183,13 @@ def test_import_error_is_evidence_not_failure(env_, cache):
     _check_evidence(cache, rec)
 
 
+def test_import_error_inside_the_call_is_evidence(env_, cache):
+    rec = run(env_, cache, "lse_merge", "probefix.lazy_import:merge_attn_states")
+    assert rec.verdict == "import_error", rec.cases
+    assert rec.details["import_error"]["type"] == "ModuleNotFoundError"
+    assert "mcoplib" in rec.message and all(c["status"] == "error" for c in rec.cases if c["required"])
+
+
 def test_missing_attribute_and_unknown_family(env_, cache):
     rec = run(env_, cache, "topk", "probefix.topk:no_such_function")
     assert rec.verdict == "error" and "no_such_function" in rec.message and rec.exit_code == 2

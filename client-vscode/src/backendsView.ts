@@ -38,6 +38,11 @@ function openCommand(loc: Loc | null | undefined): vscode.Command | undefined {
   return { command: "attnlens.openLocation", title: "Open", arguments: [{ path: loc.path, line: loc.line, col: loc.col }] };
 }
 
+/** Call sites in attnlens.backends carry a 1-based `col` (like the CLI's FILE:LINE:COL). */
+export function callSiteLoc(site: CallSite): Loc {
+  return { path: site.path, line: site.line, col: site.col ? site.col - 1 : 0 };
+}
+
 /** Call-site label: `reshape_and_cache_flash → torch_op _C_cache_ops::reshape_and_cache_flash` */
 export function callSiteLabel(site: CallSite): string {
   return `${site.call ?? "?"} → ${finalLabel(site.final)}`;
@@ -261,7 +266,7 @@ export class BackendsProvider implements vscode.TreeDataProvider<Node>, vscode.D
         }
         item.tooltip = tip;
         item.iconPath = new vscode.ThemeIcon(KIND_ICONS[f?.kind ?? ""] ?? "symbol-event", s.reachable === false ? new vscode.ThemeColor("disabledForeground") : undefined);
-        item.command = openCommand(s);
+        item.command = openCommand(callSiteLoc(s));
         item.contextValue = "callSite";
         item.id = node.key;
         return item;

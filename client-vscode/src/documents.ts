@@ -26,11 +26,11 @@ export class DocumentStore implements vscode.TextDocumentContentProvider, vscode
     return uri;
   }
 
-  /** Open a document; Markdown opens as a preview when attnlens.trace.openPreview is on. */
+  /** Open a document; Markdown opens as a preview unless `preview: false`. */
   async show(name: string, content: string, opts: { preview?: boolean } = {}): Promise<vscode.Uri> {
     const uri = this.set(name, content);
     const markdown = name.endsWith(".md");
-    const wantPreview = markdown && (opts.preview ?? vscode.workspace.getConfiguration("attnlens").get<boolean>("trace.openPreview", true));
+    const wantPreview = markdown && (opts.preview ?? true);
     if (wantPreview) {
       try {
         await vscode.commands.executeCommand("markdown.showPreview", uri);

@@ -1,11 +1,12 @@
 import * as path from "path";
 import * as vscode from "vscode";
-import { BackendsProvider, Node, probeTargetFor } from "./backendsView";
+import { BackendsProvider, callSiteLoc, Node, probeTargetFor } from "./backendsView";
 import { chainMarkdown, chainPlain, DocumentStore, environmentMarkdown, probeMarkdown } from "./documents";
 import { onPythonInterpreterChanged } from "./interpreter";
 import { ProbeRun, ProbesProvider } from "./probesView";
-import { RESTART_SETTINGS, ServerManager } from "./server";
+import { normalizeEnvironment, RESTART_SETTINGS, ServerManager } from "./server";
 import { StatusBar } from "./statusBar";
+import { TracePanel } from "./tracePanel";
 import { Chain, EnvironmentRecord, Loc, PROBE_FAMILIES, ProbeRecord, ProbeRequest } from "./types";
 import { errorMessage, hasLoc, openLocation, showCommandError, toUri } from "./util";
 
@@ -86,18 +87,18 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       async () => {
         await mgr.refreshStatus();
         try {
-          env = await mgr.executeCommand<EnvironmentRecord>("attnlens.environment");
-          if (env && typeof env === "object") {
+          env = normalizeEnvironment(await mgr.executeCommand<unknown>("attnlens.environment"));
+          if (env) {
             mgr.environment = env;
           }
         } catch (e) {
           envError = errorMessage(e);
-          env = mgr.lastStatus?.environment ?? undefined;
+          env = normalizeEnvironment(mgr.lastStatus?.environment);
         }
       },
     );
     statusBar.update();
-    const details = () => documents.show("environment.md", environmentMarkdown(mgr.lastStatus, env, mgr.interpreter?.path), { preview: false });
+    const details = () => documents.show("environment.md", environmentMarkdown(mgr.lastStatus, env, mgr.interpreter?.path));
     if (env?.summary) {
       const c = await vscode.window.showInformationMessage(`AttnLens environment: ${env.summary}`, "Details");
       if (c === "Details") {
@@ -134,7 +135,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       return;
     }
     output.info(`[trace ${where}]\n${chainPlain(chain)}`);
-    await documents.show(`trace ${where.replace(/:/g, "_")}.md`, chainMarkdown(chain, where));
+    const name = `trace ${where.replace(/:/g, "_")}.md`;
+    TracePanel.show(chain, where, chainMarkdown(chain, where), (md) => void documents.show(name, md, { preview: false }));
   };
   reg("attnlens.traceAtCursor", async () => {
     const editor = vscode.window.activeTextEditor;
@@ -145,8 +147,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     await trace(editor.document.uri, editor.selection.active);
   });
   reg("attnlens.traceItem", async (node?: Node) => {
-    if (node?.type === "site" && hasLoc(node.site)) {
-      await trace(toUri(node.site.path), new vscode.Position(Math.max((node.site.line ?? 1) - 1, 0), node.site.col ?? 0));
+    const loc = node?.type === "site" ? callSiteLoc(node.site) : undefined;
+    if (hasLoc(loc)) {
+      await trace(toUri(loc.path), new vscode.Position(Math.max((loc.line ?? 1) - 1, 0), loc.col ?? 0));
     }
   });
 
@@ -239,8 +242,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     if (!r) {
       return;
     }
-    const name = `probe ${r.family ?? ""} ${(r.target ?? "").replace(/[/:\\]/g, "_")} ${r.id ?? ""}`.trim();
-    return documents.show(`${name}.md`, probeMarkdown(r), { preview: false });
+    const at = run ? new Date(run.at).toTimeString().slice(0, 8).replace(/:/g, "-") : "";
+    const name = `probe ${r.family ?? ""} ${(r.target ?? "").replace(/[/:\\]/g, "_")} ${at}`.trim();
+    return documents.show(`${name}.md`, probeMarkdown(r));
   });
   reg("attnlens.clearProbes", () => probes.clear());
 

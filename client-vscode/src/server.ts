@@ -15,6 +15,7 @@ import {
 } from "vscode-languageclient/node";
 import { checkInterpreter, expandPath, Interpreter, resolveServerInterpreter, resolveTargetPython } from "./interpreter";
 import { EnvironmentRecord, ServerStatus } from "./types";
+import { openSettings } from "./util";
 
 export type ServerState = "stopped" | "starting" | "running" | "failed";
 
@@ -33,6 +34,9 @@ export const CLIENT_OWNED_COMMANDS = new Set<string>([
   "attnlens.showInventory",
   "attnlens.traceAtCursor",
 ]);
+
+/** Top-level keys of the "attnlens" section that only the client reads. */
+const CLIENT_ONLY_SETTINGS = ["interpreter", "trace", "probe"];
 
 /** Settings whose change restarts the server. */
 export const RESTART_SETTINGS = ["attnlens.interpreter", "attnlens.targetPython", "attnlens.cacheDir", "attnlens.trace.server"];
@@ -142,7 +146,7 @@ export class ServerManager implements vscode.Disposable {
     // Do not await: the notification stays until the user acts.
     void vscode.window.showErrorMessage(`AttnLens: ${message}`, OPEN_SETTINGS, SHOW_LOG).then((choice) => {
       if (choice === OPEN_SETTINGS) {
-        void vscode.commands.executeCommand("workbench.action.openSettings", "attnlens.interpreter");
+        void openSettings("attnlens.interpreter");
       } else if (choice === SHOW_LOG) {
         this.output.show(true);
       }
@@ -201,9 +205,9 @@ export class ServerManager implements vscode.Disposable {
         { scheme: "file", language: "cuda-cpp" },
       ],
       outputChannel: this.output,
+      traceOutputChannel: traceChannel(this.output, cfg.get<string>("trace.server") ?? "off"),
       revealOutputChannelOn: RevealOutputChannelOn.Never,
       initializationOptions: { targetPython: this.targetPython, cacheDir },
-      synchronize: { configurationSection: "attnlens" },
       markdown: {
         isTrusted: { enabledCommands: ["attnlens.runProbe", "attnlens.traceAtCursor", "attnlens.openLocation", "attnlens.showEnvironment"] },
         supportHtml: false,
@@ -214,6 +218,17 @@ export class ServerManager implements vscode.Disposable {
         return false;
       },
       middleware: {
+        workspace: {
+          // The server pulls the "attnlens" section; give it its own keys only (it warns about
+          // unknown ones) and the interpreter/cache paths as resolved here.
+          configuration: async (params, token, next) => {
+            const result = await next(params, token);
+            if (!Array.isArray(result)) {
+              return result;
+            }
+            return result.map((value, i) => (params.items[i]?.section === "attnlens" ? this.serverSettings(value, cacheDir) : value));
+          },
+        },
         handleWorkDoneProgress: (token, params, next) => {
           this.onWorkDoneProgress(token, params);
           next(token, params);
@@ -268,6 +283,20 @@ export class ServerManager implements vscode.Disposable {
     void this.refreshStatus();
   }
 
+  /** The "attnlens" configuration section as the server should see it. */
+  private serverSettings(value: unknown, cacheDir: string | null): unknown {
+    if (!value || typeof value !== "object" || Array.isArray(value)) {
+      return value;
+    }
+    const out: Record<string, unknown> = { ...(value as Record<string, unknown>) };
+    for (const key of CLIENT_ONLY_SETTINGS) {
+      delete out[key];
+    }
+    out.targetPython = this.targetPython;
+    out.cacheDir = cacheDir;
+    return out;
+  }
+
   private async doStop(): Promise<void> {
     const client = this.client;
     this.client = undefined;
@@ -317,8 +346,9 @@ export class ServerManager implements vscode.Disposable {
     }
     this.lastStatus = payload;
     this.statusEmitter.fire(payload);
-    if (payload.environment && typeof payload.environment === "object") {
-      this.setEnvironment(payload.environment);
+    const env = normalizeEnvironment(payload.environment);
+    if (env) {
+      this.setEnvironment(env);
     } else if (this.environmentGeneration !== (payload.generation ?? null)) {
       this.environmentGeneration = payload.generation ?? null;
       void this.fetchEnvironment();
@@ -343,8 +373,8 @@ export class ServerManager implements vscode.Disposable {
 
   async fetchEnvironment(): Promise<EnvironmentRecord | undefined> {
     try {
-      const env = await this.executeCommand<EnvironmentRecord>("attnlens.environment");
-      if (env && typeof env === "object") {
+      const env = normalizeEnvironment(await this.executeCommand<unknown>("attnlens.environment"));
+      if (env) {
         this.setEnvironment(env);
       }
       return env;
@@ -365,7 +395,8 @@ export class ServerManager implements vscode.Disposable {
       throw new Error(why);
     }
     try {
-      return (await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args }, token)) as T;
+      const result: unknown = await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args }, token);
+      return parseMaybeJson(result) as T;
     } catch (e) {
       throw new Error(`${command} failed: ${describeError(e)}`);
     }
@@ -391,4 +422,96 @@ export class ServerManager implements vscode.Disposable {
   get extensionContext(): vscode.ExtensionContext {
     return this.context;
   }
+}
+
+/**
+ * Accept the shapes an environment answer comes in: the record itself ({summary, hash, ...}),
+ * the CLI's {record, hash, summary, changed} wrapper, or a [record, changed, previousHash] tuple.
+ * Builds a summary ("NVIDIA H200 ×1 · torch 2.11 · vLLM 0.26.0") when the server sends none.
+ */
+export function normalizeEnvironment(value: unknown): EnvironmentRecord | undefined {
+  let v: unknown = value;
+  if (Array.isArray(v)) {
+    v = v[0];
+  }
+  if (!v || typeof v !== "object") {
+    return undefined;
+  }
+  const o = v as Record<string, unknown>;
+  let rec: EnvironmentRecord = o;
+  if (o.record && typeof o.record === "object") {
+    rec = { ...(o.record as Record<string, unknown>) };
+    rec.hash ??= o.hash as string | undefined;
+    rec.summary ??= o.summary as string | undefined;
+  }
+  if (typeof rec.summary !== "string" || !rec.summary) {
+    rec = { ...rec, summary: buildSummary(rec) };
+  }
+  return rec;
+}
+
+function buildSummary(rec: Record<string, unknown>): string {
+  const parts: string[] = [];
+  const gpu = rec.gpu as { count?: number; models?: string[]; vendor?: string | null } | undefined;
+  if (gpu && gpu.count) {
+    const model = gpu.models?.[0] ?? gpu.vendor ?? "GPU";
+    parts.push(`${model} ×${gpu.count}`);
+  } else if (gpu) {
+    parts.push("no GPU");
+  }
+  const torch = rec.torch as { version?: string; importable?: boolean; error?: string } | undefined;
+  if (torch) {
+    parts.push(torch.version ? `torch ${String(torch.version).split("+")[0]}` : "torch n/a");
+  }
+  const packages = rec.packages as Record<string, { version?: string }> | undefined;
+  const vllm = packages?.vllm?.version;
+  if (vllm) {
+    parts.push(`vLLM ${vllm}`);
+  }
+  return parts.length ? parts.join(" · ") : rec.hash ? `environment ${String(rec.hash).slice(0, 8)}` : "environment";
+}
+
+/** Some commands answer a JSON document as a string: parse it. */
+function parseMaybeJson(value: unknown): unknown {
+  if (typeof value === "string") {
+    const t = value.trim();
+    if ((t.startsWith("{") && t.endsWith("}")) || (t.startsWith("[") && t.endsWith("]"))) {
+      try {
+        return JSON.parse(t);
+      } catch {
+        return value;
+      }
+    }
+  }
+  return value;
+}
+
+/**
+ * languageclient only traces when its channel's log level is Trace; this view of the AttnLens
+ * channel reports Trace while attnlens.trace.server is on and writes the trace at info level,
+ * so the setting alone turns the LSP trace on.
+ */
+export function traceChannel(out: vscode.LogOutputChannel, setting: string): vscode.LogOutputChannel {
+  const on = setting === "messages" || setting === "verbose";
+  return {
+    get name() {
+      return out.name;
+    },
+    get logLevel() {
+      return on ? vscode.LogLevel.Trace : out.logLevel;
+    },
+    onDidChangeLogLevel: out.onDidChangeLogLevel,
+    trace: (message: string, ...args: unknown[]) => (on ? out.info(`[lsp] ${message}`, ...args) : out.trace(message, ...args)),
+    debug: (message: string, ...args: unknown[]) => out.debug(message, ...args),
+    info: (message: string, ...args: unknown[]) => out.info(message, ...args),
+    warn: (message: string, ...args: unknown[]) => out.warn(message, ...args),
+    error: (error: string | Error, ...args: unknown[]) => out.error(error, ...args),
+    append: (value: string) => out.append(value),
+    appendLine: (value: string) => out.appendLine(value),
+    replace: (value: string) => out.replace(value),
+    clear: () => out.clear(),
+    show: (...args: unknown[]) => (out.show as (...a: unknown[]) => void)(...args),
+    hide: () => out.hide(),
+    dispose: () => undefined,
+  };
 }

@@ -40,6 +40,7 @@ export interface Final extends Loc {
   providers?: string[];
 }
 
+/** A kernel call site of attnlens.backends: unlike chain hops, its `col` is 1-based. */
 export interface CallSite extends Loc {
   call?: string | null;
   scope?: string | null;

@@ -43,7 +43,10 @@ export function locLabel(loc: Loc | null | undefined): string {
 }
 
 /** Open `path` at 1-based `line` (0-based `col`) and select that position. */
-export async function openLocation(loc: Loc | null | undefined, preview = true): Promise<void> {
+export async function openLocation(
+  loc: Loc | null | undefined,
+  opts: { preview?: boolean; viewColumn?: vscode.ViewColumn } = {},
+): Promise<void> {
   if (!hasLoc(loc)) {
     void vscode.window.showInformationMessage("AttnLens: this item has no source location.");
     return;
@@ -53,8 +56,8 @@ export async function openLocation(loc: Loc | null | undefined, preview = true):
     const doc = await vscode.workspace.openTextDocument(toUri(loc.path));
     await vscode.window.showTextDocument(doc, {
       selection: new vscode.Range(pos, pos),
-      preview,
-      viewColumn: vscode.ViewColumn.Active,
+      preview: opts.preview ?? true,
+      viewColumn: opts.viewColumn ?? vscode.ViewColumn.Active,
     });
   } catch (e) {
     void vscode.window.showErrorMessage(`AttnLens: cannot open ${loc.path}: ${e instanceof Error ? e.message : String(e)}`);
@@ -112,4 +115,20 @@ export function mdLink(loc: Loc | null | undefined): string {
   const uri = toUri(loc.path).with({ fragment: loc.line ? `L${loc.line}` : "" });
   const label = `${displayPath(loc.path)}${loc.line ? `:${loc.line}` : ""}`;
   return `[${mdEscape(label)}](${uri.toString()})`;
+}
+
+/**
+ * Open the Settings editor on `query`. The interpreter settings are machine-scoped, so in a remote
+ * window (Remote-SSH, code-server) they live in the Remote tab: open that one there.
+ */
+export async function openSettings(query: string): Promise<void> {
+  if (vscode.env.remoteName) {
+    try {
+      await vscode.commands.executeCommand("workbench.action.openRemoteSettings", { query });
+      return;
+    } catch {
+      // older VS Code: fall through
+    }
+  }
+  await vscode.commands.executeCommand("workbench.action.openSettings", query);
 }

@@ -16,18 +16,23 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", default=None, help="target interpreter (default: $VIRTUAL_ENV or python3 on PATH)")
     p.add_argument("--cache-dir", default=None, help="cache folder root (default: $ATTNLENS_CACHE_DIR or ~/.cache/attnlens)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+    from .upgrade.subjects import add_subject_argument
+
+    add_subject_argument(p)
 
 
 def _workspace(args):
-    from .workspace import Workspace
+    """The workspace of ``--root`` for ``--subject`` (worktree, index, rev:REV, installed)."""
+    from .upgrade.subjects import workspace_for_subject
 
-    root = args.root or os.getcwd()
-    if not os.path.isdir(root):
-        raise SystemExit(f"attnlens: --root {root} is not a folder")
-    ws = Workspace(root, python=args.python, cache_dir=args.cache_dir, use_cache=not args.no_cache)
-    if ws.target_error:
-        print(f"attnlens: warning: {ws.target_error}; analysing the workspace alone", file=sys.stderr)
-    return ws
+    return workspace_for_subject(args)
+
+
+def _subject(ws) -> dict:
+    s = getattr(ws, "subject", None)
+    if s is None:
+        return {"kind": "worktree", "path": str(ws.root)}
+    return {"kind": s.kind, "path": str(s.path), "description": getattr(s, "description", "")}
 
 
 def _parse_position(spec: str) -> tuple[str, int, int]:
@@ -45,6 +50,11 @@ def cmd_trace(args) -> int:
     ws = _workspace(args)
     path, line, col = _parse_position(args.position)
     path = os.path.abspath(path)
+    subj = getattr(ws, "subject", None)
+    root = os.path.realpath(args.root or os.getcwd())
+    if subj is not None and subj.kind != "worktree" and os.path.realpath(path).startswith(root + os.sep):
+        # the position names a worktree file: read the same file of the subject's snapshot
+        path = os.path.join(str(ws.root), os.path.relpath(os.path.realpath(path), root))
     if not os.path.isfile(path):
         print(f"attnlens: no such file: {path}", file=sys.stderr)
         return 2
@@ -62,6 +72,7 @@ def cmd_trace(args) -> int:
     if args.json:
         d = chain.to_json()
         d["elapsed_ms"] = round(dt * 1000, 3)
+        d["subject"] = _subject(ws)
         print(json.dumps(d, indent=1))
     else:
         from .render import chain_text
@@ -81,10 +92,11 @@ def cmd_backends(args) -> int:
     dt = time.perf_counter() - t0
     ws.close()
     if args.json:
-        print(json.dumps([e.to_json() for e in entries], indent=1))
+        print(json.dumps([dict(e.to_json(), subject=_subject(ws)) for e in entries], indent=1))
     else:
         from .render import backends_table
 
+        print(f"subject: {_subject(ws).get('description') or _subject(ws)['kind']}")
         print(backends_table(entries, ws.root))
         if args.timing:
             print(f"({len(entries)} entries in {dt:.3f} s)")

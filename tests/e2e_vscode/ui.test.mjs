@@ -15,7 +15,9 @@
 // Scenarios: (1) diagnostic squiggle in flash_attn.py, (2) hover over reshape_and_cache_flash( shows
 // the chain down to _C_cache_ops::reshape_and_cache_flash, (3) Attention backends tree → click a
 // kernel call site → editor at that line, (4) command palette: "AttnLens: Show environment" and
-// "AttnLens: Trace at cursor". The last line printed is "N passed, N failed".
+// "AttnLens: Trace at cursor", (5) "AttnLens: Run probe…" → a row in "Probe runs" → its details,
+// (6) a bad attnlens.interpreter (settings file edited) → actionable error → fixed → server back.
+// The last line printed is "N passed, N failed".
 // Everything it starts (code-server and the language server below it, Chromium) is stopped at exit.
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -159,8 +161,34 @@ async function gotoLine(line, col) {
   await page.keyboard.press("Control+G");
   const input = page.locator(".quick-input-widget input");
   await input.waitFor({ timeout: 10000 });
-  await input.fill(col ? `${line}:${col}` : `${line}`);
+  await input.fill(col ? `:${line}:${col}` : `:${line}`);
   await page.keyboard.press("Enter");
+}
+
+/** Screen box of the first occurrence of `word` in a rendered editor line (independent of tokenization). */
+async function textBox(line, word) {
+  const box = await line.evaluate((el, word) => {
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    const nodes = [];
+    let full = "";
+    while (walker.nextNode()) {
+      nodes.push([walker.currentNode, full.length]);
+      full += walker.currentNode.textContent;
+    }
+    const i = full.replace(/\u00a0/g, " ").indexOf(word);
+    if (i < 0) return null;
+    const at = (k) => {
+      for (const [n, start] of nodes) if (k >= start && k <= start + n.textContent.length) return [n, k - start];
+      return null;
+    };
+    const range = document.createRange();
+    range.setStart(...at(i));
+    range.setEnd(...at(i + word.length));
+    const r = range.getBoundingClientRect();
+    return { x: r.x, y: r.y, width: r.width, height: r.height };
+  }, word);
+  if (!box) throw new Error(`"${word}" is not in the rendered line`);
+  return box;
 }
 
 async function cursorText() {
@@ -175,7 +203,7 @@ async function activeTabTitle() {
 async function waitToast(re, timeout) {
   const toast = page.locator(".notification-toast", { hasText: re }).first();
   await toast.waitFor({ timeout });
-  return (await toast.textContent())?.trim() ?? "";
+  return (await toast.locator(".notification-list-item-message").innerText())?.trim() ?? "";
 }
 
 async function clearToasts() {
@@ -295,13 +323,12 @@ try {
     await gotoLine(194);
     const line = page.locator(".monaco-editor .view-line", { hasText: "reshape_and_cache_flash(key" }).first();
     await line.waitFor({ timeout: 10000 });
-    const word = line.locator("span > span", { hasText: /^reshape_and_cache_flash$/ }).first();
     const hover = page.locator(".monaco-hover:visible", { hasText: "_C_cache_ops::reshape_and_cache_flash" }).first();
     // The server may still be starting/indexing: re-hover until the chain shows (or 90 s).
     const end = Date.now() + 90000;
     let ok = false;
     while (Date.now() < end) {
-      const box = await word.boundingBox();
+      const box = await textBox(line, "reshape_and_cache_flash");
       await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
       try {
         await hover.waitFor({ timeout: 4000 });
@@ -319,7 +346,7 @@ try {
     const firstLines = text.split("\n").filter(Boolean).slice(0, 3).join(" | ");
     // A small screenshot around the hover for the README.
     const hb = await hover.boundingBox();
-    const wb = await word.boundingBox();
+    const wb = await textBox(line, "reshape_and_cache_flash");
     const x = Math.max(0, Math.min(hb.x, wb.x) - 60);
     const y = Math.max(0, Math.min(hb.y, wb.y) - 40);
     const w = Math.min(1280 - x, Math.max(hb.x + hb.width, wb.x + wb.width) - x + 60);
@@ -335,38 +362,42 @@ try {
 
   // ---- (1) diagnostics
   await scenario("diagnostic squiggle in flash_attn.py", async () => {
-    const squiggle = page.locator(".monaco-editor .squiggly-error, .monaco-editor .squiggly-warning, .monaco-editor .squiggly-info");
-    const problemsCount = async () => {
-      const t = (await page.locator(".statusbar-item", { has: page.locator(".codicon-error") }).first().textContent().catch(() => "")) ?? "";
-      return t.trim();
-    };
-    // The server publishes diagnostics after indexing; the hover above already waited for that.
-    const timeout = hoverSeenAt ? 20000 : 60000;
-    try {
-      await squiggle.first().waitFor({ state: "attached", timeout });
-    } catch {
-      const help = spawnSync(PYTHON, ["-m", "attnlens", "--help"], { encoding: "utf8" }).stdout || "";
-      const hasRules = /\b(check|lint|rules)\b/.test(help);
+    // Diagnostics exist only when the server has the rules engine (the server's own test).
+    const rules = spawnSync(PYTHON, ["-c", "import attnlens.rules.engine"], { encoding: "utf8" });
+    const hasRules = rules.status === 0;
+    const problems = page.locator("#status\\.problems, .statusbar-item[id='status.problems']").first();
+    const problemsText = async () => ((await problems.innerText({ timeout: 2000 }).catch(() => "")) || "").replace(/\s+/g, " ").trim();
+    // Go to the first problem of this file from line 1: the marker widget shows it with its squiggle.
+    const timeout = hoverSeenAt ? 30000 : 60000;
+    const end = Date.now() + timeout;
+    const widget = page.locator(".marker-widget").first();
+    let found = false;
+    while (Date.now() < end) {
+      if (/[1-9]/.test(await problemsText())) {
+        await gotoLine(1);
+        await runCommand("Go to Next Problem (Error, Warning, Info)");
+        if (await widget.waitFor({ timeout: 3000 }).then(() => true, () => false)) {
+          found = true;
+          break;
+        }
+      }
+      await page.waitForTimeout(1000);
+    }
+    if (!found) {
       if (!hasRules && process.env.ATTNLENS_E2E_REQUIRE_DIAGNOSTICS !== "1") {
-        return { skip: `no diagnostic within ${timeout / 1000} s and the server has no rules engine yet ('attnlens --help' lists no check/rules command)` };
+        return { skip: `no diagnostic within ${timeout / 1000} s and the server has no rules engine (import attnlens.rules.engine fails)` };
       }
-      throw new Error(`no diagnostic squiggle within ${timeout / 1000} s (problems: ${await problemsCount()})`);
+      throw new Error(`no diagnostic in flash_attn.py within ${timeout / 1000} s (status bar problems: "${await problemsText()}")`);
     }
-    // Read the first diagnostic's message through its hover.
-    const sq = squiggle.first();
-    await sq.scrollIntoViewIfNeeded().catch(() => {});
+    const squiggle = page.locator(".monaco-editor .squiggly-error, .monaco-editor .squiggly-warning, .monaco-editor .squiggly-info");
+    await squiggle.first().waitFor({ timeout: 5000 });
+    const msg = ((await widget.locator(".descriptioncontainer").innerText().catch(() => "")) || "").replace(/\s+/g, " ").trim();
+    const pos = await cursorText();
     const n = await squiggle.count();
-    let message = "";
-    const box = await sq.boundingBox();
-    if (box) {
-      await page.mouse.move(box.x + Math.min(box.width / 2, 20), box.y + box.height / 2);
-      const hv = page.locator(".monaco-hover:visible").first();
-      if (await hv.waitFor({ timeout: 5000 }).then(() => true, () => false)) {
-        message = ((await hv.innerText()) || "").split("\n").find((l) => l.trim()) ?? "";
-      }
-    }
-    await page.mouse.move(1200, 780);
-    return { detail: `${n} squiggle(s); first: ${message.slice(0, 120)} (status bar problems: ${await problemsCount()})` };
+    await shot("diagnostic.png");
+    await page.keyboard.press("Escape");
+    if (!/attnlens/i.test(msg)) throw new Error(`the first problem is not from attnlens: ${msg}`);
+    return { detail: `${n} squiggle(s) in view; first problem at ${pos}: ${msg.slice(0, 200)} (status bar problems: ${await problemsText()})` };
   });
   await page.keyboard.press("Escape");
 
@@ -414,7 +445,7 @@ try {
   await scenario("command palette: AttnLens: Show environment", async () => {
     await clearToasts();
     await runCommand("AttnLens: Show environment");
-    const text = await waitToast(/AttnLens(:| environment)/, 60000);
+    const text = await waitToast(/AttnLens environment:|environment unavailable/, 90000);
     const sb = ((await page.locator(".statusbar-item", { hasText: /AttnLens|·/ }).first().textContent().catch(() => "")) ?? "").trim();
     if (/environment unavailable/.test(text)) {
       return { detail: `notification (server error shown, no crash): ${text.slice(0, 200)}; status bar: ${sb}` };
@@ -428,14 +459,99 @@ try {
     await page.locator(".tabs-container .tab", { hasText: "flash_attn.py" }).first().click();
     await gotoLine(194, 13);
     await runCommand("AttnLens: Trace at cursor");
-    const tab = page.locator(".tabs-container .tab", { hasText: /trace flash_attn\.py_194_13/ }).first();
+    const tab = page.locator(".tabs-container .tab", { hasText: "Trace: reshape_and_cache_flash" }).first();
     await tab.waitFor({ timeout: 30000 });
-    // The Markdown preview is a webview: two nested iframes.
+    // The trace panel is a webview: two nested iframes.
     const frame = page.frameLocator("iframe.webview.ready").last().frameLocator("iframe#active-frame");
     const body = frame.locator("body");
     await body.getByText("_C_cache_ops::reshape_and_cache_flash").first().waitFor({ timeout: 20000 });
-    const text = (await body.innerText()).split("\n").filter(Boolean);
-    return { detail: `preview tab "${(await tab.textContent()).trim()}": ${text.slice(0, 2).join(" | ").slice(0, 160)}` };
+    const lines = (await body.innerText()).split("\n").filter(Boolean);
+    const hops = lines.find((l) => /^Hops \(\d+\)/.test(l)) ?? "";
+    // Its locations are links: the CUDA function bound by ops.impl opens at its line.
+    await frame.locator("a.loc", { hasText: "cache_kernels.cu:31" }).first().click();
+    await page.locator(".tabs-container .tab.active", { hasText: "cache_kernels.cu" }).waitFor({ timeout: 15000 });
+    let pos = "";
+    for (let i = 0; i < 25 && !pos.startsWith("Ln 31,"); i++) {
+      pos = await cursorText();
+      if (!pos.startsWith("Ln 31,")) await page.waitForTimeout(200);
+    }
+    if (!pos.startsWith("Ln 31,")) throw new Error(`cache_kernels.cu opened at "${pos}", expected Ln 31`);
+    return { detail: `panel "${(await tab.textContent()).trim()}": ${lines[0]} | ${hops}; link → cache_kernels.cu ${pos}` };
+  });
+
+  // ---- (5) Run probe: quick pick + input box → evidence record in the "Probe runs" view
+  await scenario("command palette: AttnLens: Run probe… fills the Probe runs view", async () => {
+    await clearToasts();
+    const target = "vllm._custom_ops:reshape_and_cache_flash";
+    await runCommand("AttnLens: Run probe…");
+    const input = page.locator(".quick-input-widget input");
+    await page.locator(".quick-input-list .monaco-list-row", { hasText: "kv_cache_write" }).first().waitFor({ timeout: 10000 });
+    await input.fill("kv_cache_write");
+    await page.keyboard.press("Enter");
+    await page.locator(".quick-input-widget", { hasText: "kv_cache_write target" }).waitFor({ timeout: 10000 });
+    await input.fill(target);
+    await page.keyboard.press("Enter");
+    const text = await waitToast(/AttnLens probe kv_cache_write|AttnLens: probe kv_cache_write/, 180000);
+    if (/failed/.test(text) && !/AttnLens probe/.test(text)) throw new Error(`probe failed: ${text}`);
+    const pane = page.locator(".pane", { has: page.locator(".pane-header", { hasText: "Probe runs" }) }).first();
+    const row = pane.locator(".monaco-list-row", { hasText: `kv_cache_write · ${target}` }).first();
+    await row.waitFor({ timeout: 10000 });
+    const desc = ((await row.locator(".label-description").textContent().catch(() => "")) ?? "").trim();
+    await row.locator(".label-name").click();
+    await page.locator(".tabs-container .tab.active", { hasText: /probe kv_cache_write/ }).waitFor({ timeout: 10000 });
+    // The details (a Markdown preview) show the verdict.
+    let shown = false;
+    for (let i = 0; i < 50 && !shown; i++) {
+      for (const f of page.frames()) {
+        const t = await f.evaluate(() => document.body?.innerText ?? "").catch(() => "");
+        if (/verdict:\s*\S+/.test(t) && t.includes("kv_cache_write")) shown = true;
+      }
+      if (!shown) await page.waitForTimeout(200);
+    }
+    if (!shown) throw new Error("the probe details do not show the verdict");
+    return { detail: `notification: ${text.slice(0, 120)}; Probe runs row: "kv_cache_write · ${target}" (${desc}); details opened` };
+  });
+
+  // ---- (6) settings change → debounced restart; a bad interpreter → actionable error; recovery
+  await scenario("bad attnlens.interpreter: error with Open Settings, then recovery", async () => {
+    await clearToasts();
+    // Change the setting the way a user does: the Settings editor.
+    const setInterpreter = async (value) => {
+      const editor = page.locator(".settings-editor").first();
+      // attnlens.interpreter is machine-scoped: in code-server (a remote window) it is in the Remote tab.
+      await runCommand("Preferences: Open Remote Settings"); // focuses its search box
+      await editor.waitFor({ timeout: 15000 });
+      await page.waitForTimeout(300);
+      await page.keyboard.press("Control+A");
+      await page.keyboard.type("attnlens.interpreter");
+      const item = editor.locator(".setting-item").filter({ has: page.locator(".setting-item-label", { hasText: /^Interpreter$/ }) }).first();
+      await item.waitFor({ timeout: 15000 });
+      const input = item.locator("input").first();
+      await input.fill(value);
+      await input.press("Tab");
+    };
+    const bad = path.join(WORK, "no-such-python");
+    await setInterpreter(bad);
+    const err = await waitToast(/cannot start the language server/, 30000);
+    if (!err.includes(bad)) throw new Error(`the error does not name the interpreter: ${err}`);
+    const sbBroken = ((await page.locator(".statusbar-item", { hasText: "AttnLens" }).first().textContent().catch(() => "")) ?? "").trim();
+    await runCommand("View: Close All Editors");
+    const toast = page.locator(".notification-toast", { hasText: /cannot start the language server/ }).first();
+    await toast.locator(".monaco-button", { hasText: "Open Settings" }).first().click();
+    await page.locator(".settings-editor .setting-item-label", { hasText: /^Interpreter$/ }).first().waitFor({ timeout: 15000 });
+    await shot("bad-interpreter.png");
+    // Put the good interpreter back: the server restarts and answers again.
+    await setInterpreter(PYTHON);
+    const end = Date.now() + 60000;
+    let sb = "";
+    while (Date.now() < end) {
+      sb = ((await page.locator(".statusbar-item", { hasText: /vLLM|AttnLens|GPU/ }).first().textContent().catch(() => "")) ?? "").trim();
+      if (/vLLM|GPU/.test(sb)) break;
+      await page.waitForTimeout(500);
+    }
+    if (!/vLLM|GPU/.test(sb)) throw new Error(`the server did not come back (status bar: "${sb}")`);
+    await runCommand("View: Close All Editors");
+    return { detail: `error: "${err.slice(0, 150)}…"; status bar broken: "${sbBroken}"; after the fix: "${sb}"` };
   });
 
   exitCode = results.some((r) => r.status === "fail") ? 1 : 0;

@@ -67,6 +67,17 @@ def position_of(path: Path, needle: str, offset: int = 0, nth: int = 0) -> T.Pos
     return position_in(path.read_text(encoding="utf-8"), needle, offset, nth)
 
 
+def plain(obj):
+    """pygls hands unknown JSON objects over as namedtuples: back to dicts/lists."""
+    if hasattr(obj, "_asdict"):
+        return {k: plain(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    return obj
+
+
 def uri(path: Path | str) -> str:
     return Path(path).resolve().as_uri()
 
@@ -76,6 +87,7 @@ class Session:
     client: object
     root: Path
     statuses: list = field(default_factory=list)
+    registrations: list = field(default_factory=list)
     status_event: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def wait_indexed(self, timeout: float = 60) -> dict:
@@ -107,8 +119,12 @@ async def start_session(tmp: Path, *, root: Path = EXAMPLE, caps: str = "visual-
 
     @client.feature(STATUS)
     def on_status(params):
-        session.statuses.append(params)
+        session.statuses.append(plain(params))
         session.status_event.set()
+
+    @client.feature(T.CLIENT_REGISTER_CAPABILITY)
+    def on_register(params: T.RegistrationParams):
+        session.registrations.extend(params.registrations)
 
     if configuration is not None:
         client.set_configuration(configuration)

@@ -59,8 +59,14 @@ def scratch_dir() -> str:
     return _STATE["dir"]
 
 
+def fixture_pythonpath() -> str:
+    """The fixtures first, then whatever PYTHONPATH the test run has (e.g. a vLLM source tree on a GPU box)."""
+    inherited = os.environ.get("PYTHONPATH")
+    return str(FIXTURES) + (os.pathsep + inherited if inherited else "")
+
+
 def fixture_env(**extra: str | None) -> dict:
-    env: dict = {"PYTHONPATH": str(FIXTURES), "PROBEFIX_DIR": scratch_dir()}
+    env: dict = {"PYTHONPATH": fixture_pythonpath(), "PROBEFIX_DIR": scratch_dir()}
     env.update(extra)
     return env
 

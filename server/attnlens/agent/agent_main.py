@@ -38,12 +38,25 @@ PKG = "_attnlens_agent"
 PROTOCOL_VERSION = 1
 
 
-def _protect_stdout():
-    """Keep a private dup of the real stdout for the protocol; send fd 1 to stderr."""
-    proto_fd = os.dup(1)
+def _protect_stdio():
+    """Private dups of the real stdin/stdout for the protocol.
+
+    fd 1 and ``sys.stdout`` then point at stderr (prints from kernels, C
+    libraries or Python code cannot corrupt the stream) and fd 0 at /dev/null
+    (code that reads stdin cannot swallow requests).  ``os.dup`` makes
+    non-inheritable descriptors, so child processes never see the protocol.
+    """
+    proto_out = os.dup(1)
+    proto_in = os.dup(0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    return os.fdopen(proto_fd, "w", buffering=1, encoding="utf-8", errors="replace")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdin = open(os.devnull, "r")
+    out = os.fdopen(proto_out, "w", buffering=1, encoding="utf-8", errors="replace")
+    inp = os.fdopen(proto_in, "r", encoding="utf-8", errors="replace")
+    return inp, out
 
 
 def _load_private_package():
@@ -184,13 +197,12 @@ class Agent:
 
 
 def main():
-    out = _protect_stdout()
+    inp, out = _protect_stdio()
     faulthandler.enable(file=sys.stderr, all_threads=True)
     _load_private_package()
     agent = Agent(out)
-    stdin = open(sys.stdin.fileno(), "r", encoding="utf-8", errors="replace", closefd=False)
     try:
-        agent.serve(stdin)
+        agent.serve(inp)
     except SystemExit:
         pass
     finally:

@@ -81,6 +81,7 @@ def _run(argv: list[str], timeout: float = 10.0) -> dict:
 
 
 def _mapped_libraries() -> list[str]:
+    """Vendor libraries mapped into this process, sorted (map order follows load addresses)."""
     seen = []
     try:
         with open("/proc/self/maps", "r", errors="replace") as f:
@@ -92,7 +93,7 @@ def _mapped_libraries() -> list[str]:
                         seen.append(path)
     except OSError:
         pass
-    return seen
+    return sorted(seen)
 
 
 def _lib_version(paths: list[str], pattern: str, func: str) -> dict | None:

@@ -112,17 +112,22 @@ def resolve_python(symbol: str):
         if mod is None:
             raise TargetImportError(mod_name, ModuleNotFoundError(f"No module named {mod_name!r}", name=mod_name))
         return _getattr_path(mod, attr_path, mod_name), mod_name, attr_path
+    # the longest importable module prefix, found by importing prefixes from the shortest up, so that
+    # an error raised inside ``pkg.mod`` is blamed on ``pkg.mod`` (evidence), not on ``pkg.mod.attr``
     parts = symbol.split(".")
-    for i in range(len(parts), 0, -1):
-        mod_name = ".".join(parts[:i])
-        mod = _import(mod_name)
-        if mod is None:
-            continue
-        attr_path = ".".join(parts[i:])
-        if not attr_path:
-            return mod, mod_name, ""
-        return _getattr_path(mod, attr_path, mod_name), mod_name, attr_path
-    raise TargetImportError(parts[0], ModuleNotFoundError(f"No module named {parts[0]!r}", name=parts[0]))
+    mod, mod_name, i = None, "", 0
+    while i < len(parts):
+        name = ".".join(parts[: i + 1])
+        m = _import(name)
+        if m is None:
+            break
+        mod, mod_name, i = m, name, i + 1
+    if mod is None:
+        raise TargetImportError(parts[0], ModuleNotFoundError(f"No module named {parts[0]!r}", name=parts[0]))
+    attr_path = ".".join(parts[i:])
+    if not attr_path:
+        return mod, mod_name, ""
+    return _getattr_path(mod, attr_path, mod_name), mod_name, attr_path
 
 
 def _getattr_path(obj, attr_path: str, mod_name: str):
@@ -305,6 +310,7 @@ def describe_op(qual: str, overload: str | None, device_key: str | None = None) 
     try:
         dump = torch._C._dispatch_dump(name)
         d["dispatch"] = parse_dispatch_dump(dump)
+        d["dispatch"].pop("raw", None)  # the parsed form is enough in an evidence record
         if device_key:
             d["device_key"] = device_key
             d["device_kernel"] = _safe(

@@ -311,7 +311,7 @@ class Analysis:
                 name = _literal(name) or (cs.str_args[0] if cs.str_args and cs.str_args[0] else None)
                 if name:
                     out.append(Sym(f"vllm::{name}", "op", "torch op (direct_register_custom_op)", mod.path, cs.line, cs.col))
-        for q, f in s.functions.items():
+        for f in s.functions.values():
             for d in f.decorators:
                 if d.func.endswith("library.custom_op") and d.str_args and d.str_args[0]:
                     out.append(Sym(d.str_args[0], "op", "torch op (torch.library.custom_op)", mod.path, f.line, f.col))
@@ -382,7 +382,8 @@ class Analysis:
         line = f.line or (call.line if call else 1)
         col = 0 if f.path else (call.col if call else 0)
         detail = {M.NOT_INSTALLED: f"not installed: {f.reason or f.symbol}", M.UNRESOLVED: f"unresolved: {f.reason or ''}",
-                  M.TORCH_OP: f.schema or "torch op", M.EXTENSION_FUNCTION: f"native extension {f.package or ''}"}.get(f.kind, f.kind)
+                  M.TORCH_OP: f.schema or "torch op",
+                  M.EXTENSION_FUNCTION: f"native extension {f.package or ''}"}.get(f.kind, f.kind)
         return Item(short or "?", f.kind, detail, path, line, col, col, line, line,
                     {"t": "final", "kind": f.kind, "symbol": f.symbol, "path": f.path, "line": f.line})
 
@@ -499,8 +500,12 @@ class Analysis:
             os.path.basename(rec.path), "module", rec.path, rec.path, 1, 0, 0, 1, 1, {"t": "module", "path": rec.path})
 
     # -- the call site index (background) --------------------------------------
-    def callsites_step(self, budget_s: float = 0.05) -> tuple[int, int] | None:
-        """Trace workspace call sites for ``budget_s``; (done, total) or None when complete."""
+    def callsites_step(self, budget_s: float = 0.02) -> tuple[int, int] | None:
+        """Trace workspace call sites for about ``budget_s``; (done, total) modules, or None when complete.
+
+        Resumable at any call site, so one step never holds the worker much
+        longer than its budget (plus one trace, itself budgeted).
+        """
         from ..registry import is_candidate
 
         gen = self.generation
@@ -512,12 +517,17 @@ class Analysis:
         total = len(self.ws.index.ws_files)
         deadline = time.perf_counter() + budget_s
         while nxt.pending and time.perf_counter() < deadline:
-            name = nxt.pending.pop()
+            name, start = nxt.pending[-1] if isinstance(nxt.pending[-1], tuple) else (nxt.pending[-1], 0)
             mod = self.ws.index.module(name)
             if mod is None:
+                nxt.pending.pop()
                 continue
-            recs = []
-            for cs in mod.summary.calls:
+            recs = nxt.by_path.setdefault(mod.path, [])
+            calls = mod.summary.calls
+            i = start
+            while i < len(calls) and time.perf_counter() < deadline:
+                cs = calls[i]
+                i += 1
                 if not is_candidate(cs):
                     continue
                 try:
@@ -526,7 +536,10 @@ class Analysis:
                     log.debug("tracing %s:%s failed", mod.path, cs.line, exc_info=True)
                     continue
                 recs.append(_record(mod.path, cs, chain))
-            nxt.by_path[mod.path] = recs
+            if i >= len(calls):
+                nxt.pending.pop()
+            else:
+                nxt.pending[-1] = (name, i)
         if nxt.pending:
             return total - len(nxt.pending), total
         nxt.complete = True

@@ -17,9 +17,12 @@ def add_subparsers(sub) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
-    p.add_argument("--tcp", metavar="HOST:PORT", default=None, help="listen on HOST:PORT instead (loopback only unless --allow-remote)")
-    p.add_argument("--allow-remote", action="store_true", help="allow --tcp on a non-loopback address (no authentication!)")
-    p.add_argument("--root", default=None, help="folder to analyse when the client names none (attnlens.root or a workspace folder win)")
+    p.add_argument("--tcp", metavar="HOST:PORT", default=None,
+                   help="listen on HOST:PORT instead (loopback only unless --allow-remote)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow --tcp on a non-loopback address (no authentication!)")
+    p.add_argument("--root", default=None,
+                   help="folder to analyse when the client names none (attnlens.root or a workspace folder win)")
     p.add_argument("--python", default=None, help="default target interpreter (the client's attnlens.targetPython wins)")
     p.add_argument("--cache-dir", default=None, help="default cache folder root (the client's attnlens.cacheDir wins)")
     p.add_argument("--log-file", default=None, help="also write the server log to this file")
@@ -79,6 +82,9 @@ class ClientLogHandler(logging.Handler):
 
 def cmd_serve(args) -> int:
     _setup_logging(args.log_level, args.log_file)
+    # the loop thread (I/O, cached answers) must not wait 5 ms for the GIL
+    # while the analysis thread works in the background
+    sys.setswitchinterval(0.001)
     tcp = parse_tcp(args.tcp, args.allow_remote) if args.tcp else None
     from .server import create_server
 

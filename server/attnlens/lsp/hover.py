@@ -33,6 +33,7 @@ class HoverContext:
     symbol: str | None = None  # dotted name of the class/function hovered, when known
     max_kernels: int = 40
     notes: list[str] = field(default_factory=list)
+    cacheable: bool = True  # a section showing provisional data clears it
 
     def link(self, path: str, line: int | None) -> str:
         return link(path, line)
@@ -108,7 +109,8 @@ def backend_section(ctx: HoverContext) -> str | None:
     if e.enum:
         out.append(f"enum: `{e.enum}`")
     for r in e.registered_at:
-        out.append(f"- registered ({r.get('form', '?')}) at [{os.path.basename(r['path'])}:{r['line']}]({lk(r['path'], r['line'])})")
+        where = f"[{os.path.basename(r['path'])}:{r['line']}]({lk(r['path'], r['line'])})"
+        out.append(f"- registered ({r.get('form', '?')}) at {where}")
     rows = [("backend", _ref(e.cls, e.path, e.line, None, lk))]
     for name, ref in (("impl", e.impl), ("builder", e.builder), ("metadata", e.metadata), ("upstream", e.upstream)):
         if ref is not None:
@@ -127,6 +129,7 @@ def backend_section(ctx: HoverContext) -> str | None:
         if n > ctx.max_kernels:
             out.append(f"- … {n - ctx.max_kernels} more (command `attnlens.backends`)")
     if not a.backends_fresh():
+        ctx.cacheable = False
         out.append("\n*registry from the previous index state; refreshing in the background*")
     return "\n".join(out)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
+import time
 from typing import Any, Callable, Iterable
 
 from lsprotocol import types as T
@@ -27,6 +27,8 @@ from .worker import IDLE, NOW, Debouncer, Worker
 log = logging.getLogger("attnlens.lsp")
 
 STATUS_NOTIFICATION = "attnlens/status"
+BACKOFF_S = 0.3  # background work waits this long after the last request (user activity)
+CALLSITES_DELAY_S = 10.0  # quiet time after an edit before the call-site index is rebuilt
 
 
 class AttnLensServer(LanguageServer):
@@ -51,6 +53,7 @@ class AttnLensServer(LanguageServer):
         self.index_run = 0
         self.background: set[asyncio.Task] = set()
         self.warned: set[str] = set()
+        self.last_request = 0.0  # monotonic time of the last request that reached the worker
 
     # -- documents -------------------------------------------------------------
     def doc_version(self, uri: str) -> int | None:
@@ -68,6 +71,8 @@ class AttnLensServer(LanguageServer):
         """
         if not self.ready.is_set():
             await self.ready.wait()
+        if priority == NOW:
+            self.last_request = time.monotonic()
 
         def job():
             a = self.analysis
@@ -83,6 +88,7 @@ class AttnLensServer(LanguageServer):
         """Queue a change of the analysis state (in order with requests)."""
         self.epoch += 1
         self.hover_cache.clear()
+        self.last_request = time.monotonic()  # typing: background work backs off too
 
         def job():
             a = self.analysis
@@ -123,6 +129,12 @@ class AttnLensServer(LanguageServer):
         self.protocol.notify(STATUS_NOTIFICATION, status)
         return status
 
+    async def idle(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a background step when the user has been quiet for ``BACKOFF_S``."""
+        while (wait := self.last_request + BACKOFF_S - time.monotonic()) > 0:
+            await asyncio.sleep(wait)
+        return await self.call(fn, *args, priority=IDLE)
+
     # -- background refresh after edits -----------------------------------------
     def schedule_refresh(self, delay_s: float = 1.0) -> None:
         self.debouncer.schedule("refresh", delay_s, self._refresh)
@@ -130,16 +142,18 @@ class AttnLensServer(LanguageServer):
     async def _refresh(self) -> None:
         if self.analysis is None:
             return
-        await self.call(lambda a: a.backends(), priority=IDLE)
-        await self.call(lambda a: a.symbols(), priority=IDLE)
-        await self.index_call_sites()
+        await self.idle(lambda a: a.backends())
+        await self.idle(lambda a: a.symbols())
+        # re-tracing every call site costs seconds: only after a longer quiet
+        # period (an incoming-calls request builds it on demand anyway)
+        self.debouncer.schedule("callsites", CALLSITES_DELAY_S, self.index_call_sites)
 
     async def index_call_sites(self) -> None:
         if not self.settings.index_call_sites:
             return
         run = self.index_run
         while run == self.index_run:
-            left = await self.call(lambda a: a.callsites_step(0.05), priority=IDLE)
+            left = await self.idle(lambda a: a.callsites_step(0.02))
             if left is None:
                 return
 

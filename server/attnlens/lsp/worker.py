@@ -34,7 +34,6 @@ class Worker:
         self._seq = itertools.count()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
-        self.busy_since: float | None = None
 
     def submit(self, fn: Callable[..., Any], *args: Any, priority: int = NOW) -> cf.Future:
         fut: cf.Future = cf.Future()

@@ -13,6 +13,7 @@ import textwrap
 
 from .. import model as M
 from ..resolver import Val, Walk
+from .classes import mro_complete
 from .engine import Rule, check, rule
 
 AL101 = rule(Rule(
@@ -153,6 +154,14 @@ def _forward_targets(ctx, v: Val, lines: tuple):
     return out
 
 
+def is_placeholder(v: Val | None) -> bool:
+    """vLLM's stand-ins for packages that are missing in the *analysis* environment (TritonPlaceholder...)."""
+    if v is None:
+        return False
+    name = v.module.name if v.module is not None else ""
+    return "Placeholder" in (v.qual or "") or name == "vllm.triton_utils.importing"
+
+
 def _fname(v: Val) -> str:
     return v.dotted
 
@@ -226,23 +235,7 @@ def _flow(ctx, kw: str, v: Val, path: list, depth: int = 0):
 
 def _mro_complete(ctx, v: Val):
     """The class's MRO when every base of every class in it resolves, else None."""
-    return mro_complete(ctx.r, v)
-
-
-def mro_complete(r, v: Val):
-    try:
-        mro = r.mro(v.module, v.qual)
-    except RecursionError:
-        return None
-    for cv in mro:
-        c = cv.cls
-        if c is None or cv.module is None:
-            return None
-        want = [b for b in c.bases if b and b not in ("object", "Generic", "ABC", "abc.ABC") and not b.startswith("Generic")]
-        bases = r.class_bases(cv.module, cv.qual)
-        if len(bases) != len(want) or any(b.kind != "class" for b in bases):
-            return None
-    return mro
+    return mro_complete(ctx.engine, v)
 
 
 def _ctor_params(ctx, v: Val):
@@ -319,7 +312,7 @@ def keyword_flow(ctx):
         if ctx.call_dead(cs):
             continue
         v = ctx.resolve_call(cs)
-        if v.kind not in ("function", "class"):
+        if v.kind not in ("function", "class") or ctx.uncertain(cs):
             continue
         for kw in cs.keywords:
             if v.kind == "class":
@@ -327,6 +320,8 @@ def keyword_flow(ctx):
             else:
                 state, path = _flow(ctx, kw, v, [])
             if state in ("rejected", "swallowed"):
+                if any(is_placeholder(x) for x in [v] + path):
+                    continue
                 last = path[-1]
                 l0, c0, l1, c1 = _kw_range(ctx, cs, kw)
                 via = f" (path: {_describe_path(path)})" if len(path) > 1 else ""
@@ -370,6 +365,63 @@ def _import_hop(chain):
     return None
 
 
+def _head_binding_kind(ctx, cs) -> str:
+    """How the callee's first name is bound: workspace | upstream | missing | local | other."""
+    head = cs.func.split(".", 1)[0]
+    r = ctx.r
+    idx = ctx.ws.index
+    bs = None
+    q = cs.scope
+    while q:
+        f = ctx.s.functions.get(q)
+        if f is not None:
+            if any(p.name == head for p in f.params):
+                return "local"
+            if head in f.locals:
+                bs = f.locals[head]
+                break
+        q = q.rpartition(".")[0]
+    if bs is None:
+        bs = ctx.s.bindings.get(head)
+    if not bs:
+        return "other"
+    kinds = set()
+    for b in bs:
+        if b.kind in ("from", "import"):
+            target = r.abs_module(ctx.mod, b.target or "", b.level) or ""
+            top = target.split(".", 1)[0]
+            if not top:
+                kinds.add("other")
+            elif top in ctx.engine.ws_tops:
+                kinds.add("workspace")
+            elif top in r.stdlib or top == "torch":
+                kinds.add("upstream")
+            elif idx.locate(top) is None:
+                kinds.add("missing")
+            else:
+                kinds.add("upstream")
+        elif b.kind in ("def", "class", "assign", "call", "ifexp"):
+            kinds.add("workspace")
+        else:
+            kinds.add("other")
+    if kinds == {"upstream"}:
+        return "upstream"
+    return "workspace"
+
+
+def _self_alias(ctx, cs) -> bool:
+    """``self.x(...)`` where ``x`` is an attribute bound to a callable (not a method)."""
+    parts = cs.func.split(".")
+    if len(parts) != 2:
+        return False
+    cq = ctx.r.enclosing_class(ctx.mod, cs.scope) if cs.scope else None
+    c = ctx.s.classes.get(cq) if cq else None
+    if c is None or parts[1] in c.methods:
+        return False
+    b = c.inst_attrs.get(parts[1]) or c.attrs.get(parts[1])
+    return b is not None and b.kind in ("assign", "call", "ifexp")
+
+
 @check("AL106", "AL107")
 def dummy_and_missing(ctx):
     root = ctx.ws.root
@@ -379,6 +431,11 @@ def dummy_and_missing(ctx):
         head = cs.func.split(".", 1)[0]
         if head in _CALL_SKIP_ROOTS or head == "torch":
             continue
+        if head in ("self", "cls"):
+            if not _self_alias(ctx, cs):
+                continue
+        elif _head_binding_kind(ctx, cs) in ("upstream", "local", "other"):
+            continue  # upstream callees are not placeholders of this plugin; locals are values
         if ctx.call_dead(cs):
             continue
         v = ctx.resolve_call(cs)
@@ -397,7 +454,7 @@ def dummy_and_missing(ctx):
                 msg += f"; contract {c.id} ({c.family}) lists what is known, a `{probe}` probe on the device decides the rest"
             ctx.add_at_call("AL107", cs, msg, chain=chain, contract=c.id if c else None, probe=probe, package=pkg,
                             symbol=v.qual)
-        elif v.kind == "function" and v.func is not None and v.func.dummy:
+        elif v.kind == "function" and v.func is not None and v.func.dummy and not is_placeholder(v) and not ctx.uncertain(cs):
             f = v.func
             if head in ("self", "cls") and f.class_name:
                 continue  # dynamic dispatch: a subclass may override the placeholder
@@ -434,6 +491,7 @@ def op_schemas(engine, ns: str, op: str) -> list:
 
         out = []
         ops = engine.ws.resolver.ops
+        engine.join_prefetch()
         try:
             info = ops.cpp().op(f"{ns}::{op}")
         except Exception:
@@ -446,16 +504,8 @@ def op_schemas(engine, ns: str, op: str) -> list:
                     out.append((parse_schema(d.schema), f"{d.path}:{d.line}", True))
                 except ValueError:
                     continue
-        if not out:
-            try:
-                ext = ops.extension_schema(ns, op)
-            except Exception:
-                ext = None
-            if ext is not None:
-                try:
-                    out.append((parse_schema(ext[1]), ext[0], False))
-                except ValueError:
-                    pass
+        # Schemas baked into installed extensions (vLLM's own NVIDIA build) are not what a
+        # plugin registers for its device, so they are not used as evidence here.
         return out
 
     return engine.memo(("schema", ns, op), compute)

@@ -285,6 +285,7 @@ def json_schema() -> dict:
     top = _dataclass_schema(ContractFile, defs)
     top["properties"]["schema_version"] = {"const": SCHEMA_VERSION}
     # ``date`` also accepts a TOML date, which JSON tools see as a string
+    top.pop("description", None)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://attnlens.invalid/contracts/schema.json",
@@ -324,17 +325,36 @@ class _Lines:
     def entry(self, idx: int) -> int:
         return self.entry_lines[idx] if idx < len(self.entry_lines) else 1
 
-    def key(self, idx: int | None, *names: str) -> int:
-        """Line of the innermost key ``names[-1]`` (searched after the entry header)."""
+    def key(self, idx: int | None, *path) -> int:
+        """Line of the innermost key of ``path`` (names and list indices), searched after the
+        entry header; ``name, i`` moves to the i-th occurrence of ``name`` (arrays of tables)."""
         start = self.entry(idx) - 1 if idx is not None else 0
         end = self.entry_lines[idx + 1] - 1 if idx is not None and idx + 1 < len(self.entry_lines) else len(self.lines)
+        pos = start  # 0-based line index to search from
         best = start + 1
-        for name in names:
-            pat = re.compile(r"(^|[\s{,.\[])" + re.escape(str(name)) + r"\s*(=|\]|\.)")
-            for i in range(best - 1, end):
+        prev_pat = None
+        for item in path:
+            if isinstance(item, int):
+                if prev_pat is None:
+                    continue
+                n = item
+                i = pos + 1
+                while n > 0 and i < end:
+                    if prev_pat.search(self.lines[i]):
+                        n -= 1
+                        if n == 0:
+                            pos = i
+                            best = i + 1
+                            break
+                    i += 1
+                continue
+            pat = re.compile(r"(^|[\s{,.\[])" + re.escape(str(item)) + r"\s*(=|\]|\.)")
+            for i in range(pos, end):
                 if pat.search(self.lines[i]):
+                    pos = i
                     best = i + 1
                     break
+            prev_pat = pat
         return best
 
 
@@ -346,8 +366,7 @@ class _Conv:
         self.entry: int | None = None
 
     def err(self, path: list, message: str) -> None:
-        names = [p for p in path if isinstance(p, str)]
-        line = self.lines.key(self.entry, *names) if names else (self.lines.entry(self.entry) if self.entry is not None else 1)
+        line = self.lines.key(self.entry, *path) if path else (self.lines.entry(self.entry) if self.entry is not None else 1)
         where = ".".join(str(p) for p in path)
         self.errors.append(SchemaError(self.file, line, f"{where}: {message}" if where else message))
 
@@ -446,8 +465,12 @@ class _Conv:
                     ok = False
                 continue
             n_err = len(self.errors)
-            v = self.value(hints[name], data[name], path + [name])
+            tp = hints[name]
+            v = self.value(tp, data[name], path + [name])
             if len(self.errors) > n_err:
+                if v is not None and get_origin(tp) in (list, dict):
+                    kwargs[name] = v  # keep the valid items; the bad ones are reported
+                    continue
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
                     ok = False
                 continue
@@ -494,9 +517,9 @@ def parse_contract_text(text: str, file: str = "<string>") -> tuple[list[Contrac
         if not c.covers:
             conv.err(["covers"], "needs at least one final symbol or pattern")
             continue
-        for o in c.observations:
+        for j, o in enumerate(c.observations):
             if not re.match(r"^\d{4}-\d{2}-\d{2}", o.date):
-                conv.err(["observations", "date"], f"date {o.date!r} is not an ISO date (YYYY-MM-DD)")
+                conv.err(["observations", j, "date"], f"date {o.date!r} is not an ISO date (YYYY-MM-DD)")
         out.append(c)
     return out, errors
 

@@ -26,6 +26,7 @@ import hashlib
 import os
 import re
 import sys
+import time
 import traceback
 import weakref
 from dataclasses import asdict, dataclass, field
@@ -153,8 +154,10 @@ class ModuleContext:
     @property
     def facts(self) -> F.AstFacts:
         if self._facts is None:
+            from .checks_claims import CLAIM_PREFILTER
+
             text = self.ws.index.source_text(self.path) or ""
-            self._facts = F.collect(text)
+            self._facts = F.collect(text, CLAIM_PREFILTER)
         return self._facts
 
     @property
@@ -165,15 +168,24 @@ class ModuleContext:
     def resolve_call(self, cs) -> Val:
         """The direct callee of a call site (monkey patches applied)."""
         key = (cs.line, cs.col)
-        v = self._resolved.get(key)
-        if v is None:
+        hit = self._resolved.get(key)
+        if hit is None:
+            w = Walk()
             try:
-                v = self.r.resolve_dotted(self.mod, cs.scope, cs.func, Walk(), line=cs.line) if cs.func else Val("unknown")
+                v = self.r.resolve_dotted(self.mod, cs.scope, cs.func, w, line=cs.line) if cs.func else Val("unknown")
                 v = self.engine.apply_patch(v)
             except RecursionError:
                 v = Val("unknown", reason="resolution recursed too deeply")
-            self._resolved[key] = v
-        return v
+            uncertain = any(h.condition and h.reachable is None for h in w.hops)
+            hit = (v, uncertain)
+            self._resolved[key] = hit
+        return hit[0]
+
+    def uncertain(self, cs) -> bool:
+        """Did resolving the callee pick one of several bindings under a guard that the platform
+        profile cannot decide (``if FLAG:`` / ``else:`` alternatives)?"""
+        self.resolve_call(cs)
+        return self._resolved[(cs.line, cs.col)][1]
 
     def trace(self, cs) -> M.Chain | None:
         key = (cs.line, cs.col)
@@ -249,39 +261,93 @@ def _rules_code_hash() -> str:
     return h.hexdigest()[:20]
 
 
+def global_signature(summary) -> str:
+    """What whole-workspace scans read from a module (patch decorators, registrations,
+    monkey patches, Python op registrations): a change elsewhere in the module does not
+    change the answers of those scans."""
+    h = hashlib.sha1()
+    for q in sorted(summary.functions):
+        f = summary.functions[q]
+        for d in f.decorators:
+            h.update(repr((q, d.func, d.str_args, d.arg_texts, d.kw_texts)).encode())
+    for q in sorted(summary.classes):
+        c = summary.classes[q]
+        h.update(repr((q, c.bases)).encode())
+        for d in c.decorators:
+            h.update(repr((q, d.func, d.str_args, d.arg_texts, d.kw_texts)).encode())
+    for ap in summary.attr_patches:
+        h.update(repr((ap.target, ap.value, ap.guards)).encode())
+    for cs in summary.calls:
+        last = cs.func.rpartition(".")[2]
+        if last.startswith("register") or last in ("setattr", "impl", "define", "direct_register_custom_op", "Library"):
+            h.update(repr((cs.func, cs.str_args, cs.arg_texts, cs.kw_texts, cs.scope, cs.guards)).encode())
+    return h.hexdigest()
+
+
 class _Recorder:
-    """Records every module the analysis reads (name -> content sha)."""
+    """Records every module the analysis reads: ``hard`` deps (name -> content sha) for modules
+    whose content was resolved into, ``soft`` deps (name -> (sha, signature)) for workspace
+    modules only visited by whole-workspace scans (``Index.workspace_modules``)."""
 
     def __init__(self, index):
         self.index = index
         self.orig = index.module
-        self.stack: list[dict] = []
+        self.stack: list[tuple[dict, dict]] = []
+        self.scanning = False
 
     def __enter__(self):
-        deps: dict = {}
-        self.stack.append(deps)
+        hard: dict = {}
+        soft: dict = {}
+        self.stack.append((hard, soft))
         if len(self.stack) == 1:
             orig = self.orig
             stack = self.stack
+            rec = self
+            idx = self.index
 
             def recording(name):
                 m = orig(name)
                 sha = m.summary.sha if m is not None else None
-                for d in stack:
-                    d[name] = sha
+                if rec.scanning and m is not None:
+                    sig = global_signature(m.summary)
+                    for _h, s in stack:
+                        s.setdefault(name, (sha, sig))
+                else:
+                    for h, _s in stack:
+                        h[name] = sha
                 return m
 
-            self.index.module = recording  # instance attribute shadows the method
-        return deps
+            def workspace_modules():
+                for name in sorted(idx.ws_files):
+                    rec.scanning = True
+                    try:
+                        m = idx.module(name)
+                    finally:
+                        rec.scanning = False
+                    if m is not None:
+                        yield m
+
+            self.index.module = recording  # instance attributes shadow the methods
+            self.index.workspace_modules = workspace_modules
+        return hard, soft
 
     def __exit__(self, *exc):
         self.stack.pop()
         if not self.stack:
-            try:
-                del self.index.module
-            except AttributeError:
-                pass
+            for attr in ("module", "workspace_modules"):
+                try:
+                    delattr(self.index, attr)
+                except AttributeError:
+                    pass
         return False
+
+
+def _merge_deps(hard: dict, soft: dict) -> dict:
+    out = {k: ("h", v) for k, v in hard.items()}
+    for k, (sha, sig) in soft.items():
+        if k not in out:
+            out[k] = ("s", sha, sig)
+    return out
 
 
 class Engine:
@@ -295,6 +361,72 @@ class Engine:
         self._sha_now: dict = {}
         self.errors: list[str] = []
         self.stats = {"cached": 0, "checked": 0}
+        self.timings: dict = {}
+        self.ws_tops = {n.split(".", 1)[0] for n in ws.index.ws_files}
+
+    # -- parallel prefetch (CLI) ----------------------------------------------
+    prefetch_pid: int | None = None
+    _prefetch_fd: int | None = None
+
+    def start_prefetch(self) -> None:
+        """Fork a worker that fills the cache with what the checks will need: first the C++ index
+        (signalled through a pipe), then summaries of the upstream modules the workspace imports
+        (most imported first). Only for a single-threaded CLI process with a cache; the parent
+        reads the results back from the cache folder."""
+        if self.prefetch_pid is not None or not self.use_cache or not hasattr(os, "fork"):
+            return
+        try:
+            rfd, wfd = os.pipe()
+            pid = os.fork()
+        except OSError:
+            return
+        if pid == 0:  # pragma: no cover - child
+            code = 0
+            try:
+                os.close(rfd)
+                _prefetch_child(self.ws, wfd)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        os.close(wfd)
+        self.prefetch_pid = pid
+        self._prefetch_fd = rfd
+
+    def join_prefetch(self) -> None:
+        """Wait until the worker has stored the C++ index (or gave up)."""
+        fd = self._prefetch_fd
+        if fd is None:
+            return
+        try:
+            os.read(fd, 1)
+        except OSError:
+            pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        self._prefetch_fd = None
+
+    def stop_prefetch(self) -> None:
+        if self._prefetch_fd is not None:
+            try:
+                os.close(self._prefetch_fd)
+            except OSError:
+                pass
+            self._prefetch_fd = None
+        if self.prefetch_pid is None:
+            return
+        try:
+            import signal
+
+            os.kill(self.prefetch_pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.prefetch_pid, 0)
+        except ChildProcessError:
+            pass
+        self.prefetch_pid = None
 
     # -- shared helpers used by checks -------------------------------------
     def apply_patch(self, v: Val) -> Val:
@@ -368,9 +500,15 @@ class Engine:
         return sha
 
     def _deps_fresh(self, deps: dict) -> bool:
-        for name, sha in deps.items():
-            if self.current_sha(name) != sha:
-                return False
+        for name, rec in deps.items():
+            now = self.current_sha(name)
+            if rec[0] == "h":
+                if now != rec[1]:
+                    return False
+            elif now != rec[1]:
+                m = self.ws.index.module(name)
+                if m is None or global_signature(m.summary) != rec[2]:
+                    return False
         return True
 
     def _has_overlay(self, path: str) -> bool:
@@ -379,7 +517,7 @@ class Engine:
     def global_deps(self) -> dict:
         """Load what every module's checks share (platform profile, patches, registry)."""
         if self._global_deps is None:
-            with _Recorder(self.ws.index) as deps:
+            with _Recorder(self.ws.index) as (hard, soft):
                 try:
                     _ = self.ws.resolver.profile.info
                     self.ws.resolver.patches()
@@ -391,30 +529,62 @@ class Engine:
                     checks_upstream.registry_pairs(self)
                 except Exception as e:  # pragma: no cover - defensive
                     self.errors.append(f"registry: {type(e).__name__}: {e}")
-            self._global_deps = dict(deps)
+            self._global_deps = _merge_deps(hard, soft)
         return self._global_deps
 
     # -- checking ------------------------------------------------------------
+    def _module_name(self, path: str) -> str | None:
+        idx = self.ws.index
+        p2n = getattr(idx, "_path_to_name", {})
+        name = p2n.get(os.path.realpath(path)) or p2n.get(path)
+        if name is None:
+            mod = idx.module_for_path(path)
+            name = mod.name if mod is not None else None
+        return name if name in self.ws.index.ws_files else None
+
+    def _cache_key(self, name: str) -> str | None:
+        sha = self.current_sha(name)
+        if sha is None:
+            return None
+        return hashlib.sha256(f"{self.fingerprint()}|{name}|{sha}".encode()).hexdigest()[:40]
+
+    def needs_checking(self, paths=None) -> bool:
+        """True when some module's findings are not in the cache (a cheap existence test)."""
+        if not self.use_cache:
+            return True
+        folder = self.ws.cache.folder
+        for p in self.files_for(paths):
+            name = self._module_name(p)
+            if name is None:
+                continue
+            key = self._cache_key(name)
+            if key is None or not (folder / "rules" / f"{key}.pickle").exists():
+                return True
+        return False
+
     def check_module(self, path: str) -> list[Finding]:
         from . import checks_calls, checks_claims, checks_platform, checks_shapes, checks_upstream  # noqa: F401
 
-        mod = self.ws.index.module_for_path(path)
-        if mod is None or not mod.workspace:
+        name = self._module_name(path)
+        if name is None:
             return []
         cache = self.ws.cache
         key = None
-        overlay = self._has_overlay(mod.path)
-        if self.use_cache and not overlay:
-            sha = self.current_sha(mod.name) or mod.summary.sha
-            key = hashlib.sha256(f"{self.fingerprint()}|{mod.name}|{sha}".encode()).hexdigest()[:40]
-            hit = cache.load_pickle("rules", key)
+        if self.use_cache and not self._has_overlay(path):
+            key = self._cache_key(name)
+            hit = cache.load_pickle("rules", key) if key else None
             if hit is not None:
                 gkey = hit.get("global")
                 gdeps = cache.load_pickle("rules", gkey) if gkey else {}
                 if gdeps is not None and self._deps_fresh(hit["deps"]) and self._deps_fresh(gdeps):
                     self.stats["cached"] += 1
                     return [Finding(**d) for d in hit["findings"]]
+        mod = self.ws.index.module(name)
+        if mod is None or not mod.workspace:
+            return []
+        t0 = time.perf_counter()
         gdeps = self.global_deps()
+        self.timings["global"] = self.timings.get("global", 0.0) + time.perf_counter() - t0
         findings, deps = self._run(mod)
         self.stats["checked"] += 1
         if key is not None:
@@ -425,8 +595,9 @@ class Engine:
 
     def _run(self, mod) -> tuple[list[Finding], dict]:
         ctx = ModuleContext(self, mod)
-        with _Recorder(self.ws.index) as deps:
+        with _Recorder(self.ws.index) as (hard, soft):
             for fn, _ids in CHECKS:
+                t0 = time.perf_counter()
                 try:
                     for _ in fn(ctx) or ():
                         pass
@@ -435,8 +606,9 @@ class Engine:
                 except Exception as e:
                     tb = traceback.extract_tb(e.__traceback__)[-1]
                     self.errors.append(f"{mod.path}: {fn.__name__}: {type(e).__name__}: {e} ({os.path.basename(tb.filename)}:{tb.lineno})")
-        deps = dict(deps)
-        deps[mod.name] = mod.summary.sha
+                self.timings[fn.__name__] = self.timings.get(fn.__name__, 0.0) + time.perf_counter() - t0
+        hard[mod.name] = mod.summary.sha
+        deps = _merge_deps(hard, soft)
         lines = ctx.lines if ctx._facts is not None else (self.ws.index.source_text(mod.path) or "").splitlines()
         out = []
         seen = set()
@@ -488,6 +660,46 @@ class Engine:
                 seen.add(r)
                 out.append(f)
         return out
+
+
+_IMPORT_RE = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.M)
+
+
+def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forked worker
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    try:
+        ws.resolver.ops.cpp()
+    except Exception:
+        pass
+    try:
+        os.write(wfd, b"c")
+        os.close(wfd)
+    except OSError:
+        pass
+    idx = ws.index
+    tops = {n.split(".", 1)[0] for n in idx.ws_files}
+    counts: dict = {}
+    for path in idx.ws_files.values():
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for m in _IMPORT_RE.finditer(text):
+            name = m.group(1) or m.group(2)
+            top = name.split(".", 1)[0]
+            if top in tops or top in ("torch", "typing", "os", "sys", "__future__"):
+                continue
+            counts[name] = counts.get(name, 0) + 1
+    stdlib = getattr(ws.resolver, "stdlib", frozenset())
+    for name in sorted(counts, key=lambda n: (-counts[n], n)):
+        if name.split(".", 1)[0] in stdlib:
+            continue
+        loc = idx.locate(name)
+        if loc is None or loc.kind != "py":
+            continue
+        idx.module(name)
 
 
 _ENGINES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from dataclasses import dataclass, field
 
+_NEWLINE = re.compile(r"\r\n|\r|\n")
 CAP_METHODS = ("is_device_capability_family", "has_device_capability", "is_device_capability")
 CAP_GETTERS = ("get_device_capability",)
 
@@ -61,6 +63,7 @@ class CapUse:
     text: str
     scope: str
     branch: Branch | None = None
+    conj: tuple = ()  # texts of `and` operands evaluated before this use (short-circuit context)
 
 
 @dataclass
@@ -162,24 +165,34 @@ def _span(stmts) -> tuple:
     return (getattr(first, "lineno", 0), getattr(last, "end_lineno", getattr(last, "lineno", 0)))
 
 
-class _Walker(ast.NodeVisitor):
-    def __init__(self, facts: AstFacts, src: str, cols: _Cols):
+class _Walker:
+    """One iterative pre-order pass (source order) over a module's AST."""
+
+    def __init__(self, facts: AstFacts, cols: _Cols, want_docs: bool):
         self.f = facts
-        self.src = src
         self.cols = cols
-        self.qual: list[str] = []
-        self.func_stack: list[str] = []
-        self.parents: dict = {}
-        # name -> scope -> line where assigned from get_device_capability()
-        self.cap_vars: dict = {}
-        self.params: list[set] = []
+        self.want_docs = want_docs
+        self.cap_vars: dict = {}  # name -> {scope: (line, receiver text)}
+        self.call_funcs: set = set()
+        self._conj: tuple = ()
 
     def seg(self, node) -> str:
-        s = ast.get_source_segment(self.src, node) or ""
+        """Source text of a node, whitespace-collapsed (UTF-8 byte offsets, like ast)."""
+        try:
+            l0, l1 = node.lineno, node.end_lineno
+            c0, c1 = node.col_offset, node.end_col_offset
+            lines = self.cols.lines
+            if l0 == l1:
+                line = lines[l0 - 1]
+                s = line[c0:c1] if line.isascii() else line.encode()[c0:c1].decode("utf-8", "replace")
+            else:
+                parts = [lines[l0 - 1].encode()[c0:].decode("utf-8", "replace")]
+                parts.extend(lines[l0:l1 - 1])
+                parts.append(lines[l1 - 1].encode()[:c1].decode("utf-8", "replace"))
+                s = "\n".join(parts)
+        except (IndexError, AttributeError, TypeError):
+            return ""
         return " ".join(s.split())
-
-    def scope(self) -> str:
-        return ".".join(self.qual) if self.func_stack else ""
 
     def pos(self, node):
         l0 = node.lineno
@@ -188,224 +201,231 @@ class _Walker(ast.NodeVisitor):
         c1 = self.cols.cp(l1, getattr(node, "end_col_offset", node.col_offset) or node.col_offset)
         return l0, c0, l1, c1
 
-    # -- definitions -------------------------------------------------------
     def _doc(self, node, kind: str, qual: str) -> None:
+        if not self.want_docs:
+            return
         body = getattr(node, "body", [])
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
             d = body[0].value
             self.f.docs.append(Doc(qual, kind, d.lineno, d.end_lineno or d.lineno, d.value))
 
-    def visit_Module(self, node):
-        self._doc(node, "module", "")
-        self.generic_visit(node)
+    def run(self, tree) -> None:
+        FD = (ast.FunctionDef, ast.AsyncFunctionDef)
+        self._doc(tree, "module", "")
+        # (node, qual, in_func, owner, params, fname)
+        stack = [(c, (), False, None, frozenset(), "", ()) for c in reversed(tree.body)]
+        _push = stack.append
 
-    def _func(self, node):
-        self.qual.append(node.name)
-        q = ".".join(self.qual)
-        self._doc(node, "function", q)
-        for d in node.decorator_list:
-            self.visit(d)
-        for dflt in list(node.args.defaults) + [x for x in node.args.kw_defaults if x is not None]:
-            self.visit(dflt)
-        self.func_stack.append(q)
-        a = node.args
-        self.params.append({p.arg for p in list(a.posonlyargs) + list(a.args) + list(a.kwonlyargs)})
-        for st in node.body:
-            self.visit(st)
-        self.params.pop()
-        self.func_stack.pop()
-        self.qual.pop()
+        def push(item, conj=()):
+            _push(item + (conj,))
 
-    visit_FunctionDef = _func
-    visit_AsyncFunctionDef = _func
+        while stack:
+            node, qual, in_func, owner, params, fname, conj = stack.pop()
+            self._conj = conj
+            scope = ".".join(qual) if in_func else ""
+            if isinstance(node, FD):
+                q2 = qual + (node.name,)
+                self._doc(node, "function", ".".join(q2))
+                a = node.args
+                ps = frozenset(p.arg for p in list(a.posonlyargs) + list(a.args) + list(a.kwonlyargs))
+                for st in reversed(node.body):
+                    push((st, q2, True, None, ps, node.name))
+                for d in reversed(list(node.decorator_list) + list(a.defaults) + [x for x in a.kw_defaults if x is not None]):
+                    push((d, qual, in_func, None, params, fname))
+                continue
+            if isinstance(node, ast.ClassDef):
+                q2 = qual + (node.name,)
+                self._doc(node, "class", ".".join(q2))
+                for st in reversed(node.body):
+                    push((st, q2, False, None, frozenset(), ""))
+                for d in reversed(list(node.decorator_list) + list(node.bases)):
+                    push((d, qual, in_func, None, params, fname))
+                continue
+            if isinstance(node, (ast.If, ast.While)):
+                kind = "if" if isinstance(node, ast.If) else "while"
+                self.f.tests.append(Test(kind, node.lineno, self.seg(node.test), scope, _span(node.body)))
+                for st in reversed(node.orelse):
+                    push((st, qual, in_func, None, params, fname))
+                for st in reversed(node.body):
+                    push((st, qual, in_func, None, params, fname))
+                push((node.test, qual, in_func, (node.test, node), params, fname))
+                continue
+            if isinstance(node, ast.Assert):
+                self.f.tests.append(Test("assert", node.lineno, self.seg(node.test), scope))
+                if node.msg is not None:
+                    push((node.msg, qual, in_func, None, params, fname))
+                push((node.test, qual, in_func, (node.test, node), params, fname))
+                continue
+            if isinstance(node, ast.IfExp):
+                self.f.tests.append(Test("ifexp", node.lineno, self.seg(node.test), scope))
+                push((node.orelse, qual, in_func, owner, params, fname))
+                push((node.body, qual, in_func, owner, params, fname))
+                push((node.test, qual, in_func, (node.test, node), params, fname))
+                continue
+            if isinstance(node, ast.Return):
+                if node.value is not None:
+                    push((node.value, qual, in_func, (node.value, node), params, fname))
+                continue
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                value = node.value
+                if value is not None:
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if len(targets) == 1 and isinstance(targets[0], ast.Name):
+                        call = _cap_getter_call(value)
+                        if call is not None:
+                            self.cap_vars.setdefault(targets[0].id, {})[scope] = (node.lineno, _dotted(call.func.value) or "")
+                    push((value, qual, in_func, (value, node), params, fname))
+                continue
+            if isinstance(node, ast.Call):
+                self.call_funcs.add(id(node.func))
+                self._call(node, scope, owner)
+            elif isinstance(node, ast.Attribute):
+                v = node.value
+                if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super" and id(node) not in self.call_funcs:
+                    l0, c0, l1, c1 = self.pos(node)
+                    self.f.supers.append(SuperUse(node.attr, l0, c0, l1, c1, scope, False))
+            elif isinstance(node, ast.Compare):
+                self._compare(node, scope, owner, params, fname)
+            child_owner = owner if isinstance(node, ast.expr) else None
+            child_conj = conj if isinstance(node, ast.expr) else ()
+            if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+                vals = node.values
+                for i in range(len(vals) - 1, -1, -1):
+                    push((vals[i], qual, in_func, child_owner, params, fname),
+                         child_conj + tuple(self.seg(v) for v in vals[:i]))
+                continue
+            kids = list(ast.iter_child_nodes(node))
+            for c in reversed(kids):
+                if isinstance(c, (ast.expr_context, ast.operator, ast.cmpop, ast.boolop, ast.unaryop)):
+                    continue
+                push((c, qual, in_func, child_owner, params, fname), child_conj)
 
-    def visit_ClassDef(self, node):
-        for d in node.decorator_list:
-            self.visit(d)
-        for b in node.bases:
-            self.visit(b)
-        self.qual.append(node.name)
-        self._doc(node, "class", ".".join(self.qual))
-        saved_f, saved_p = self.func_stack, self.params
-        self.func_stack, self.params = [], []
-        for st in node.body:
-            self.visit(st)
-        self.func_stack, self.params = saved_f, saved_p
-        self.qual.pop()
-
-    # -- tests -------------------------------------------------------------
-    def visit_If(self, node):
-        self.f.tests.append(Test("if", node.lineno, self.seg(node.test), self.scope(), _span(node.body)))
-        self._mark_parent(node.test, node)
-        self.generic_visit(node)
-
-    def visit_While(self, node):
-        self.f.tests.append(Test("while", node.lineno, self.seg(node.test), self.scope(), _span(node.body)))
-        self._mark_parent(node.test, node)
-        self.generic_visit(node)
-
-    def visit_Assert(self, node):
-        self.f.tests.append(Test("assert", node.lineno, self.seg(node.test), self.scope()))
-        self._mark_parent(node.test, node)
-        self.generic_visit(node)
-
-    def visit_IfExp(self, node):
-        self.f.tests.append(Test("ifexp", node.lineno, self.seg(node.test), self.scope()))
-        self._mark_parent(node.test, node)
-        self.generic_visit(node)
-
-    def visit_Return(self, node):
-        if node.value is not None:
-            self._mark_parent(node.value, node)
-        self.generic_visit(node)
-
-    def visit_Assign(self, node):
-        self._mark_parent(node.value, node)
-        # cap = current_platform.get_device_capability()
-        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            call = self._cap_getter_call(node.value)
-            if call is not None:
-                self.cap_vars.setdefault(node.targets[0].id, {})[self.scope()] = (node.lineno, _dotted(call.func.value) or "")  # type: ignore[attr-defined]
-        self.generic_visit(node)
-
-    def visit_AnnAssign(self, node):
-        if node.value is not None:
-            self._mark_parent(node.value, node)
-            if isinstance(node.target, ast.Name):
-                call = self._cap_getter_call(node.value)
-                if call is not None:
-                    self.cap_vars.setdefault(node.target.id, {})[self.scope()] = (node.lineno, _dotted(call.func.value) or "")  # type: ignore[attr-defined]
-        self.generic_visit(node)
-
-    def _mark_parent(self, expr, stmt) -> None:
-        """Remember which statement owns each node of a test/value expression."""
-        for n in ast.walk(expr):
-            self.parents[id(n)] = (expr, stmt)
-
-    @staticmethod
-    def _cap_getter_call(node):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CAP_GETTERS:
-            return node
-        return None
-
-    # -- expressions -------------------------------------------------------
-    def visit_Call(self, node):
+    def _call(self, node, scope, owner) -> None:
         f = node.func
-        if isinstance(f, ast.Attribute):
-            name = f.attr
-            if name in CAP_METHODS:
-                l0, c0, l1, c1 = self.pos(node)
-                self.f.caps.append(CapUse("call", name, _dotted(f.value) or "", tuple(self.seg(a) for a in node.args),
-                                          l0, c0, l1, c1, self.seg(node), self.scope(), self._branch(node)))
-            if name in ("view", "reshape", "unflatten") and node.args:
-                l0, c0, l1, c1 = self.pos(node)
-                root = f.value
-                while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
-                    root = root.value if not isinstance(root, ast.Call) else root.func
-                rname = root.id if isinstance(root, ast.Name) else ""
-                args: tuple
-                if name == "unflatten" and len(node.args) >= 2 and isinstance(node.args[1], (ast.Tuple, ast.List)):
-                    args = tuple(self.seg(a) for a in node.args[1].elts) if self.seg(node.args[0]) in ("0", "-0") else ()
-                else:
-                    args = tuple(self.seg(a) for a in node.args)
-                    if len(node.args) == 1 and isinstance(node.args[0], (ast.Tuple, ast.List)):
-                        args = tuple(self.seg(a) for a in node.args[0].elts)
-                if args:
-                    self.f.shapes.append(ShapeCall(name, self.seg(f.value), rname, args, l0, c0, l1, c1, self.scope()))
-            if isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name) and f.value.func.id == "super":
-                l0, c0, l1, c1 = self.pos(f)
-                self.f.supers.append(SuperUse(name, l0, c0, l1, c1, self.scope(), True))
-        self.generic_visit(node)
-
-    def visit_Attribute(self, node):
-        v = node.value
-        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super" and id(node) not in self._call_funcs:
+        if not isinstance(f, ast.Attribute):
+            return
+        name = f.attr
+        if name in CAP_METHODS:
             l0, c0, l1, c1 = self.pos(node)
-            self.f.supers.append(SuperUse(node.attr, l0, c0, l1, c1, self.scope(), False))
-        self.generic_visit(node)
+            self.f.caps.append(CapUse("call", name, _dotted(f.value) or "", tuple(self.seg(a) for a in node.args),
+                                      l0, c0, l1, c1, self.seg(node), scope, _branch(self, node, owner), self._conj))
+        if name in ("view", "reshape", "unflatten") and node.args:
+            root = f.value
+            while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+                root = root.value if not isinstance(root, ast.Call) else root.func
+            rname = root.id if isinstance(root, ast.Name) else ""
+            args: tuple
+            if name == "unflatten":
+                args = ()
+                if len(node.args) >= 2 and isinstance(node.args[1], (ast.Tuple, ast.List)) and self.seg(node.args[0]) in ("0", "-0"):
+                    args = tuple(self.seg(a) for a in node.args[1].elts)
+            elif len(node.args) == 1 and isinstance(node.args[0], (ast.Tuple, ast.List)):
+                args = tuple(self.seg(a) for a in node.args[0].elts)
+            else:
+                args = tuple(self.seg(a) for a in node.args)
+            if len(args) >= 2:
+                l0, c0, l1, c1 = self.pos(node)
+                self.f.shapes.append(ShapeCall(name, self.seg(f.value), rname, args, l0, c0, l1, c1, scope))
+        if isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name) and f.value.func.id == "super":
+            l0, c0, l1, c1 = self.pos(f)
+            self.f.supers.append(SuperUse(name, l0, c0, l1, c1, scope, True))
 
-    _call_funcs: set = set()
-
-    def visit_Compare(self, node):
+    def _compare(self, node, scope, owner, params, fname) -> None:
         operands = [node.left] + list(node.comparators)
+        if any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops) or any(
+                isinstance(o, ast.Constant) and o.value is None for o in operands):
+            return
         hit = None
         for o in operands:
             base = o
-            # cap.major / cap[0] / cap.to_int() / get_device_capability()
             while True:
                 if isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr == "to_int":
                     base = base.func.value
-                elif isinstance(base, (ast.Attribute,)) and base.attr in ("major", "minor"):
+                elif isinstance(base, ast.Attribute) and base.attr in ("major", "minor"):
                     base = base.value
                 elif isinstance(base, ast.Subscript):
                     base = base.value
                 else:
                     break
-            call = self._cap_getter_call(base)
+            call = _cap_getter_call(base)
             if call is not None:
-                hit = ("compare", _dotted(call.func.value) or "")  # type: ignore[attr-defined]
+                hit = ("compare", _dotted(call.func.value) or "")
                 break
             if isinstance(base, ast.Name):
                 sc = self.cap_vars.get(base.id, {})
-                if self.scope() in sc:
-                    hit = ("compare", sc[self.scope()][1])
+                if scope in sc:
+                    hit = ("compare", sc[scope][1])
                     break
-                if base.id in ("capability", "device_capability") and self.params and base.id in self.params[-1] and self.qual and self.qual[-1] == "supports_compute_capability":
+                if base.id in ("capability", "device_capability") and base.id in params and fname == "supports_compute_capability":
                     hit = ("param_compare", "")
                     break
-        if hit is not None:
-            l0, c0, l1, c1 = self.pos(node)
-            others = tuple(self.seg(o) for o in operands)
-            self.f.caps.append(CapUse(hit[0], "get_device_capability", hit[1], others, l0, c0, l1, c1, self.seg(node),
-                                      self.scope(), self._branch(node)))
-        self.generic_visit(node)
-
-    def _branch(self, node) -> Branch | None:
-        owner = self.parents.get(id(node))
-        if owner is None:
-            return None
-        expr, stmt = owner
-        t = _eval3(expr, node, True)
-        f = _eval3(expr, node, False)
-        test = self.seg(expr)
-        if isinstance(stmt, ast.If):
-            return Branch("if", stmt.lineno, test, _span(stmt.body), _span(stmt.orelse), t, f)
-        if isinstance(stmt, ast.While):
-            return Branch("while", stmt.lineno, test, _span(stmt.body), (), t, f)
-        if isinstance(stmt, ast.IfExp):
-            return Branch("ifexp", stmt.lineno, test, (stmt.body.lineno, stmt.body.end_lineno or stmt.body.lineno),
-                          (stmt.orelse.lineno, stmt.orelse.end_lineno or stmt.orelse.lineno), t, f)
-        if isinstance(stmt, ast.Return):
-            return Branch("return", stmt.lineno, test, (), (), t, f)
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-            return Branch("assign", stmt.lineno, test, (), (), t, f)
-        if isinstance(stmt, ast.Assert):
-            return Branch("assert", stmt.lineno, test, (), (), t, f)
-        return Branch("other", getattr(stmt, "lineno", 0), test, (), (), t, f)
+        if hit is None:
+            return
+        l0, c0, l1, c1 = self.pos(node)
+        self.f.caps.append(CapUse(hit[0], "get_device_capability", hit[1], tuple(self.seg(o) for o in operands),
+                                  l0, c0, l1, c1, self.seg(node), scope, _branch(self, node, owner), self._conj))
 
 
-def collect(text: str) -> AstFacts:
+def _cap_getter_call(node):
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CAP_GETTERS:
+        return node
+    return None
+
+
+def _branch(w: _Walker, node, owner) -> Branch | None:
+    if owner is None:
+        return None
+    expr, stmt = owner
+    t = _eval3(expr, node, True)
+    f = _eval3(expr, node, False)
+    test = w.seg(expr)
+    if isinstance(stmt, ast.If):
+        return Branch("if", stmt.lineno, test, _span(stmt.body), _span(stmt.orelse), t, f)
+    if isinstance(stmt, ast.While):
+        return Branch("while", stmt.lineno, test, _span(stmt.body), (), t, f)
+    if isinstance(stmt, ast.IfExp):
+        return Branch("ifexp", stmt.lineno, test, (stmt.body.lineno, stmt.body.end_lineno or stmt.body.lineno),
+                      (stmt.orelse.lineno, stmt.orelse.end_lineno or stmt.orelse.lineno), t, f)
+    if isinstance(stmt, ast.Return):
+        return Branch("return", stmt.lineno, test, (), (), t, f)
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        return Branch("assign", stmt.lineno, test, (), (), t, f)
+    if isinstance(stmt, ast.Assert):
+        return Branch("assert", stmt.lineno, test, (), (), t, f)
+    return Branch("other", getattr(stmt, "lineno", 0), test, (), (), t, f)
+
+
+_SHAPE_HINT = re.compile(r"\.(view|reshape|unflatten)\(")
+
+
+def collect(text: str, claim_re=None) -> AstFacts:
+    """Facts of one module. ``claim_re``: a pattern whose absence in the raw text lets comments
+    and docstrings be skipped (the costly tokenize pass)."""
     facts = AstFacts()
-    facts.lines = text.splitlines()
+    facts.lines = _NEWLINE.split(text)
+    want_claims = claim_re is None or claim_re.search(text) is not None
+    want_caps = "capability" in text
+    want_shapes = "-1" in text and _SHAPE_HINT.search(text) is not None
+    want_super = "super(" in text
+    if not (want_claims or want_caps or want_shapes or want_super):
+        return facts
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         facts.error = f"{type(e).__name__}: {e}"
         return facts
-    # comments
+    if want_claims:
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+                if tok.type == tokenize.COMMENT:
+                    line, col = tok.start
+                    before = facts.lines[line - 1][:col] if line - 1 < len(facts.lines) else ""
+                    facts.comments.append(Comment(line, col, tok.string[1:].strip(), not before.strip()))
+        except (tokenize.TokenError, IndentationError, SyntaxError):
+            pass
+    w = _Walker(facts, _Cols(facts.lines), want_claims)
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.COMMENT:
-                line, col = tok.start
-                before = facts.lines[line - 1][:col] if line - 1 < len(facts.lines) else ""
-                facts.comments.append(Comment(line, col, tok.string[1:].strip(), not before.strip()))
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass
-    w = _Walker(facts, text, _Cols(facts.lines))
-    # attributes that are the func of a call (super().x(...) is recorded as a call)
-    w._call_funcs = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    try:
-        w.visit(tree)
+        w.run(tree)
     except RecursionError:
         facts.error = "expression nesting too deep"
     return facts

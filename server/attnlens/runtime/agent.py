@@ -29,7 +29,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..agent import AGENT_MAIN
@@ -236,9 +236,16 @@ class AgentProcess:
         return rc
 
     def close(self) -> None:
-        """Ask the agent to stop, then kill its whole process group whatever it does."""
-        with self._lock:
-            self.closed = True
+        """Ask the agent to stop, then kill its whole process group whatever it does.
+
+        With a request in flight (another thread holds the agent), the group is
+        killed at once; that request then returns a ``crashed`` reply.
+        """
+        self.closed = True
+        if not self._lock.acquire(blocking=False):
+            self._kill_group()
+            self._lock.acquire()
+        try:
             proc = self._proc
             if proc is None:
                 return
@@ -252,6 +259,8 @@ class AgentProcess:
                 except subprocess.TimeoutExpired:
                     pass
             self._reap()
+        finally:
+            self._lock.release()
 
     def restart(self) -> None:
         with self._lock:

@@ -21,7 +21,6 @@ from typing import Any
 
 from ..cache import Cache
 from . import environment as envmod
-from . import evidence as ev
 from . import probes as probemod
 from .agent import AgentPool, default_pool
 
@@ -33,19 +32,29 @@ def _pool() -> AgentPool:
 
 
 def default_python() -> str:
-    """``$ATTNLENS_TARGET_PYTHON``, else ``python3`` on PATH, else this interpreter."""
-    return os.environ.get("ATTNLENS_TARGET_PYTHON") or shutil.which("python3") or sys.executable
+    """``$ATTNLENS_TARGET_PYTHON``, else the resolver's default ($VIRTUAL_ENV, python3 on PATH)."""
+    env = os.environ.get("ATTNLENS_TARGET_PYTHON")
+    if env:
+        return env
+    try:
+        from ..target import default_python as _target_default
+
+        return _target_default()
+    except ImportError:  # pragma: no cover - attnlens.target is part of the package
+        return shutil.which("python3") or sys.executable
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", default=None, metavar="PY",
                    help="target interpreter (where torch and the kernels are installed); default "
-                        "$ATTNLENS_TARGET_PYTHON or python3 on PATH")
+                        "$ATTNLENS_TARGET_PYTHON, $VIRTUAL_ENV or python3 on PATH")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="environment variable for the agent (repeatable; NAME= with no value removes it)")
-    p.add_argument("--workspace", default=None, metavar="DIR", help="workspace root (default: current folder)")
+    p.add_argument("--root", default=None, metavar="DIR",
+                   help="workspace (plugin checkout) whose cache folder is used (default: current folder)")
     p.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="the workspace cache folder itself (default: derived from --workspace)")
+                   help="cache folder root (default: $ATTNLENS_CACHE_DIR or ~/.cache/attnlens)")
+    p.add_argument("--no-cache", action="store_true", help="write no evidence / environment record")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -96,10 +105,12 @@ def _probe_help(pp):
 
 
 def _cache(args) -> Cache:
-    if getattr(args, "cache_dir", None):
-        return Cache(Path(args.cache_dir))
-    root = Path(getattr(args, "workspace", None) or os.getcwd())
-    return Cache.for_workspace(root)
+    """The workspace cache folder, as the rest of AttnLens computes it (the only place we write)."""
+    if getattr(args, "no_cache", False):
+        return Cache(None)
+    root = Path(getattr(args, "root", None) or os.getcwd())
+    cache_dir = getattr(args, "cache_dir", None)
+    return Cache.for_workspace(root, Path(cache_dir) if cache_dir else None)
 
 
 def _env_overrides(items: list[str]) -> dict:
@@ -266,8 +277,10 @@ def cmd_probe_run(args) -> int:
         ie = rec.details["import_error"]
         print(f"import error (evidence, verbatim): {ie.get('type')}: {ie.get('message')}")
     if rec.verdict in ("crashed", "timeout") and rec.details.get("stderr_tail"):
+        lines = rec.details["stderr_tail"].splitlines()
+        start = max((i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error")), default=len(lines) - 15)
         print("agent stderr (tail):")
-        for line in rec.details["stderr_tail"].splitlines()[-15:]:
+        for line in lines[max(0, start):][:30]:
             print(f"  | {line}")
     print(f"evidence: {rec.id}" + (f"  ({path})" if path else ""))
     return rec.exit_code

@@ -25,13 +25,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cache import Cache
-from .agent import AgentPool, default_pool, merged_env
+from .agent import AgentPool, AgentProcess, merged_env
 
 VOLATILE = {"collected_at", "collect_s", "hash", "fingerprint"}
+# nested fields that describe the moment, not the environment (mx-smi's screen shows temperatures and usage)
+VOLATILE_PATHS = [("maca", "mx_smi", "head")]
 FINGERPRINT_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "MACA_PATH", "CUDA_HOME",
                    "CUDA_VISIBLE_DEVICES", "MACA_VISIBLE_DEVICES", "TRITON_INTERPRET", "VIRTUAL_ENV", "PATH",
                    "USE_PRECOMPILED_KERNEL")
 DEFAULT_MAX_AGE_S = 24 * 3600
+_MEMO: dict = {}  # python_key -> stored document, used when the cache is disabled
 
 
 class EnvironmentError_(RuntimeError):
@@ -54,7 +57,21 @@ def python_key(python: str, env: Mapping[str, str | None] | None = None) -> str:
 
 
 def identity(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in VOLATILE}
+    out = {k: v for k, v in record.items() if k not in VOLATILE}
+    for path in VOLATILE_PATHS:
+        parent = out
+        for key in path[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+            if parent is None:
+                break
+        if isinstance(parent, dict) and path[-1] in parent:
+            # copy the branch before dropping the field, so the record itself is left intact
+            node = out
+            for key in path[:-1]:
+                node[key] = dict(node[key])
+                node = node[key]
+            node.pop(path[-1], None)
+    return out
 
 
 def identity_hash(record: dict) -> str:
@@ -102,10 +119,18 @@ def _now_iso() -> str:
 
 def collect(python: str, env: Mapping[str, str | None] | None = None, *, pool: AgentPool | None = None,
             timeout: float = 120.0) -> dict:
-    """Ask the agent for a fresh record; adds ``hash``.  Raises EnvironmentError_ on failure."""
-    pool = pool or default_pool()
-    agent = pool.get(python, env)
-    rep = agent.request("env", {}, timeout=timeout)
+    """Collect a fresh record in a fresh agent; adds ``hash``.  Raises EnvironmentError_ on failure.
+
+    The record is taken in a pristine process that is closed right after: an agent that
+    has run probes has extension libraries loaded and more runtime libraries mapped,
+    which would make the record (and its hash) depend on the agent's history.  ``pool``
+    only lends its settings (agent path, working folder).
+    """
+    agent = AgentProcess(python, env, agent_path=getattr(pool, "agent_path", None), cwd=getattr(pool, "cwd", None))
+    try:
+        rep = agent.request("env", {}, timeout=timeout)
+    finally:
+        agent.close()
     if not rep.ok:
         raise EnvironmentError_(f"could not collect the environment of {python}: {rep.message}", rep.to_dict())
     record = dict(rep.result or {})
@@ -125,7 +150,8 @@ def load_or_collect(python: str, cache: Cache, refresh: bool = False, *,
     """
     key = python_key(python, env)
     name = f"{key}.json"
-    stored = cache.load_json("env", name) if cache.enabled else None
+    # a disabled cache still remembers records for the life of this process
+    stored = cache.load_json("env", name) if cache.enabled else _MEMO.get(key)
     if not (isinstance(stored, dict) and isinstance(stored.get("record"), dict) and stored.get("hash")):
         stored = None
     prev_hash = stored["hash"] if stored else None
@@ -154,15 +180,40 @@ def load_or_collect(python: str, cache: Cache, refresh: bool = False, *,
     }
     if cache.enabled:
         cache.store_json("env", name, doc)
+    else:
+        _MEMO[key] = doc
     return record, changed, prev_hash
 
 
-def stored(python: str, cache: Cache, env: Mapping[str, str | None] | None = None) -> dict | None:
-    """The stored document (record, hash, history) without collecting anything."""
+def stored_document(python: str, cache: Cache, env: Mapping[str, str | None] | None = None) -> dict | None:
+    """The stored document (record, hash, previous hash, history) without collecting anything."""
     if not cache.enabled:
-        return None
+        return _MEMO.get(python_key(python, env))
     doc = cache.load_json("env", f"{python_key(python, env)}.json")
-    return doc if isinstance(doc, dict) else None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("record"), dict) else None
+
+
+def stored(python: str, cache: Cache, env: Mapping[str, str | None] | None = None) -> dict | None:
+    """The stored record (with its ``hash``), or None; never starts an agent."""
+    doc = stored_document(python, cache, env)
+    if not doc:
+        return None
+    rec = dict(doc["record"])
+    rec["hash"] = doc.get("hash")
+    return rec
+
+
+def status(python: str, cache: Cache, env: Mapping[str, str | None] | None = None) -> dict:
+    """What a server status line shows, from the stored record only (never starts an agent)."""
+    doc = stored_document(python, cache, env)
+    if not doc:
+        return {"known": False, "python": python, "summary": "environment not recorded yet (attnlens env)"}
+    rec = dict(doc["record"])
+    rec["hash"] = doc.get("hash")
+    return {"known": True, "python": python, "hash": doc.get("hash"), "summary": summary(rec),
+            "stored_at": doc.get("stored_at"), "previous_hash": doc.get("previous_hash"),
+            "changed_at": doc.get("changed_at"),
+            "stale": doc.get("fingerprint") != fingerprint(python, doc["record"], env)}
 
 
 def summary(record: dict) -> str:

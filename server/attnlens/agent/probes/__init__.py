@@ -69,10 +69,22 @@ def run_probe(params: dict) -> dict:
     key = {"cuda": "CUDA", "cpu": "CPU", "xpu": "XPU", "privateuseone": "PrivateUse1"}.get(dev.type, dev.type.upper())
     provider = T.describe(obj, info, device_key=key)
     cases = mod.run(obj, dev, options)
+    v = verdict(cases)
+    extra: dict = {}
+    # The call itself imported something that is not installed (a lazy import inside the
+    # target): nothing was measured, and the import error is the finding.
+    imp = [c for c in cases if c.get("import_error")]
+    if v == "fail" and imp and not any(c.get("status") == "pass" for c in cases):
+        v = "import_error"
+        note = imp[0].get("note", "")
+        extra["message"] = f"the call raised an import error ({len(imp)} cases): {note}"
+        extra["import_error"] = {"module": None, "type": imp[0].get("error_type"),
+                                 "message": note.split(": ", 1)[-1], "traceback": imp[0].get("traceback", "")}
     return {
         **base,
+        **extra,
         "status": "ok",
-        "verdict": verdict(cases),
+        "verdict": v,
         "cases": cases,
         "provider": provider,
         "device": str(dev),

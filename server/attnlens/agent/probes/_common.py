@@ -18,7 +18,9 @@ TOLERANCES = {
         "float32": (5e-3, 5e-3),  # allows TF32 matmuls on GPUs
         "float64": (1e-6, 1e-6),
     },
-    "lse": {"*": (2e-3, 1e-3)},
+    # LSE computed by the kernel from bf16/fp16 inputs carries their rounding (vLLM's Triton decode
+    # kernel multiplies q*k in bf16 before summing: 7e-3 off on an H200); fp32 LSE (merges) is tight.
+    "lse": {"bfloat16": (1.5e-2, 1e-2), "float16": (1.5e-2, 1e-2), "*": (2e-3, 1e-3)},
     "copy": {"*": (0.0, 0.0)},
     "fp8_dequant": {"*": (1e-3, 0.1)},
     "index": {"*": (0.0, 0.0)},
@@ -142,6 +144,7 @@ class Suite:
             tb = traceback.format_exc()
             res = {"status": "error", "passed": False,
                    "note": f"raised {type(e).__name__}: {str(e)[:1500]}",
+                   "error_type": type(e).__name__, "import_error": isinstance(e, ImportError),
                    "traceback": tb[-4000:]}
         case.update(res)
         if "status" not in case:

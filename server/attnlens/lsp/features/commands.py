@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 from typing import Any
 
@@ -71,7 +72,10 @@ def register(ls: AttnLensServer) -> None:
         if context is None:
             raise JsonRpcInternalError(f"{RUN_PROBE}: no workspace is analysed")
         # a probe runs a subprocess for seconds or minutes: off the analysis thread
-        return _to_json(await asyncio.to_thread(_call_with, probes.run_probe, spec, context))
+        try:
+            return _to_json(await asyncio.to_thread(_call_with, probes.run_probe, spec, context))
+        except (TypeError, ValueError) as e:
+            raise JsonRpcInvalidParams(f"{RUN_PROBE}: {e}") from None
 
     @ls.command(ENVIRONMENT)
     async def environment(*args: Any) -> Any:
@@ -79,7 +83,12 @@ def register(ls: AttnLensServer) -> None:
         context = await ls.call(_context)
         if context is None:
             raise JsonRpcInternalError(f"{ENVIRONMENT}: no workspace is analysed")
-        return _to_json(await asyncio.to_thread(env.load_or_collect, context["python"], context["cache"]))
+        refresh = bool(args and isinstance(args[0], dict) and args[0].get("refresh"))
+        got = await asyncio.to_thread(env.load_or_collect, context["python"], context["cache"], refresh)
+        if isinstance(got, tuple) and len(got) == 3:
+            record, changed, previous = got
+            return {"record": record, "changed": changed, "previousHash": previous}
+        return _to_json(got)
 
     @ls.command(INVENTORY)
     async def inventory(*args: Any) -> Any:
@@ -115,8 +124,11 @@ def _call_with(fn, spec: dict, context: dict):
 
 
 def _to_json(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
     if hasattr(value, "to_json"):
-        return value.to_json()
+        out = value.to_json()
+        return out if not isinstance(out, str) else json.loads(out)
     if isinstance(value, list):
         return [_to_json(v) for v in value]
     return value

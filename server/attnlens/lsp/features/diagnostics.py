@@ -22,6 +22,7 @@ from ..worker import IDLE
 log = logging.getLogger("attnlens.lsp")
 
 SOURCE = "attnlens"
+_reported: set[str] = set()  # engine errors already logged (once each)
 SEVERITY = {"error": T.DiagnosticSeverity.Error, "warning": T.DiagnosticSeverity.Warning,
             "info": T.DiagnosticSeverity.Information, "information": T.DiagnosticSeverity.Information,
             "hint": T.DiagnosticSeverity.Hint}
@@ -58,7 +59,15 @@ def check(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
         return []
     conv = ls.positions(a)
     out = []
-    for f in check_module(a.ws, path) or []:
+    try:
+        findings = check_module(a.ws, path) or []
+    except Exception as e:  # noqa: BLE001 - a rules bug must not take the server down
+        key = f"{type(e).__name__}: {e}"
+        if key not in _reported:
+            _reported.add(key)
+            log.error("rules engine failed on %s: %s", path, key, exc_info=True)
+        return []
+    for f in findings:
         try:
             out.append(to_diagnostic(conv, path, f))
         except Exception:  # noqa: BLE001 - one malformed finding must not hide the rest

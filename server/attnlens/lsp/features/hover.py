@@ -35,17 +35,17 @@ def register(ls: AttnLensServer) -> None:
         if result is None:
             ls.hover_cache.put(key, _NOTHING)
             return None
-        h, partial = result
+        h, partial, cacheable = result
         if partial:
             # finish the chain in the background: the next hover is complete
             ls.spawn(ls.call(compute, ls, path, pos, None, priority=IDLE))
-        else:
+        elif cacheable:
             ls.hover_cache.put(key, h)
         return h
 
 
 def compute(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position, budget_s: float | None):
-    """(Hover, partial) for a position, or None (worker thread)."""
+    """(Hover, partial, cacheable) for a position, or None (worker thread)."""
     conv = ls.positions(a)
     line, col = conv.to_core(path, pos)
     ctx = HoverContext(a, path, line, col, max_kernels=ls.settings.max_hover_kernels)
@@ -69,12 +69,12 @@ def compute(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position, budget_
     except Exception as e:  # noqa: BLE001 - show the failure where the user looks
         log.warning("hover at %s:%s:%s failed", path, line, col, exc_info=True)
         text = f"### AttnLens\nCould not resolve this position: `{type(e).__name__}: {str(e)[:200]}`"
-        return _hover(ls, text, None), False
+        return _hover(ls, text, None), False, False
     text = render(ctx)
     if text is None:
         return None
     partial = bool(ctx.chain is not None and ctx.chain.partial)
-    return _hover(ls, text, rng), partial
+    return _hover(ls, text, rng), partial, ctx.cacheable
 
 
 def _hover(ls: AttnLensServer, text: str, rng: T.Range | None) -> T.Hover:

@@ -125,7 +125,8 @@ async def start_workspace(ls: AttnLensServer) -> None:
             ls.analysis.ws.close()
             ls.analysis = None
         if root is None or not os.path.isdir(root):
-            return f"AttnLens: no folder to analyse ({'root ' + root + ' is not a folder' if root else 'open a folder or set attnlens.root'})"
+            why = f"root {root} is not a folder" if root else "open a folder or set attnlens.root"
+            return f"AttnLens: no folder to analyse ({why})"
         ws = Workspace(root, python=s.target_python, cache_dir=s.cache_dir, use_cache=s.use_cache)
         ls.analysis = Analysis(ws)
         if ws.target_error:
@@ -153,6 +154,7 @@ async def start_workspace(ls: AttnLensServer) -> None:
 
 
 async def index_workspace(ls: AttnLensServer, run: int) -> None:
+    """Warm the analysis in small background steps, with $/progress when the client shows it."""
     token = None
     if ls.caps.work_done_progress:
         token = f"attnlens/index/{run}"
@@ -161,22 +163,27 @@ async def index_workspace(ls: AttnLensServer, run: int) -> None:
         except Exception:  # noqa: BLE001 - no progress UI, still index
             token = None
     if token is not None:
-        ls.work_done_progress.begin(token, T.WorkDoneProgressBegin(title="AttnLens: indexing", percentage=0,
-                                                                    message=str(ls.analysis.ws.root) if ls.analysis else ""))
-    steps = None
+        root = str(ls.analysis.ws.root) if ls.analysis else ""
+        ls.work_done_progress.begin(token, T.WorkDoneProgressBegin(title="AttnLens: indexing", percentage=0, message=root))
+    end_message = "stopped"
     try:
         steps = await ls.call(lambda a: a.indexing_steps(), priority=IDLE)
         while steps is not None and run == ls.index_run:
-            step = await ls.worker.run(next, steps, None, priority=IDLE)
+            try:
+                step = await ls.idle(lambda a: next(steps, None))
+            except Exception:  # noqa: BLE001 - a core failure must not leave the client waiting
+                log.exception("indexing step failed")
+                end_message = "indexing failed (see the log); requests are still served"
+                break
             if step is None:
+                status = await ls.call(Analysis.status, priority=IDLE) or {}
+                end_message = f"{status.get('indexedModules', 0)} modules, {status.get('backends') or 0} backends"
                 break
             if token is not None:
                 ls.work_done_progress.report(token, T.WorkDoneProgressReport(message=step[0], percentage=step[1]))
     finally:
         if token is not None:
-            status = await ls.call(Analysis.status, priority=IDLE) or {}
-            ls.work_done_progress.end(token, T.WorkDoneProgressEnd(
-                message=f"{status.get('indexedModules', 0)} modules, {status.get('backends') or 0} backends"))
+            ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message=end_message))
     if run != ls.index_run:
         return
     await ls.send_status()

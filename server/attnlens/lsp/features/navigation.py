@@ -12,7 +12,7 @@ from lsprotocol import types as T
 
 from ... import model as M
 from ..analysis import Analysis
-from ..convert import uri_to_path
+from ..convert import name_span, uri_to_path
 from ..server import AttnLensServer
 
 NAV_BUDGET_S = 5.0
@@ -47,11 +47,34 @@ def _definition(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
     call = hops[0] if hops else None
     for h in hops[1:]:
         if h.path and h.line and (call is None or (h.path, h.line) != (call.path, call.line)):
-            return [conv.location(h.path, h.line, h.col)]
+            line, col, end = _name_in_statement(a, h)
+            return [conv.location(h.path, line, col, end)]
     f = r.chain.final
     if f.path and f.line:
         return [conv.location(f.path, f.line)]
     return None
+
+
+IMPORT_HOPS = ("import", "conditional_import", "lazy_import", "reexport", "alias")
+
+
+def _name_in_statement(a: Analysis, h: M.Hop) -> tuple[int, int, int]:
+    """The bound name inside the (possibly multi-line) statement a hop points at."""
+    if h.kind in IMPORT_HOPS:
+        name = h.symbol.rpartition(".")[2]
+        for ln in range(h.line, h.line + 40):
+            text = a.line_text(h.path, ln)
+            begin = 0
+            if ln == h.line:
+                begin = h.col
+                if text.lstrip().startswith("from ") and " import " in text:
+                    begin = max(begin, text.index(" import ") + len(" import "))
+            start, end = name_span(text, name, begin)
+            if end > start:
+                return ln, start, end
+            if ln > h.line and ")" in text or (ln == h.line and "(" not in text and not text.rstrip().endswith("\\")):
+                break
+    return h.line, h.col, h.col
 
 
 def final_locations(final: M.Final) -> list[tuple[str, int]]:

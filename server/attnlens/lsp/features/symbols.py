@@ -5,7 +5,7 @@ from __future__ import annotations
 from lsprotocol import types as T
 
 from ..analysis import Analysis, match_symbols
-from ..convert import path_to_uri, uri_to_path
+from ..convert import uri_to_path
 from ..server import AttnLensServer
 
 SYMBOL_KINDS = {

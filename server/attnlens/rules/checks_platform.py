@@ -1,0 +1,200 @@
+"""AL105: NVIDIA device-capability checks under the plugin's platform profile."""
+
+from __future__ import annotations
+
+import re
+
+from ..resolver import Walk
+from .checks_calls import _loc, _short
+from .engine import Rule, check, rule
+
+AL105 = rule(Rule(
+    "AL105", "nvidia-capability-check", "warning",
+    "An NVIDIA compute-capability check that is constant or vendor-meaningless on the plugin's platform.",
+    "`is_device_capability_family()` is constant on an out-of-tree platform that overrides it, and "
+    "`has_device_capability()`/`is_device_capability()`/comparisons of `get_device_capability()` compare "
+    "vendor numbers with NVIDIA SM versions. The branch they decide is dead or taken for the wrong reason.",
+    ("platform", "branch"),
+))
+
+
+def _branch_effect(b, value) -> str:
+    """What a constant ``value`` of the use does to the branch it sits in."""
+    if b is None:
+        return ""
+    tv = b.when_true if value else b.when_false
+    span = lambda s: (f"lines {s[0]}-{s[1]}" if s and s[0] != s[1] else (f"line {s[0]}" if s else ""))  # noqa: E731
+    if b.kind in ("if", "while"):
+        if tv is False:
+            return f"so the `{b.kind}` body at {span(b.body)} never runs" + (f" (only the `else` branch at {span(b.orelse)} does)" if b.orelse else "")
+        if tv is True:
+            return (f"so the `else` branch at {span(b.orelse)} never runs" if b.orelse else f"so the `{b.kind}` at line {b.line} is always taken")
+        return f"in the condition of the `{b.kind}` at line {b.line} ({span(b.body)})"
+    if b.kind == "ifexp":
+        if tv is False:
+            return f"so the conditional expression at line {b.line} always yields its `else` value"
+        if tv is True:
+            return f"so the conditional expression at line {b.line} always yields its first value"
+        return f"in the conditional expression at line {b.line}"
+    if b.kind in ("return", "assign"):
+        what = "the returned value" if b.kind == "return" else "the assigned value"
+        if tv is not None:
+            return f"so {what} at line {b.line} is always {tv}"
+        return f"in {what} at line {b.line}"
+    if b.kind == "assert":
+        return f"in the assert at line {b.line}"
+    return ""
+
+
+def _guard_span(b) -> str:
+    if b is None:
+        return ""
+    if b.kind in ("if", "while") and b.body:
+        s = b.body
+        return f"; it decides the `{b.kind}` at line {b.line} (body lines {s[0]}-{s[1]})"
+    if b.kind == "ifexp":
+        return f"; it decides the conditional expression at line {b.line}"
+    if b.kind in ("return", "assign"):
+        return f"; it decides the {'returned' if b.kind == 'return' else 'assigned'} value at line {b.line}"
+    return ""
+
+
+def _platform_facts(engine):
+    def compute():
+        r = engine.ws.resolver
+        prof = r.profile
+        info = prof.info
+        classes = list(info.classes)
+        names = " / ".join(c.qual for c in classes) or "the platform"
+        getters = []
+        getter_none = bool(classes)
+        for cv in classes:
+            fv = r.class_attr(cv.module, cv.qual, "get_device_capability", Walk())
+            if fv is None or fv.func is None:
+                getter_none = False
+                continue
+            getters.append(fv)
+            rc = fv.func.returns_const
+            if not (rc is not None and rc[1] is None):
+                getter_none = False
+        ws_classes = set()
+        for cv in classes:
+            try:
+                for m in r.mro(cv.module, cv.qual):
+                    if m.module is not None and m.module.workspace:
+                        ws_classes.add((m.module.name, m.qual))
+            except RecursionError:
+                pass
+        return {
+            "names": names,
+            "enum": info.enum,
+            "is_cuda": prof.method_value("is_cuda"),
+            "getters": getters,
+            "getter_none": getter_none,
+            "ws_classes": ws_classes,
+        }
+
+    return engine.memo("platform_facts", compute)
+
+
+@check("AL105")
+def capability_checks(ctx):
+    r = ctx.r
+    prof = r.profile
+    pf = _platform_facts(ctx.engine)
+    if not pf["names"] or pf["enum"] is None and not pf["getters"]:
+        return
+    root = ctx.ws.root
+    cls_scope_cache = {}
+    getters_txt = "; ".join(f"{g.owner or g.dotted}.get_device_capability ({_loc(g, root)})" for g in pf["getters"][:3])
+    calls_by_pos = {(cs.line, cs.col): cs for cs in ctx.s.calls}
+    for u in ctx.facts.caps:
+        # inside the platform class itself: the definitions, not uses
+        if u.scope:
+            cq = cls_scope_cache.get(u.scope)
+            if cq is None:
+                cq = r.enclosing_class(ctx.mod, u.scope) or ""
+                cls_scope_cache[u.scope] = cq
+            if (ctx.mod.name, cq) in pf["ws_classes"]:
+                continue
+        cs = calls_by_pos.get((u.line, u.col))
+        guard_cs = cs or _enclosing_call(ctx, u)
+        if guard_cs is not None and ctx.call_dead(guard_cs):
+            continue  # under a statement guard that is False on this platform (e.g. `if is_cuda():`)
+        if any(_VENDOR_GUARD.search(t) and prof.evaluate(ctx.mod, u.scope, t) is False for t in u.conj):
+            continue  # short-circuited by a vendor guard: `... and current_platform.is_cuda() and <this>`
+        if u.kind != "param_compare":
+            try:
+                bv = r.resolve_dotted(ctx.mod, u.scope, u.base, Walk(), line=u.line) if u.base else None
+            except RecursionError:
+                bv = None
+            if bv is None or bv.kind != "platform":
+                continue
+        chain = ctx.trace(cs) if cs is not None else None
+        const = None
+        if u.kind == "call":
+            const = prof.method_value(u.method)
+            if const is None and u.method in ("has_device_capability", "is_device_capability") and pf["getter_none"]:
+                const = False
+        if const is not None and isinstance(const, bool):
+            where = ""
+            fv = None
+            for cv in prof.info.classes:
+                fv = r.class_attr(cv.module, cv.qual, u.method, Walk())
+                if fv is not None:
+                    break
+            if fv is not None and fv.func is not None:
+                where = f" ({fv.owner or fv.dotted}.{u.method} at {_loc(fv, root)} returns {const})" if fv.func.returns_const else \
+                    f" (get_device_capability() returns None there)"
+            eff = _branch_effect(u.branch, const)
+            msg = f"`{u.text}` is always {const} on {pf['names']}{where}" + (f", {eff}" if eff else "")
+            ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, chain=chain, constant=const,
+                    platform=pf["names"], branch=_branch_json(u.branch))
+            continue
+        if pf["is_cuda"] is True:
+            continue  # an NVIDIA platform: the numbers mean what upstream thinks
+        if u.kind == "call":
+            what = f"compares the device capability with the NVIDIA SM version {_sm(u.args)}"
+        elif u.kind == "param_compare":
+            what = "compares the `capability` upstream's selector passes in (current_platform.get_device_capability()) with NVIDIA SM numbers"
+        else:
+            what = "compares get_device_capability() with NVIDIA SM numbers"
+        msg = (f"`{u.text}` {what}; on {pf['names']} get_device_capability() reports "
+               + (f"what {getters_txt} returns" if getters_txt else "vendor values")
+               + ", not an NVIDIA architecture, so this check is taken or skipped for the wrong reason"
+               + _guard_span(u.branch))
+        ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, chain=chain, constant=None,
+                platform=pf["names"], branch=_branch_json(u.branch))
+
+
+_VENDOR_GUARD = re.compile(r"\.is_(cuda|rocm|xpu|cpu|tpu|neuron|hpu)\(\)")
+
+
+def _enclosing_call(ctx, u):
+    """A call site on the use's line(s) in the same scope: its guards are the statement's guards."""
+    best = None
+    for cs in ctx.s.calls:
+        if cs.scope != u.scope or not (cs.line <= u.line <= cs.end_line or u.line <= cs.line <= u.end_line):
+            continue
+        span = (cs.end_line - cs.line, cs.end_col - cs.col)
+        if best is None or span < best[0]:
+            best = (span, cs)
+    return best[1] if best else None
+
+
+def _sm(args) -> str:
+    if not args:
+        return ""
+    a = args[0].strip()
+    if a.isdigit() and len(a) >= 2:
+        return f"{a[:-1]}.{a[-1]} (`{a}`)"
+    return f"`{a}`"
+
+
+def _branch_json(b):
+    if b is None:
+        return None
+    return {"kind": b.kind, "line": b.line, "test": b.test, "body": list(b.body), "orelse": list(b.orelse)}
+
+
+_ = _short

@@ -1,0 +1,606 @@
+"""Upstream drift against the installed vLLM.
+
+AL108 missing-upstream-name, AL109 missing-base-attribute, AL110 override-signature,
+AL111 missing-upstream-hook, AL112 metadata-field-drift.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ..resolver import Val, Walk
+from .checks_calls import _loc, _rel, _short
+from .classes import mro as full_mro
+from .classes import mro_complete
+from .engine import Rule, check, rule
+
+AL108 = rule(Rule(
+    "AL108", "missing-upstream-name", "error",
+    "An import (or module attribute) of a name that the installed version of that upstream module does not define.",
+    "Upstream removed or renamed it. Unguarded, the import fails; under try/except ImportError the fallback "
+    "runs silently instead of the upstream code the plugin was written against.",
+    ("upgrade", "import"),
+))
+AL109 = rule(Rule(
+    "AL109", "missing-base-attribute", "error",
+    "`super().x` or `self.x(...)` where no class of the (fully resolved) MRO defines `x` in the installed vLLM.",
+    "The plugin class calls a method its upstream base no longer has: AttributeError at run time, or a "
+    "hook that upstream no longer calls.",
+    ("upgrade", "inheritance"),
+))
+AL110 = rule(Rule(
+    "AL110", "override-signature", "warning",
+    "A method override whose signature is incompatible with the upstream base method it overrides.",
+    "Upstream calls the hook with its own signature: a dropped or renamed parameter, a new required "
+    "parameter or a lost default breaks those calls or binds arguments to the wrong names.",
+    ("upgrade", "signature"),
+))
+AL111 = rule(Rule(
+    "AL111", "missing-upstream-hook", "warning",
+    "A hook the upstream base declares and the upstream counterpart backend overrides, but this backend does not.",
+    "The plugin class falls back to the base's default (or abstract) implementation where the upstream "
+    "backend it replaces has its own behaviour.",
+    ("upgrade", "backend"),
+))
+AL112 = rule(Rule(
+    "AL112", "metadata-field-drift", "warning",
+    "Attention metadata dataclass fields that differ from the upstream counterpart's metadata.",
+    "Upstream code paths (inherited builder/impl methods, model runners, spec decode) read fields by name; "
+    "missing or retyped fields break them, extra fields are MetaX adaptations to account for.",
+    ("upgrade", "metadata"),
+))
+
+_OBJECT_ATTRS = set(dir(object)) | {"__init_subclass__", "__class_getitem__", "__post_init__", "__getattr__",
+                                     "__call__", "__enter__", "__exit__", "__iter__", "__len__", "__getitem__"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _installed_version(engine, top: str) -> str | None:
+    def compute():
+        for d in getattr(engine.ws.target, "sys_path", []) or []:
+            try:
+                names = os.listdir(d)
+            except OSError:
+                continue
+            for n in names:
+                if n.endswith(".dist-info") and n.split("-", 1)[0].replace("_", "-").lower() == top.replace("_", "-").lower():
+                    parts = n[: -len(".dist-info")].split("-")
+                    if len(parts) >= 2:
+                        return parts[1]
+        return None
+
+    return engine.memo(("version", top), compute)
+
+
+def module_has(r, m, name: str, depth: int = 0) -> bool:
+    s = m.summary
+    if s.error or s.has_getattr or depth > 4:
+        return True
+    if name in s.bindings:
+        return True
+    if m.is_package and r.index.locate(f"{m.name}.{name}") is not None:
+        return True
+    for star in s.bindings.get("*", []):
+        target = r.abs_module(m, star.target or "", star.level)
+        sub = r.index.module(target) if target else None
+        if sub is None:
+            return True  # cannot tell
+        if module_has(r, sub, name, depth + 1):
+            return True
+    return False
+
+
+def _name_pos(ctx, line: int, name: str, after: str = "import"):
+    """Position of ``name`` in an import statement starting at ``line`` (multi-line aware)."""
+    lines = ctx.lines
+    for ln in range(line, min(line + 40, len(lines)) + 1):
+        text = lines[ln - 1]
+        start = 0
+        if ln == line and after in text:
+            start = text.index(after) + len(after)
+        m = re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w])", text[start:])
+        if m:
+            return ln, start + m.start(), ln, start + m.end()
+    return ctx.name_range(line, name)
+
+
+def _severity_for_guards(ctx, guards, scope) -> str | None:
+    kinds = {g[0] for g in guards}
+    if guards:
+        try:
+            if ctx.r.guard_value(ctx.mod, guards, scope) is False:
+                return None
+        except RecursionError:
+            pass
+    if "typecheck" in kinds:
+        return "info"
+    if "try" in kinds or "except" in kinds:
+        return "warning"
+    if "if" in kinds or "else" in kinds:
+        return "warning"
+    return "error"
+
+
+def _upstream_classes(mro) -> list:
+    return [cv for cv in mro[1:] if cv.module is not None and not cv.module.workspace]
+
+
+# --------------------------------------------------------------------------- AL108
+
+
+@check("AL108")
+def missing_upstream_names(ctx):
+    r = ctx.r
+    idx = ctx.ws.index
+    ws_tops = {n.split(".", 1)[0] for n in idx.ws_files}
+    items = []
+    for name, bs in ctx.s.bindings.items():
+        for b in bs:
+            items.append(("", b))
+    for q, f in ctx.s.functions.items():
+        for name, bs in f.locals.items():
+            for b in bs:
+                items.append((q, b))
+    seen = set()
+    for scope, b in items:
+        if b.kind not in ("from", "import"):
+            continue
+        target = r.abs_module(ctx.mod, b.target or "", b.level)
+        if not target:
+            continue
+        top = target.split(".", 1)[0]
+        if top in ws_tops or top in r.stdlib or top == "torch":
+            continue
+        if idx.locate(top) is None:
+            continue  # not installed: AL107 reports the calls
+        full = target
+        missing = None
+        if b.kind == "import":
+            full = b.alternatives[0] if b.alternatives else target
+            if idx.locate(full) is None:
+                missing = ("module", full, full.rpartition(".")[2])
+        else:
+            loc = idx.locate(target)
+            if loc is None:
+                missing = ("module", target, target.rpartition(".")[2])
+            elif loc.kind == "py":
+                m = idx.module(target)
+                if m is not None and not m.workspace and not module_has(r, m, b.attr or ""):
+                    missing = ("name", target, b.attr or "")
+            elif loc.kind == "namespace":
+                if idx.locate(f"{target}.{b.attr}") is None:
+                    missing = ("name", target, b.attr or "")
+        if missing is None:
+            continue
+        sev = _severity_for_guards(ctx, b.guards, scope)
+        if sev is None:
+            continue
+        kind, where, nm = missing
+        key = (b.line, nm)
+        if key in seen:
+            continue
+        seen.add(key)
+        ver = _installed_version(ctx.engine, top)
+        vtxt = f"{top} {ver}" if ver else f"the installed {top}"
+        if kind == "module":
+            msg = f"module `{where}` does not exist in {vtxt}"
+            pos = _name_pos(ctx, b.line, where.rpartition(".")[2], after="import" if b.kind == "import" else "from")
+        else:
+            mp = idx.locate(where)
+            msg = f"`{nm}` is not defined in `{where}` ({_short(mp.path) if mp else where}) of {vtxt}: upstream removed or renamed it"
+            pos = _name_pos(ctx, b.line, nm)
+        if sev == "warning" and any(g[0] in ("try", "except") for g in b.guards):
+            msg += "; the ImportError fallback runs instead, silently"
+        elif sev == "warning":
+            msg += f"; guarded by `{r.guard_text(b.guards)}`"
+        elif sev == "info":
+            msg += " (only under TYPE_CHECKING)"
+        ctx.add("AL108", *pos, msg, severity=sev, module=where, name=nm, installed=ver)
+    # module attributes: alias.attr where alias is an upstream module
+    for cs in ctx.s.calls:
+        if not cs.func or "." not in cs.func:
+            continue
+        _check_attr_text(ctx, cs.scope, cs.func, cs.fline, cs.fcol, cs.guards, seen)
+    for name, bs in ctx.s.bindings.items():
+        for b in bs:
+            if b.kind == "assign" and b.target and "." in b.target:
+                _check_attr_text(ctx, "", b.target, b.line, 0, b.guards, seen)
+
+
+def _check_attr_text(ctx, scope, text, line, col, guards, seen):
+    parts = text.split(".")
+    head = parts[0]
+    if head in ("self", "cls", "torch", "super"):
+        return
+    r = ctx.r
+    try:
+        v = r.lookup_name(ctx.mod, scope, head, Walk(), line)
+    except RecursionError:
+        return
+    for p in parts[1:]:
+        if v.kind != "module" or v.module is None or v.module.workspace:
+            return
+        m = v.module
+        if not module_has(r, m, p):
+            key = (line, p)
+            if key in seen:
+                return
+            seen.add(key)
+            sev = _severity_for_guards(ctx, guards, scope)
+            if sev is None:
+                return
+            top = m.name.split(".", 1)[0]
+            ver = _installed_version(ctx.engine, top)
+            vtxt = f"{top} {ver}" if ver else f"the installed {top}"
+            pos = ctx.name_range(line, p, col)
+            ctx.add("AL108", *pos, f"`{m.name}` has no attribute `{p}` in {vtxt} ({_short(m.path)}): upstream removed or renamed it",
+                    severity=sev, module=m.name, name=p, installed=ver)
+            return
+        try:
+            v = r.attr(v, p, Walk())
+        except RecursionError:
+            return
+
+
+# --------------------------------------------------------------------------- AL109
+
+
+def _class_val(ctx, cq: str) -> Val:
+    c = ctx.s.classes[cq]
+    return Val("class", ctx.mod, cq, ctx.path, c.line)
+
+
+def _defines(cv: Val, name: str, instance: bool = True) -> bool:
+    c = cv.cls
+    if c is None:
+        return False
+    if name in c.methods or name in c.attrs:
+        return True
+    if any(fl[0] == name for fl in c.fields):
+        return True
+    return instance and name in c.inst_attrs
+
+
+@check("AL109")
+def missing_base_attributes(ctx):
+    r = ctx.r
+    root = ctx.ws.root
+    mros: dict = {}
+
+    def mro_for(cq):
+        if cq not in mros:
+            mros[cq] = mro_complete(ctx.engine, _class_val(ctx, cq))
+        return mros[cq]
+
+    def cls_of(scope):
+        return r.enclosing_class(ctx.mod, scope) if scope else None
+
+    for su in ctx.facts.supers:
+        cq = cls_of(su.scope)
+        if cq is None or su.name in _OBJECT_ATTRS:
+            continue
+        mro = mro_for(cq)
+        if mro is None or not _upstream_classes(mro):
+            continue
+        if any(_defines(cv, su.name, instance=False) or _defines(cv, su.name) for cv in mro[1:]):
+            continue
+        if any("__getattr__" in (cv.cls.methods if cv.cls else {}) for cv in mro):
+            continue
+        bases = ", ".join(f"{cv.dotted} ({_loc(cv, root)})" for cv in mro[1:4])
+        ctx.add("AL109", su.line, su.col, su.end_line, su.end_col,
+                f"`super().{su.name}`: no base class of {cq} defines `{su.name}` in the installed vLLM (MRO: {bases}"
+                + (", ..." if len(mro) > 4 else "") + "); upstream removed or renamed it",
+                cls=f"{ctx.mod.name}.{cq}", name=su.name)
+    for cs in ctx.s.calls:
+        parts = cs.func.split(".") if cs.func else []
+        if len(parts) != 2 or parts[0] != "self":
+            continue
+        name = parts[1]
+        if name in _OBJECT_ATTRS:
+            continue
+        cq = cls_of(cs.scope)
+        if cq is None:
+            continue
+        mro = mro_for(cq)
+        if mro is None or not _upstream_classes(mro):
+            continue
+        if any(_defines(cv, name) for cv in mro):
+            continue
+        if any(("__getattr__" in cv.cls.methods or "__getattribute__" in cv.cls.methods) for cv in mro if cv.cls):
+            continue
+        if _assigned_dynamically(ctx, name):
+            continue
+        ups = _upstream_classes(mro)
+        ctx.add("AL109", cs.fline, cs.fcol, cs.fend_line, cs.fend_col,
+                f"`self.{name}(...)`: neither {cq} nor its bases define `{name}` (upstream bases: "
+                + ", ".join(f"{cv.dotted} ({_loc(cv, root)})" for cv in ups[:3]) + "); upstream removed or renamed it",
+                cls=f"{ctx.mod.name}.{cq}", name=name)
+
+
+def _assigned_dynamically(ctx, name: str) -> bool:
+    """``setattr(self, "name", ...)`` or a tuple assignment ``self.a, self.name = ...`` in the module."""
+    pat = re.compile(r"setattr\(\s*self\s*,\s*['\"]" + re.escape(name) + r"['\"]")
+    for line in ctx.lines:
+        if pat.search(line):
+            return True
+        if "self." + name in line:
+            m = re.match(r"([^=]*?)(?<![=!<>])=(?!=)", line)
+            if m and "," in m.group(1) and re.search(r"\bself\." + re.escape(name) + r"\b", m.group(1)):
+                return True
+    return False
+
+
+# --------------------------------------------------------------------------- AL110
+
+
+def _sig_params(f, static: bool):
+    ps = list(f.params)
+    if not static and ps and ps[0].kind in ("pos", "posonly"):
+        ps = ps[1:]
+    return ps
+
+
+def _is_static(f) -> bool:
+    return any(d.func.rpartition(".")[2] == "staticmethod" for d in f.decorators)
+
+
+def _is_property(f) -> bool:
+    return any(d.func.rpartition(".")[2] in ("property", "cached_property", "setter", "getter") or d.func.endswith(".setter") for d in f.decorators)
+
+
+def signature_problems(base_f, over_f) -> list[str]:
+    bp = _sig_params(base_f, _is_static(base_f))
+    op = _sig_params(over_f, _is_static(over_f))
+    if any(p.kind in ("vararg", "kwarg") for p in bp):
+        return []  # a generic base signature: overrides narrow it on purpose
+    o_var = any(p.kind == "vararg" for p in op)
+    o_kw = any(p.kind == "kwarg" for p in op)
+    o_names = {p.name: p for p in op}
+    probs = []
+    b_pos = [p for p in bp if p.kind in ("posonly", "pos")]
+    o_pos = [p for p in op if p.kind in ("posonly", "pos")]
+    for i, p in enumerate(b_pos):
+        if i < len(o_pos):
+            q = o_pos[i]
+            if q.name != p.name and p.kind == "pos" and p.name not in o_names and not o_kw:
+                probs.append(f"parameter {i + 1} is `{q.name}` where upstream has `{p.name}` (only keyword callers break)")
+        elif p.name in o_names:
+            continue
+        elif not o_var:
+            probs.append(f"drops upstream parameter `{p.name}`" + ("" if o_kw else " (callers passing it get TypeError)"))
+    for p in bp:
+        if p.kind == "kwonly" and p.name not in o_names and not o_kw:
+            probs.append(f"drops upstream keyword-only parameter `{p.name}`")
+    b_names = {p.name for p in bp}
+    for i, q in enumerate(op):
+        if q.kind in ("vararg", "kwarg") or q.has_default or q.name in b_names:
+            continue
+        if q.kind in ("pos", "posonly") and i < len(b_pos):
+            continue  # renamed positional, reported above
+        probs.append(f"adds required parameter `{q.name}` that upstream callers do not pass")
+    return probs
+
+
+@check("AL110")
+def override_signatures(ctx):
+    r = ctx.r
+    root = ctx.ws.root
+    # classes upstream constructs itself (registered backend parts): their __init__ is a hook too
+    constructed = {p["plugin"].qual for p in registry_pairs(ctx.engine)
+                   if p["plugin"].module is not None and p["plugin"].module.path == ctx.path}
+    for cq, c in ctx.s.classes.items():
+        mro, _ok = full_mro(ctx.engine, _class_val(ctx, cq))
+        if len(mro) < 2 or not _upstream_classes(mro):
+            continue
+        for name, fq in c.methods.items():
+            if name.startswith("__") and name not in ("__init__", "__call__"):
+                continue
+            if name == "__init__" and cq not in constructed:
+                continue  # constructed by the plugin's own code with its own arguments
+            f = ctx.s.functions.get(fq)
+            if f is None or _is_property(f):
+                continue
+            base = None
+            for cv in mro[1:]:
+                if cv.cls is not None and name in cv.cls.methods:
+                    base = cv
+                    break
+            if base is None or base.module is None or base.module.workspace:
+                continue
+            bf = base.module.summary.functions.get(base.cls.methods[name])
+            if bf is None or _is_property(bf) or any(d.func.rpartition(".")[2] == "overload" for d in bf.decorators):
+                continue
+            probs = signature_problems(bf, f)
+            if not probs:
+                continue
+            pos = ctx.def_range(f)
+            only_renames = all("only keyword callers break" in x for x in probs)
+            ctx.add("AL110", *pos, severity="info" if only_renames else None, message=
+                    f"`{cq}.{name}` overrides {base.dotted}.{name} ({_short(base.module.path)}:{bf.line}) with an "
+                    f"incompatible signature: " + "; ".join(probs),
+                    base=f"{base.dotted}.{name}", base_location=f"{base.module.path}:{bf.line}", problems=probs)
+
+
+# --------------------------------------------------------------------------- registry pairs (AL111, AL112)
+
+
+def _part_class(r, cv: Val, meth: str) -> Val | None:
+    fv = r.class_attr(cv.module, cv.qual, meth, Walk())
+    if fv is None or fv.func is None or fv.module is None:
+        return None
+    f = fv.func
+    for name in [x for x in f.returns if x]:
+        try:
+            v = r.resolve_dotted(fv.module, f.qualname, name, Walk(), line=f.end_line)
+        except RecursionError:
+            continue
+        if v.kind == "class":
+            return v
+    return None
+
+
+def _metadata_class(r, cv: Val, like: str | None = None) -> Val | None:
+    mod = cv.module
+    cands = [(q, c) for q, c in mod.summary.classes.items() if c.is_dataclass and q.endswith("Metadata") and "Builder" not in q and "." not in q]
+    if not cands:
+        return None
+    if like:
+        exact = [(q, c) for q, c in cands if like.endswith(q) or q.endswith(like)]
+        if exact:
+            cands = exact
+        else:
+            stem = re.sub(r"^(Maca|Metax|MetaX|Mx|Mini)", "", like)
+            exact = [(q, c) for q, c in cands if q == stem]
+            if exact:
+                cands = exact
+    q, c = sorted(cands, key=lambda x: (len(x[0]), x[0]))[0] if len(cands) > 1 else cands[0]
+    return Val("class", mod, q, mod.path, c.line)
+
+
+def registry_pairs(engine) -> list[dict]:
+    def compute():
+        r = engine.ws.resolver
+        out = []
+        try:
+            entries = engine.ws.backends(with_call_sites=False)
+        except Exception as e:  # pragma: no cover
+            engine.errors.append(f"registry: {type(e).__name__}: {e}")
+            return out
+        for e in entries:
+            if e.kind == "custom_op" or e.upstream is None or not e.upstream.cls:
+                continue
+            pv = r.resolve_symbol(e.cls)
+            uv = r.resolve_symbol(e.upstream.cls)
+            if pv.kind != "class" or uv.kind != "class" or pv.module is None or not pv.module.workspace:
+                continue
+            out.append({"kind": "backend", "plugin": pv, "upstream": uv, "entry": e.name})
+            for meth, kind in (("get_impl_cls", "impl"), ("get_builder_cls", "builder")):
+                pp = _part_class(r, pv, meth)
+                up = _part_class(r, uv, meth)
+                if pp is not None and up is not None and pp.module is not None and pp.module.workspace:
+                    out.append({"kind": kind, "plugin": pp, "upstream": up, "entry": e.name})
+            pm = _metadata_class(r, pv)
+            if pm is not None:
+                um = _metadata_class(r, uv, like=pm.qual)
+                if um is not None:
+                    out.append({"kind": "metadata", "plugin": pm, "upstream": um, "entry": e.name})
+        return out
+
+    return engine.memo("registry_pairs", compute)
+
+
+def _abstract(f) -> bool:
+    return any(d.func.rpartition(".")[2] == "abstractmethod" for d in f.decorators) or f.dummy == "raises NotImplementedError"
+
+
+@check("AL111")
+def missing_hooks(ctx):
+    r = ctx.r
+    root = ctx.ws.root
+    done = set()
+    for pair in registry_pairs(ctx.engine):
+        if pair["kind"] not in ("backend", "impl", "builder"):
+            continue
+        pv, uv = pair["plugin"], pair["upstream"]
+        if pv.module is None or pv.module.path != ctx.mod.path:
+            continue
+        key = (pv.qual, uv.dotted)
+        if key in done:
+            continue
+        done.add(key)
+        pmro = mro_complete(ctx.engine, pv)
+        umro, _ok = full_mro(ctx.engine, uv)
+        if pmro is None or any(cv.dotted == uv.dotted for cv in pmro):
+            continue  # the plugin class inherits the upstream counterpart itself
+        uc = uv.cls
+        missing = []
+        for h, fq in sorted(uc.methods.items()):
+            if h.startswith("__") and h != "__init__":
+                continue
+            decl = next((cv for cv in umro[1:] if cv.cls is not None and h in cv.cls.methods), None)
+            if decl is None or (decl.module is not None and decl.module.workspace):
+                continue
+            owner = next((cv for cv in pmro if cv.cls is not None and (h in cv.cls.methods or h in cv.cls.attrs)), None)
+            if owner is not None and owner.module is not None and owner.module.workspace:
+                continue
+            if owner is not None and owner.dotted != decl.dotted:
+                continue  # some other upstream class provides it
+            df = decl.module.summary.functions.get(decl.cls.methods[h])
+            uf = uv.module.summary.functions.get(fq)
+            missing.append((h, decl, df, uf, owner is None))
+        pc = pv.cls
+        for h, decl, df, uf, absent in missing:
+            abstract = df is not None and _abstract(df)
+            what = "abstract" if abstract else "with a default"
+            msg = (f"{pair['entry']} {pair['kind']}: `{h}` is declared by {decl.dotted} ({what}, {_short(decl.module.path)}:{df.line if df else '?'}) "
+                   f"and overridden by upstream {uv.dotted} ({_short(uv.module.path)}:{uf.line if uf else '?'}), but {pv.qual} "
+                   + ("does not have it at all" if absent else f"does not override it and gets {decl.qual}.{h}"))
+            pos = ctx.name_range(pc.line, pc.name)
+            ctx.add("AL111", *pos, msg, severity="error" if abstract else "warning", hook=h,
+                    declared_by=f"{decl.dotted}.{h}", upstream_override=f"{uv.dotted}.{h}",
+                    upstream_location=f"{uv.module.path}:{uf.line if uf else 0}")
+
+
+def _norm_ann(a: str) -> str:
+    a = (a or "").replace(" ", "")
+    m = re.fullmatch(r"(?:typing\.)?Optional\[(.+)\]", a)
+    if m:
+        a = m.group(1) + "|None"
+    a = re.sub(r"\btorch\.", "", a)
+    return a
+
+
+def _fields(engine, cv: Val) -> dict:
+    out: dict = {}
+    mro, _ok = full_mro(engine, cv)
+    for dv in reversed(mro):
+        c = dv.cls
+        if c is not None and c.is_dataclass:
+            for name, ann, has_default, line in c.fields:
+                if (ann or "").startswith(("ClassVar", "typing.ClassVar")):
+                    continue
+                out[name] = (ann, has_default, line, dv)
+    return out
+
+
+@check("AL112")
+def metadata_drift(ctx):
+    r = ctx.r
+    done = set()
+    for pair in registry_pairs(ctx.engine):
+        if pair["kind"] != "metadata":
+            continue
+        pv, uv = pair["plugin"], pair["upstream"]
+        if pv.module is None or pv.module.path != ctx.mod.path or (pv.qual, uv.dotted) in done:
+            continue
+        done.add((pv.qual, uv.dotted))
+        pf = _fields(ctx.engine, pv)
+        uf = _fields(ctx.engine, uv)
+        missing = [n for n in uf if n not in pf]
+        extra = [n for n in pf if n not in uf]
+        changed = [n for n in pf if n in uf and _norm_ann(pf[n][0]) != _norm_ann(uf[n][0]) and pf[n][0] and uf[n][0]]
+        required_now = [n for n in pf if n in uf and uf[n][1] and not pf[n][1]]
+        if not (missing or extra or changed or required_now):
+            continue
+        parts = []
+        if missing:
+            parts.append("missing upstream field(s) " + ", ".join(f"`{n}`" for n in missing))
+        if changed:
+            parts.append("retyped " + ", ".join(f"`{n}` ({pf[n][0]} vs upstream {uf[n][0]})" for n in changed))
+        if required_now:
+            parts.append("required here but defaulted upstream: " + ", ".join(f"`{n}`" for n in required_now))
+        if extra:
+            parts.append("plugin-only field(s) " + ", ".join(f"`{n}`" for n in extra))
+        sev = "warning" if (missing or changed or required_now) else "info"
+        pc = pv.cls
+        pos = ctx.name_range(pc.line, pc.name)
+        ctx.add("AL112", *pos,
+                f"{pv.qual} differs from upstream {uv.dotted} ({_short(uv.module.path)}:{uv.cls.line}): " + "; ".join(parts),
+                severity=sev, upstream=uv.dotted, missing=missing, extra=extra, changed=changed, required_now=required_now)
+
+
+_ = (Path, _rel)

@@ -1,0 +1,72 @@
+"""Engine API, caching with dependency tracking, suppression."""
+
+from __future__ import annotations
+
+import shutil
+
+from attnlens.rules.engine import Engine, Finding, check_module, check_paths, suppressed
+
+from .conftest import FIXTURES, make_workspace
+
+
+def test_check_module_and_paths_api(cache_root):
+    ws = make_workspace(FIXTURES / "platform", cache_root)
+    path = str(FIXTURES / "platform" / "fxplat" / "shapes.py")
+    one = check_module(ws, path)
+    assert {f.rule for f in one} == {"AL114"}
+    every = check_paths(ws)
+    assert {f.rule for f in every} >= {"AL105", "AL114", "AL107"}
+    assert check_paths(ws, [str(FIXTURES / "platform" / "fxplat")]) == every
+    assert check_module(ws, "/nonexistent/file.py") == []
+
+
+def test_finding_json_is_one_based():
+    f = Finding("AL114", "warning", "/r/a.py", 3, 0, 3, 5, "m", {})
+    j = f.to_json("/r")
+    assert (j["path"], j["line"], j["col"], j["end_col"]) == ("a.py", 3, 1, 6)
+
+
+def test_suppression_comments():
+    lines = ["x = q.view(n, -1)  # attnlens: ignore[AL114, AL101]", "y = 1  # attnlens: ignore", "z = 2"]
+    assert suppressed(lines, Finding("AL114", "warning", "p", 1, 0, 1, 5, "m"))
+    assert not suppressed(lines, Finding("AL105", "warning", "p", 1, 0, 1, 5, "m"))
+    assert suppressed(lines, Finding("AL105", "warning", "p", 2, 0, 2, 5, "m"))
+    assert not suppressed(lines, Finding("AL105", "warning", "p", 3, 0, 3, 5, "m"))
+    # a multi-line finding can be suppressed on its last line
+    assert suppressed(lines, Finding("AL105", "warning", "p", 1, 0, 2, 1, "m"))
+
+
+def test_cache_hits_and_dependency_invalidation(tmp_path):
+    root = tmp_path / "calls"
+    shutil.copytree(FIXTURES / "calls", root)
+    cache = tmp_path / "cache"
+
+    def run():
+        ws = make_workspace(root, cache)
+        eng = Engine(ws)
+        fs = eng.check_paths(None)
+        ws.close()
+        return eng, fs
+
+    e1, f1 = run()
+    assert e1.stats["checked"] > 0 and e1.stats["cached"] == 0
+    assert any(f.rule == "AL102" for f in f1)
+    e2, f2 = run()
+    assert e2.stats["checked"] == 0 and e2.stats["cached"] == e1.stats["checked"]
+    assert [f.to_json() for f in f2] == [f.to_json() for f in f1]
+    # calls.py's AL102 depends on ops.py: make _impl read the keyword
+    ops = root / "fxcalls" / "ops.py"
+    ops.write_text(ops.read_text().replace("    return q + k\n", "    return q + k * kwargs.get(\"softcap\", 1.0)\n", 1))
+    e3, f3 = run()
+    assert not any(f.rule == "AL102" for f in f3)
+    assert 0 < e3.stats["checked"] < e1.stats["checked"], e3.stats  # only the dependents were re-checked
+
+
+def test_overlay_is_checked_without_cache(tmp_path):
+    root = tmp_path / "platform"
+    shutil.copytree(FIXTURES / "platform", root)
+    ws = make_workspace(root, tmp_path / "cache")
+    path = str(root / "fxplat" / "shapes.py")
+    assert check_module(ws, path)
+    ws.index.set_overlay(path, "def f(query, num_reqs):\n    return query.reshape(-1, 8)\n")
+    assert check_module(ws, path) == []
