@@ -13,16 +13,22 @@ from attnlens.runtime import evidence as ev
 from tests.probe_fixtures.runtime_support import fixture_pythonpath, require_target, scratch_dir, shared_pool
 
 
+@pytest.fixture(scope="module")
+def cli_dirs(tmp_path_factory):
+    # one cache for the module: the environment record is collected once, then reused
+    base = tmp_path_factory.mktemp("cli")
+    (base / "plugin").mkdir()
+    return base / "plugin", base / "cache"
+
+
 @pytest.fixture
-def cli(request, tmp_path, monkeypatch):
+def cli(request, cli_dirs, monkeypatch):
     py = require_target(triton=True)
     monkeypatch.setattr(cli_cmds, "_POOL", shared_pool(request.config))
     parser = argparse.ArgumentParser(prog="attnlens")
     sub = parser.add_subparsers(dest="cmd")
     cli_cmds.add_subparsers(sub)
-    cache_dir = tmp_path / "cache"
-    root = tmp_path / "plugin"
-    root.mkdir()
+    root, cache_dir = cli_dirs
     # the same environment as the other runtime tests, so the shared agents are reused
     common = ["--python", py, "--env", f"PYTHONPATH={fixture_pythonpath()}", "--env", f"PROBEFIX_DIR={scratch_dir()}",
               "--root", str(root), "--cache-dir", str(cache_dir)]

@@ -48,9 +48,10 @@ def env_(request):
     return {"python": py, "pool": shared_pool(request.config), "env": fixture_env()}
 
 
-@pytest.fixture
-def cache(tmp_path):
-    return Cache(tmp_path / "cache")
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    # one cache for the module: the environment record is collected once, then reused (fingerprint)
+    return Cache(tmp_path_factory.mktemp("cache"))
 
 
 def run(env_, cache, family, target, **kw):
@@ -148,7 +149,8 @@ def test_hanging_target_times_out_and_host_survives(env_, cache):
     rec = run(env_, cache, "decode", "probefix.crash:hang_forever", timeout=5)
     took = time.monotonic() - t0
     assert rec.verdict == "timeout" and rec.message == "probe timed out after 5 s"
-    assert 5.0 <= took < 9.0
+    assert 5.0 <= rec.details["agent_elapsed_s"] < 7.0
+    assert took < 15.0
     _check_evidence(cache, rec)
     # the child that the hanging target started died with the agent's process group
     for name in os.listdir(scratch_dir()):
@@ -167,7 +169,7 @@ def test_hanging_target_times_out_and_host_survives(env_, cache):
 def test_stdout_garbage_from_target_does_not_break_protocol(env_, cache):
     rec = run(env_, cache, "lse_merge", "probefix.crash:noisy_merge")
     assert rec.verdict == "pass", rec.cases
-    agent = env_["pool"].get(env_["python"], {**env_["env"], "TRITON_INTERPRET": "1"})
+    agent = env_["pool"].get(env_["python"], {**env_["env"], "TRITON_INTERPRET": "1"})  # the CPU probe agent
     assert agent.garbage == []
     time.sleep(0.2)
     assert "GARBAGE {not json" in agent.stderr_tail(400)
@@ -205,7 +207,9 @@ def test_evidence_listing_and_latest(env_, cache):
     (cache.folder / "evidence" / "garbage.json").write_text("{not json")
     (cache.folder / "evidence" / ".x.json.123.tmp").write_text("{}")
     ids = [r.id for r in ev.list_records(cache, family="topk")]
-    assert ids == [a.id, b.id, c.id]
+    mine = [i for i in ids if i in (a.id, b.id, c.id)]
+    assert mine == [a.id, b.id, c.id]  # oldest first
+    assert all(r.family == "topk" for r in ev.list_records(cache, family="topk"))
     latest = ev.latest_for_target(cache, "probefix.topk:top_k_per_row_prefill")
     assert latest.id == c.id
     assert ev.latest_for_target(cache, "nothing:here") is None

@@ -46,7 +46,8 @@ export class StatusBar implements vscode.Disposable {
       if (progress) {
         const pct = progress.percentage !== undefined ? ` ${Math.round(progress.percentage)}%` : "";
         const msg = progress.message ? ` ${progress.message}` : "";
-        this.item.text = `$(sync~spin) AttnLens: ${progress.title}${msg}${pct}`;
+        const title = progress.title.replace(/^AttnLens:\s*/i, "");
+        this.item.text = `$(sync~spin) AttnLens: ${title}${msg}${pct}`;
       } else if (status?.targetError) {
         this.item.text = `$(warning) AttnLens${summary ? `: ${summary}` : ""}`;
         this.item.backgroundColor = new vscode.ThemeColor("statusBarItem.warningBackground");

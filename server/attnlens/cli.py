@@ -25,7 +25,10 @@ def _workspace(args):
     """The workspace of ``--root`` for ``--subject`` (worktree, index, rev:REV, installed)."""
     from .upgrade.subjects import workspace_for_subject
 
-    return workspace_for_subject(args)
+    ws = workspace_for_subject(args)
+    ws.allow_fork = True  # the CLI is single-threaded: forked prefetch workers are safe here
+    ws.index.allow_fork = True
+    return ws
 
 
 def _subject(ws) -> dict:

@@ -335,6 +335,11 @@ class Index:
                 self._dir_cache.clear()
                 self._scan_workspace()
 
+    def bump(self) -> None:
+        """Mark derived results stale (e.g. after a C++ file changed) without rescanning."""
+        with self._lock:
+            self.generation += 1
+
     def refresh(self) -> None:
         with self._lock:
             self.generation += 1

@@ -85,7 +85,8 @@ class Val:
 class Walk:
     """Mutable state of one resolution: hops so far, depth, visited."""
 
-    def __init__(self, budget_s: float | None = None):
+    def __init__(self, budget_s: float | None = None, cancel=None):
+        self.cancel = cancel  # a callable returning True when the caller gave up
         self.hops: list[Hop] = []
         self.depth = 0
         self.seen: set = set()
@@ -100,7 +101,13 @@ class Walk:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             self.partial = True
             return True
+        if self.cancel is not None and self.cancel():
+            self.partial = True
+            self.cancelled = True
+            return True
         return False
+
+    cancelled = False
 
 
 class Resolver:
@@ -229,6 +236,11 @@ class Resolver:
                 w.add(Hop(kind, mod.path, b.line, target, f"import {target}" + (f" as {b.name}" if b.name != target else ""), cond, reach, b.col))
                 return self.module_value(target, w)
             w.add(Hop(kind, mod.path, b.line, f"{target}.{b.attr}", f"from {'.' * b.level}{b.target or ''} import {b.attr}" + (f" as {b.name}" if b.name != b.attr else ""), cond, reach, b.col))
+            if target == mod.name or (mod.is_package and target == mod.package and b.attr):
+                # `from . import sub` inside a package __init__: the submodule, not the package attribute
+                sub = f"{target}.{b.attr}"
+                if self.index.locate(sub) is not None:
+                    return self.module_value(sub, w)
             base = self.module_value(target, w, quiet=True)
             if base.kind == "module":
                 return self.attr_of_module(base.module, b.attr or "", w, from_import=True)  # type: ignore[arg-type]
@@ -416,6 +428,16 @@ class Resolver:
         return Val("unknown", v.module, f"{v.qual}.{name}", reason=v.reason or f"cannot follow `.{name}`")
 
     def attr_of_module(self, m: Module, name: str, w: Walk, from_import: bool = False) -> Val:
+        key = ("attr", m.name, name)
+        if key in self._active:
+            return Val("unknown", m, f"{m.name}.{name}", reason=f"`{m.name}.{name}` is defined in terms of itself (import cycle)")
+        self._active.add(key)
+        try:
+            return self._attr_of_module(m, name, w, from_import)
+        finally:
+            self._active.discard(key)
+
+    def _attr_of_module(self, m: Module, name: str, w: Walk, from_import: bool = False) -> Val:
         summ = m.summary
         if name in summ.bindings:
             b = self.choose(m, summ.bindings[name], "", None)
@@ -813,8 +835,8 @@ class Resolver:
     # ------------------------------------------------------------------
     # entry points
     # ------------------------------------------------------------------
-    def trace_call(self, mod: Module, cs: CallSite, budget_s: float | None = None) -> Chain:
-        w = Walk(budget_s)
+    def trace_call(self, mod: Module, cs: CallSite, budget_s: float | None = None, cancel=None) -> Chain:
+        w = Walk(budget_s, cancel)
         cond = self.guard_text(cs.guards)
         reach = self.guard_value(mod, cs.guards, cs.scope) if cs.guards else None
         sym = cs.func + ("[grid]" if cs.launch else "")
@@ -826,15 +848,16 @@ class Resolver:
             final = self.follow(v, w, launch=cs.launch)
         return self._chain(w, final, mod)
 
-    def trace_text(self, mod: Module, scope: str, text: str, line: int, budget_s: float | None = None, col: int = 0) -> Chain:
-        w = Walk(budget_s)
+    def trace_text(self, mod: Module, scope: str, text: str, line: int, budget_s: float | None = None, col: int = 0,
+                   cancel=None) -> Chain:
+        w = Walk(budget_s, cancel)
         w.add(Hop("call", mod.path, line, text, f"reference in {mod.name}{'.' + scope if scope else ''}", None, None, col))
         v = self.resolve_dotted(mod, scope, text, w, line=line)
         final = self.follow(v, w)
         return self._chain(w, final, mod)
 
-    def trace_value(self, v: Val, first: Hop | None = None, budget_s: float | None = None) -> Chain:
-        w = Walk(budget_s)
+    def trace_value(self, v: Val, first: Hop | None = None, budget_s: float | None = None, cancel=None) -> Chain:
+        w = Walk(budget_s, cancel)
         if first is not None:
             w.add(first)
         final = self.follow(v, w)

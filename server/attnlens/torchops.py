@@ -40,6 +40,7 @@ class OpRegistry:
         self._ext_cache: dict = {}
         self._cpp_files: list = []
         self._prefetch = None
+        self._providers_gen = -1
         self._providers = None
 
     # -- C++ ---------------------------------------------------------------
@@ -50,6 +51,8 @@ class OpRegistry:
         comes back through the cache folder.
         """
         if self._cpp is not None or self._prefetch is not None or not hasattr(os, "fork"):
+            return
+        if not getattr(self.r.index, "allow_fork", False):
             return
         try:
             pid = os.fork()
@@ -125,8 +128,9 @@ class OpRegistry:
     # -- providers ---------------------------------------------------------
     def providers(self) -> list[tuple[str, str | None, str]]:
         """(module, guard, status) for each kernel module the platform imports."""
-        if self._providers is not None:
+        if self._providers is not None and self._providers_gen == self.r.index.generation:
             return self._providers
+        self._providers_gen = self.r.index.generation
         from .resolver import Walk
 
         out = []

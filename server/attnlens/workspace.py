@@ -49,6 +49,7 @@ class Workspace:
         self.resolver = Resolver(self.index)
         self._refs: dict[tuple, list] = {}
         self._backends_memo = None
+        self.allow_fork = False  # forked prefetch workers: only in single-threaded CLI processes
 
     # -- registry ------------------------------------------------------------
     def backends(self, with_call_sites: bool = True, include_custom_ops: bool = False):
@@ -163,16 +164,44 @@ class Workspace:
             return Target(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
         return None
 
-    def trace_at(self, path: str, line: int, col: int, budget_s: float | None = None) -> M.Chain | None:
+    def trace_at(self, path: str, line: int, col: int, budget_s: float | None = None, cancel=None) -> M.Chain | None:
         t = self.target_at(path, line, col)
         if t is None:
-            return None
-        return self.trace_target(t, budget_s)
+            d = self.def_at(path, line, col)
+            if d is None:
+                return None
+            return self.trace_symbol(d, budget_s, cancel)
+        return self.trace_target(t, budget_s, cancel)
 
-    def trace_target(self, t: Target, budget_s: float | None = None) -> M.Chain:
+    def trace_target(self, t: Target, budget_s: float | None = None, cancel=None) -> M.Chain:
         if t.call is not None:
-            return self.resolver.trace_call(t.module, t.call, budget_s)
-        return self.resolver.trace_text(t.module, t.scope, t.text, t.line, budget_s, col=t.col)
+            return self.resolver.trace_call(t.module, t.call, budget_s, cancel)
+        return self.resolver.trace_text(t.module, t.scope, t.text, t.line, budget_s, col=t.col, cancel=cancel)
+
+    def trace_symbol(self, dotted: str, budget_s: float | None = None, cancel=None) -> M.Chain:
+        """The chain of a fully qualified symbol (``pkg.mod.Class.method`` or ``ns::op``)."""
+        from .model import Hop
+
+        v = self.resolver.resolve_symbol(dotted)
+        first = Hop("definition", v.path or "", v.line or 0, dotted, "symbol") if v.path else None
+        return self.resolver.trace_value(v, first, budget_s, cancel)
+
+    def def_at(self, path: str, line: int, col: int) -> str | None:
+        """The dotted name of the function or class whose ``def``/``class`` name is at the position."""
+        mod = self.index.module_for_path(path)
+        if mod is None:
+            return None
+        text = self.index.source_text(path) or ""
+        lines = text.splitlines()
+        if not (1 <= line <= len(lines)):
+            return None
+        for q, f in mod.summary.functions.items():
+            if f.line == line and lines[line - 1].find(f.name, f.col) <= col <= lines[line - 1].find(f.name, f.col) + len(f.name):
+                return f"{mod.name}.{q}"
+        for q, c in mod.summary.classes.items():
+            if c.line == line and lines[line - 1].find(c.name, c.col) <= col <= lines[line - 1].find(c.name, c.col) + len(c.name):
+                return f"{mod.name}.{q}"
+        return None
 
     def close(self) -> None:
         self.index.flush()

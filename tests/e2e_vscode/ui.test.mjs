@@ -146,14 +146,26 @@ async function quickOpen(text) {
 }
 
 async function runCommand(title) {
-  await page.keyboard.press("Escape");
-  await page.keyboard.press("F1");
-  const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ timeout: 20000 });
-  await input.fill(`>${title}`);
-  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
-  await row.waitFor({ timeout: 20000 });
-  await row.click();
+  // Retried: a keypress can land while the workbench moves focus (an editor opening, a toast).
+  let last;
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    try {
+      await page.keyboard.press("Escape");
+      await page.keyboard.press("F1");
+      const input = page.locator(".quick-input-widget input");
+      await input.waitFor({ timeout: 8000 });
+      await input.fill(`>${title}`);
+      const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
+      await row.waitFor({ timeout: 8000 });
+      await row.click();
+      return;
+    } catch (e) {
+      last = e;
+      log(`command palette: "${title}" attempt ${attempt} failed: ${e.message.split("\n")[0]}`);
+      await shot(`palette-retry-${attempt}.png`);
+    }
+  }
+  throw last;
 }
 
 async function gotoLine(line, col) {
@@ -303,12 +315,25 @@ try {
     ],
   });
   page = context.pages()[0] || (await context.newPage());
+  page.setDefaultTimeout(15000);
   page.on("pageerror", (e) => log("pageerror:", e.message));
   await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(ws)}`);
   await page.locator(".monaco-workbench").waitFor({ timeout: 60000 });
   await page.locator(".statusbar").waitFor({ timeout: 30000 });
   log("workbench loaded");
   await page.locator(".monaco-workbench").click({ position: { x: 640, y: 400 } }).catch(() => {});
+
+  // Sample the AttnLens status bar item while the server starts (indexing progress, then the
+  // environment summary); reported with scenario 2.
+  const statusSeen = [];
+  const sampler = setInterval(async () => {
+    // The extension's own item (id attnlens.status), not VS Code's progress item.
+    const items = await page.locator(".statusbar-item").evaluateAll((els) => els.map((e) => [e.id, e.innerText])).catch(() => []);
+    for (const [id, text] of items) {
+      const t = (text || "").trim();
+      if (id.endsWith("attnlens.status") && t && !statusSeen.includes(t)) statusSeen.push(t);
+    }
+  }, 100);
 
   // Open flash_attn.py; the extension activates on Python and starts the server.
   const FILE = "mini_metax/attention/backends/flash_attn.py";
@@ -355,7 +380,8 @@ try {
     if (process.env.ATTNLENS_E2E_README_SHOT) {
       fs.copyFileSync(path.join(ART, "hover.png"), process.env.ATTNLENS_E2E_README_SHOT);
     }
-    return { detail: `hover: ${firstLines.slice(0, 160)}` };
+    clearInterval(sampler);
+    return { detail: `hover: ${firstLines.slice(0, 160)}; status bar went: ${statusSeen.map((t) => JSON.stringify(t)).join(" → ")}` };
   });
   await page.mouse.move(1200, 780);
   await page.keyboard.press("Escape");

@@ -5,7 +5,9 @@ Layout
 ``server.py``        the server object: session state, the worker hop, background refresh
 ``features/``        one module per LSP surface (lifecycle, documents, hover, navigation,
                      call_hierarchy, symbols, commands, diagnostics), each ``register(server)``
-``analysis.py``      what features ask of the core, plus the server's caches (no LSP types)
+``analysis.py``      what features ask of the core, plus the server's caches (no LSP types);
+                     ``calls.py`` (call hierarchy, call-site index) and ``symbol_table.py``
+                     are mixed in; ``records.py`` holds the plain records they return
 ``hover.py``         hover *sections*: an ordered list of providers (extension point)
 ``convert.py``       URIs and positions at the edge (UTF-16/UTF-8/UTF-32 <-> code points)
 ``config.py``        typed settings with defaults; invalid values warn and fall back

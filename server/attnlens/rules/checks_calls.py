@@ -409,6 +409,21 @@ def _head_binding_kind(ctx, cs) -> str:
     return "workspace"
 
 
+_KERNELISH = re.compile(r"(attn|attention|flash|mla|kvcache|cache|gemm|moe|kernel|fwd|topk|top_k|rope|rotary|quant|"
+                        r"varlen|paged|mqa|gqa|sparse|fused|gated_delta|_decode|_prefill)", re.I)
+_DSL_DECOS = {"jit", "prim_func", "macro", "autotune", "heuristics", "kernel"}
+
+
+def _in_dsl_kernel(ctx, scope: str) -> bool:
+    q = scope
+    while q:
+        f = ctx.s.functions.get(q)
+        if f is not None and any(d.func.rpartition(".")[2] in _DSL_DECOS for d in f.decorators):
+            return True
+        q = q.rpartition(".")[0]
+    return False
+
+
 def _self_alias(ctx, cs) -> bool:
     """``self.x(...)`` where ``x`` is an attribute bound to a callable (not a method)."""
     parts = cs.func.split(".")
@@ -440,9 +455,13 @@ def dummy_and_missing(ctx):
             continue
         v = ctx.resolve_call(cs)
         if v.kind == "not_installed":
+            if _in_dsl_kernel(ctx, cs.scope):
+                continue  # DSL code inside a @triton.jit / @tilelang.jit body: compiled, not called
+            c = ctx.engine.contracts.match(v.qual)
+            if c is None and not _KERNELISH.search(v.qual.rpartition(".")[2]):
+                continue  # a utility package (tqdm, zmq, msgspec, ...), not a kernel behind attention code
             pkg = v.extra.get("package") or v.qual.split(".", 1)[0]
             chain = ctx.trace(cs)
-            c = ctx.engine.contracts.match(v.qual)
             h = _import_hop(chain)
             where = ""
             if h is not None:

@@ -121,7 +121,7 @@ def capability_checks(ctx):
         guard_cs = cs or _enclosing_call(ctx, u)
         if guard_cs is not None and ctx.call_dead(guard_cs):
             continue  # under a statement guard that is False on this platform (e.g. `if is_cuda():`)
-        if any(_VENDOR_GUARD.search(t) and prof.evaluate(ctx.mod, u.scope, t) is False for t in u.conj):
+        if any(_vendor_guard_false(ctx, u, t) for t in u.conj):
             continue  # short-circuited by a vendor guard: `... and current_platform.is_cuda() and <this>`
         if u.kind != "param_compare":
             try:
@@ -168,6 +168,18 @@ def capability_checks(ctx):
 
 
 _VENDOR_GUARD = re.compile(r"\.is_(cuda|rocm|xpu|cpu|tpu|neuron|hpu)\(\)")
+
+
+def _vendor_guard_false(ctx, u, text: str) -> bool:
+    """Is ``text`` a vendor guard (``current_platform.is_cuda()``, or ``self.x`` assigned only
+    from such guards in the same class) that is False on this platform?"""
+    prof = ctx.r.profile
+    m = re.fullmatch(r"self\.(\w+)", text.strip())
+    if m:
+        cq = ctx.r.enclosing_class(ctx.mod, u.scope) if u.scope else None
+        vals = ctx.facts.self_assigns.get((cq, m.group(1)), []) if cq else []
+        return bool(vals) and all(_VENDOR_GUARD.search(v) and prof.evaluate(ctx.mod, u.scope, v) is False for v in vals)
+    return bool(_VENDOR_GUARD.search(text)) and prof.evaluate(ctx.mod, u.scope, text) is False
 
 
 def _enclosing_call(ctx, u):

@@ -26,6 +26,7 @@ import hashlib
 import os
 import re
 import sys
+import threading
 import time
 import traceback
 import weakref
@@ -363,6 +364,7 @@ class Engine:
         self.stats = {"cached": 0, "checked": 0}
         self.timings: dict = {}
         self.ws_tops = {n.split(".", 1)[0] for n in ws.index.ws_files}
+        self._lock = threading.RLock()  # one check at a time: the dependency recorder is per engine
 
     # -- parallel prefetch (CLI) ----------------------------------------------
     prefetch_pid: int | None = None
@@ -563,6 +565,10 @@ class Engine:
         return False
 
     def check_module(self, path: str) -> list[Finding]:
+        with self._lock:
+            return self._check_module(path)
+
+    def _check_module(self, path: str) -> list[Finding]:
         from . import checks_calls, checks_claims, checks_platform, checks_shapes, checks_upstream  # noqa: F401
 
         name = self._module_name(path)
@@ -705,7 +711,15 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
 _ENGINES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+_ENGINES_LOCK = threading.Lock()
+
+
 def engine_for(ws) -> Engine:
+    with _ENGINES_LOCK:
+        return _engine_for(ws)
+
+
+def _engine_for(ws) -> Engine:
     e = _ENGINES.get(ws)
     if e is None or e._gen != ws.index.generation:  # type: ignore[attr-defined]
         e = Engine(ws)

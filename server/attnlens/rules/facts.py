@@ -107,6 +107,7 @@ class AstFacts:
     shapes: list = field(default_factory=list)
     supers: list = field(default_factory=list)
     tests: list = field(default_factory=list)
+    self_assigns: dict = field(default_factory=dict)  # (class qualname, attr) -> [value texts]
     lines: list = field(default_factory=list)
     error: str | None = None
 
@@ -270,6 +271,10 @@ class _Walker:
                 value = node.value
                 if value is not None:
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    if in_func and len(qual) >= 2:
+                        for t in targets:
+                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                                self.f.self_assigns.setdefault((".".join(qual[:-1]), t.attr), []).append(self.seg(value))
                     if len(targets) == 1 and isinstance(targets[0], ast.Name):
                         call = _cap_getter_call(value)
                         if call is not None:

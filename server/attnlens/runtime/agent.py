@@ -127,8 +127,32 @@ class AgentProcess:
     def pgid(self) -> int | None:
         return self._pgid
 
+    def _exited(self, timeout: float = 0.0) -> bool:
+        """Has the agent exited?  Waits up to ``timeout`` without reaping it.
+
+        The exited agent stays a zombie until ``_reap`` has signalled its process
+        group, so its pid (= the group id) cannot be handed to another process
+        in between: the group kill can never hit a stranger.
+        """
+        proc = self._proc
+        if proc is None:
+            return True
+        if proc.returncode is not None:
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return True
+            if info is not None:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._proc is not None and not self._exited()
 
     def argv(self) -> list[str]:
         return [self.python, "-u", self.agent_path]
@@ -202,7 +226,8 @@ class AgentProcess:
         return list(self._garbage)
 
     def _kill_group(self) -> None:
-        if self._pgid is not None:
+        # only while the leader is alive or an unreaped zombie: then its pid, the group id, is still ours
+        if self._pgid is not None and (self._proc is None or self._proc.returncode is None):
             try:
                 os.killpg(self._pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -233,6 +258,7 @@ class AgentProcess:
             t.join(timeout=2.0)
         self._threads = []
         self._proc = None
+        self._pgid = None  # never signal a group id that the system may hand out again
         return rc
 
     def close(self) -> None:
@@ -249,15 +275,12 @@ class AgentProcess:
             proc = self._proc
             if proc is None:
                 return
-            if proc.poll() is None:
+            if not self._exited():
                 try:
                     proc.stdin.close()  # EOF: the agent's loop ends
                 except OSError:
                     pass
-                try:
-                    proc.wait(timeout=self.kill_grace_s)
-                except subprocess.TimeoutExpired:
-                    pass
+                self._exited(self.kill_grace_s)
             self._reap()
         finally:
             self._lock.release()
@@ -282,17 +305,15 @@ class AgentProcess:
     def _dead_reply(self, rid: int, method: str, t0: float) -> AgentReply:
         """The agent's stdout closed: collect its exit status and describe the crash."""
         proc = self._proc
-        rc = None
-        if proc is not None:
-            try:
-                rc = proc.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                rc = None
+        self._exited(5.0)  # the agent is dying; wait for it without reaping (see _exited)
         for t in self._threads[1:]:
             t.join(timeout=1.0)  # let stderr drain: faulthandler's traceback is there
         elapsed = time.monotonic() - t0
         tail = self.stderr_tail()
-        self._reap()
+        exited = self._exited()
+        rc = self._reap()
+        if proc is not None and not exited:
+            rc = None  # it had not exited by itself: the -9 is ours
         self.crashes += 1
         if rc is not None and rc < 0:
             sig = -rc

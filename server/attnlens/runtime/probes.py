@@ -94,8 +94,9 @@ def run_probe(python: str, family: str, target: str, device: str = "auto", cache
     if interpret is None:
         interpret = dev == "cpu"
     agent_env = dict(user_env)
-    if interpret:
-        agent_env["TRITON_INTERPRET"] = "1"
+    # set or remove explicitly: a TRITON_INTERPRET=1 left in the user's shell must not turn a GPU probe
+    # into an interpreter run (the agent inherits our environment otherwise)
+    agent_env["TRITON_INTERPRET"] = "1" if interpret else None
     params = {"family": family, "target": target, "device": dev, "options": opts}
     if module:
         params["module"] = module
@@ -118,7 +119,8 @@ def run_probe(python: str, family: str, target: str, device: str = "auto", cache
     rep = agent.request("probe", params, timeout=timeout)
     if rep.status in ("timeout", "crashed"):
         return make(rep.status, rep.message, details={"stderr_tail": rep.stderr_tail[-4000:],
-                                                      "returncode": rep.returncode, "signal": rep.signal})
+                                                      "returncode": rep.returncode, "signal": rep.signal,
+                                                      "agent_elapsed_s": round(rep.elapsed_s, 3)})
     if rep.status != "ok":
         err = rep.error or {}
         return make("error", rep.message or "agent error",
@@ -127,7 +129,7 @@ def run_probe(python: str, family: str, target: str, device: str = "auto", cache
     verdict = res.get("verdict") or "error"
     if verdict not in ev.VERDICTS:
         verdict = "error"
-    details: dict = {}
+    details: dict = {"agent_elapsed_s": round(rep.elapsed_s, 3)}
     if res.get("import_error"):
         details["import_error"] = res["import_error"]
     for k in ("device_name", "torch"):

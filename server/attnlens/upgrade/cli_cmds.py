@@ -97,6 +97,7 @@ def cmd_drift(args) -> int:
     from .drift import FLAGGED, drift_report
 
     ws = workspace_for_subject(args)
+    ws.allow_fork = ws.index.allow_fork = True  # single-threaded CLI: forked prefetch is safe
     old = _resolve(args.old, ws, args)
     new = _resolve(args.new, ws, args) if args.new and args.new != "installed" else None
     rep = drift_report(ws, old, new, globs=args.scope or None, patches=args.patches)
@@ -147,6 +148,7 @@ def cmd_inventory(args) -> int:
     from .inventory import build_inventory, to_markdown
 
     ws = workspace_for_subject(args)
+    ws.allow_fork = ws.index.allow_fork = True  # single-threaded CLI: forked prefetch is safe
     old = _resolve(args.old, ws, args)
     new = _resolve(args.new, ws, args) if args.new and args.new != "installed" else None
     if not args.no_cache:

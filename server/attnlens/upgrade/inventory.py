@@ -761,8 +761,8 @@ def prewarm(ws) -> None:
     """Summarise the workspace's files in two processes (cold cache only): half in a forked child
     that writes the summaries to the cache, half here. Later lookups then load the cached summaries.
     A no-op without a cache, off POSIX, or when the summaries are already cached."""
-    if not ws.cache.enabled or not hasattr(os, "fork"):
-        return
+    if not ws.cache.enabled or not hasattr(os, "fork") or not getattr(ws, "allow_fork", False):
+        return  # forking is only safe in single-threaded CLI processes, never in the server
     paths = sorted(ws.index.ws_files.values())
     memo = getattr(ws.index, "_sha_memo", {}) or {}
     cold = [p for p in paths if p not in memo]

@@ -1,0 +1,119 @@
+"""Plain records the analysis layer hands to the features (no LSP types)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from .. import model as M
+from ..workspace import Target
+
+TRITON_DECORATORS = ("triton.jit", "jit", "triton.autotune", "triton.heuristics", "autotune", "heuristics")
+
+
+class LRU(OrderedDict):
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def get(self, key, default=None):  # type: ignore[override]
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        return default
+
+    def put(self, key, value) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class DefRef:
+    """A class or function definition of an analysed module."""
+
+    kind: str  # function | method | class | triton
+    module: str
+    qual: str
+    name: str
+    path: str
+    line: int  # the def/class line
+    col: int  # name start (code points)
+    end_col: int
+    deco_line: int
+    end_line: int
+    detail: str = ""
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.module}.{self.qual}"
+
+
+@dataclass
+class Resolved:
+    target: Target
+    chain: M.Chain
+
+
+@dataclass(frozen=True)
+class Sym:
+    """One workspace symbol."""
+
+    name: str
+    kind: str  # class | method | function | triton | backend | op
+    container: str
+    path: str
+    line: int
+    col: int = 0
+    detail: str = ""
+
+
+@dataclass
+class Item:
+    """A call hierarchy node: a definition, or the final target of a chain."""
+
+    name: str
+    kind: str  # function | method | class | triton | torch_op | cpp | module | not_installed | dummy | ...
+    detail: str
+    path: str
+    line: int
+    col: int
+    end_col: int
+    first_line: int  # full range start (decorators included)
+    end_line: int
+    data: dict
+
+    def key(self) -> tuple:
+        return (self.path, self.line, self.name)
+
+
+@dataclass
+class CallRec:
+    """One traced workspace call site, kept for incoming-call queries."""
+
+    path: str
+    line: int
+    fline: int
+    fcol: int
+    fend_col: int
+    func: str
+    scope: str
+    final_kind: str
+    final_symbol: str
+    final_path: str | None
+    final_line: int | None
+    waypoints: tuple  # (path, line) of every hop after the call itself
+    marks: frozenset  # torch op / final symbols met on the way
+
+
+@dataclass
+class CallSiteIndex:
+    generation: int = -1
+    complete: bool = False
+    by_path: dict = field(default_factory=dict)  # path -> [CallRec]
+    pending: list = field(default_factory=list)  # module names still to trace
+
+
+def is_triton(decorators) -> bool:
+    return any(d.func in TRITON_DECORATORS or d.func.startswith("triton.") for d in decorators)
