@@ -64,6 +64,17 @@ def default_python() -> str:
     return found or sys.executable
 
 
+def resolve_python(python: str | None) -> str:
+    """An absolute interpreter path: a bare name (``python3``) is looked up on PATH."""
+    if not python:
+        return default_python()
+    python = os.path.expanduser(python)
+    if os.sep not in python:
+        found = shutil.which(python)
+        return found or python
+    return os.path.abspath(python)
+
+
 def _key(python: str) -> str:
     real = os.path.realpath(python)
     try:
@@ -83,9 +94,7 @@ def _key(python: str) -> str:
 
 def read_target(python: str | None, cache: Cache | None = None, timeout: float = 20.0) -> TargetInfo:
     """sys.path and version of the target interpreter (cached). Raises TargetError."""
-    python = python or default_python()
-    if os.sep in python and not os.path.isabs(python):
-        python = os.path.abspath(python)
+    python = resolve_python(python)
     key = _key(python)
     if cache is not None:
         data = cache.load_json("target", f"{key}.json")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from attnlens.cli import main
 
 from .conftest import FIXTURES, PYTHON
@@ -77,7 +76,7 @@ def run(capsys, *args):
 
 
 def test_json_format_and_exit_code(capsys):
-    code, out, err = run(capsys, "--root", str(CALLS), "--format", "json")
+    code, out, _err = run(capsys, "--root", str(CALLS), "--format", "json")
     data = json.loads(out)
     assert code == 1  # AL101/AL108/AL113 errors in the fixture
     assert data and all(set(d) == {"rule", "severity", "path", "line", "col", "end_line", "end_col", "message", "data"} for d in data)
@@ -103,12 +102,12 @@ def test_paths_select_ignore(capsys):
     assert {d["rule"] for d in json.loads(out)} == {"AL102"} and code == 0
     code, out, _ = run(capsys, "--root", str(CALLS), "--format", "json", "--ignore", "AL101,AL108,AL113")
     assert code == 0 and not {d["rule"] for d in json.loads(out)} & {"AL101", "AL108", "AL113"}
-    code, out, err = run(capsys, "--root", str(CALLS), "--select", "AL999")
+    code, _out, err = run(capsys, "--root", str(CALLS), "--select", "AL999")
     assert code == 2 and "unknown rule" in err
 
 
 def test_text_format(capsys):
-    code, out, _ = run(capsys, "--root", str(PLATFORM))
+    _code, out, _ = run(capsys, "--root", str(PLATFORM))
     lines = out.strip().splitlines()
     assert lines[-1].endswith("info") or "finding(s)" in lines[-1]
     assert any(":" in l and " AL105 [nvidia-capability-check] " in l for l in lines)

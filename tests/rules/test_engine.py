@@ -70,3 +70,25 @@ def test_overlay_is_checked_without_cache(tmp_path):
     assert check_module(ws, path)
     ws.index.set_overlay(path, "def f(query, num_reqs):\n    return query.reshape(-1, 8)\n")
     assert check_module(ws, path) == []
+
+
+def test_broken_and_unusual_inputs(tmp_path):
+    """A syntax error, NUL bytes, a workspace without a platform entry point: no crash."""
+    pkg = tmp_path / "plain" / "plainpkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "broken.py").write_text("def f(:\n    return query.view(num_reqs, -1)\n")
+    (pkg / "nul.py").write_bytes(b"x = 1\x00\n")
+    (pkg / "ok.py").write_text(
+        "from vllm.platforms import current_platform\n"
+        "def g(query, num_reqs):\n"
+        "    if current_platform.is_device_capability_family(90):\n"
+        "        return query.view(num_reqs, -1, 8)\n"
+        "    return super().missing()\n"
+    )
+    ws = make_workspace(tmp_path / "plain", tmp_path / "cache")
+    eng = Engine(ws)
+    found = eng.check_paths(None)
+    assert not eng.errors, eng.errors
+    # no platform profile: capability checks are not judged; the reshape still is
+    assert {f.rule for f in found} == {"AL114"}

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from attnlens.rules.engine import RULES, Engine, rules_table
 
 from .conftest import fixture_roots, make_workspace, markers
@@ -39,7 +38,7 @@ def _expected(root: Path):
 
 @pytest.mark.parametrize("root", ROOTS, ids=[r.name for r in ROOTS])
 def test_markers(results, root):
-    ws, eng, findings = results[root.name]
+    _ws, eng, findings = results[root.name]
     assert not eng.errors, eng.errors
     got = {(f.rule, str(Path(f.path).resolve()), f.line) for f in findings}
     exp = _expected(root)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from attnlens.rules.engine import Engine
 
 from .conftest import MINI, make_workspace

@@ -11,7 +11,8 @@ _EXPORTS = {
     "check_paths": "engine", "rules_table": "engine",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["Contract", "ContractSet", "Engine", "Finding", "Rule", "check_module", "check_paths", "load_contracts",
+           "rules_table"]
 
 
 def __getattr__(name):

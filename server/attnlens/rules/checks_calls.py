@@ -78,7 +78,7 @@ def _decorators_ok(ctx, v: Val) -> bool:
         try:
             if v.module is not None and ctx.r.patch_decorator(v.module, d) is not None:
                 continue
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
             pass
         return False
     return True
@@ -123,9 +123,7 @@ def _kwargs_usage(engine, v: Val):
                     if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant):
                         continue
                     other = True
-                elif isinstance(p, ast.Subscript) and isinstance(p.slice, ast.Constant):
-                    continue
-                elif isinstance(p, ast.Compare) and p.comparators and p.comparators[0] is n:
+                elif isinstance(p, ast.Subscript) and isinstance(p.slice, ast.Constant) or isinstance(p, ast.Compare) and p.comparators and p.comparators[0] is n:
                     continue
                 else:
                     other = True
@@ -272,7 +270,7 @@ def _ctor_flow(ctx, kw: str, v: Val, path: list, depth: int):
     path = path + [v]
     if info is None:
         return "unknown", path
-    kind, x, _, cv = info
+    kind, x, _, _cv = info
     if kind == "dataclass":
         return ("accepted" if kw in x else "rejected"), path
     if kind == "init":
@@ -359,9 +357,8 @@ def _import_hop(chain):
     if chain is None:
         return None
     for h in chain.hops:
-        if h.kind in ("import", "conditional_import", "lazy_import", "reexport", "not_installed", "dynamic_import"):
-            if h.kind != "not_installed":
-                return h
+        if h.kind in ("import", "conditional_import", "lazy_import", "reexport", "dynamic_import"):
+            return h
     return None
 
 
@@ -410,7 +407,7 @@ def _head_binding_kind(ctx, cs) -> str:
 
 
 _KERNELISH = re.compile(r"(attn|attention|flash|mla|kvcache|cache|gemm|moe|kernel|fwd|topk|top_k|rope|rotary|quant|"
-                        r"varlen|paged|mqa|gqa|sparse|fused|gated_delta|_decode|_prefill)", re.I)
+                        r"varlen|paged|mqa|gqa|sparse|fused|gated_delta|_decode|_prefill)", re.IGNORECASE)
 _DSL_DECOS = {"jit", "prim_func", "macro", "autotune", "heuristics", "kernel"}
 
 
@@ -513,7 +510,7 @@ def op_schemas(engine, ns: str, op: str) -> list:
         engine.join_prefetch()
         try:
             info = ops.cpp().op(f"{ns}::{op}")
-        except Exception:
+        except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
             info = None
         if info is not None:
             for d in info.defs:
@@ -565,6 +562,8 @@ def torch_op_schema(ctx):
             continue
         if head == "torch" and not cs.func.startswith("torch.ops."):
             continue
+        if head != "torch" and not _may_reach_op(ctx, cs):
+            continue
         if ctx.call_dead(cs):
             continue
         v = ctx.resolve_call(cs)
@@ -600,6 +599,39 @@ def torch_op_schema(ctx):
                    f"({_rel(where.rsplit(':', 1)[0], root)}:{where.rsplit(':', 1)[-1]}) is `{sch}`: " + "; ".join(probs))
             ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
                             upstream_call=f"{upath}:{ics.line}")
+
+
+def _may_reach_op(ctx, cs) -> bool:
+    """Can this call be a torch op or an upstream op wrapper? (keeps the schema rule from
+    resolving every call): the callee's first name is bound in the workspace, or imported
+    from an ``*ops*`` module (``vllm._custom_ops``), or aliased from one."""
+    head = cs.func.split(".", 1)[0]
+    if head in ("self", "cls"):
+        return False
+    bs = None
+    q = cs.scope
+    while q:
+        f = ctx.s.functions.get(q)
+        if f is not None:
+            if any(p.name == head for p in f.params):
+                return False
+            if head in f.locals:
+                bs = f.locals[head]
+                break
+        q = q.rpartition(".")[0]
+    if bs is None:
+        bs = ctx.s.bindings.get(head)
+    if not bs:
+        return False
+    for b in bs:
+        if b.kind in ("from", "import"):
+            target = (ctx.r.abs_module(ctx.mod, b.target or "", b.level) or "") + "." + (b.attr or "")
+            top = target.split(".", 1)[0]
+            if top in ctx.engine.ws_tops or "ops" in target.lower():
+                return True
+        elif b.kind in ("assign", "ifexp", "call"):
+            return True
+    return False
 
 
 def _upstream_op_call(ctx, v: Val):

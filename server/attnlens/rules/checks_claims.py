@@ -80,29 +80,29 @@ SUPPORTS_CAP = {
 
 # names of attention kernels (used only when no contract covers a callee)
 _ATTNISH = re.compile(r"(^|_)(flash_attn\w*|\w*attention(_fwd)?|\w*attn_fwd|\w*varlen\w*|flash_mla\w*|\w*mla_decode\w*|"
-                      r"\w*_fwd|\w*_kernel|paged_attention\w*)$", re.I)
+                      r"\w*_fwd|\w*_kernel|paged_attention\w*)$", re.IGNORECASE)
 _NOT_ATTN = re.compile(r"(merge|lse|rotary|rope|topk|top_k|reshape_and_cache|concat_and_cache|copy|gather|swap|quant|norm|"
-                       r"scale_cache|metadata|schedul|convert|index)", re.I)
+                       r"scale_cache|metadata|schedul|convert|index)", re.IGNORECASE)
 _PREDICATE = re.compile(r"^_*(can|is|has|supports?|use|should|check|get|set|make|build|compute|maybe|reshape|split|"
-                        r"prepare|init|create|infer)_|_(supports?|available|enabled|version)(_|$)", re.I)
-_CACHEISH = re.compile(r"(reshape_and_cache|concat_and_cache|cache_kv|store_kv|_store$)", re.I)
-_NEGATED = re.compile(r"\b(not|no|never|until|yet|todo|fixme|only|unsupported|cannot|can't|without|isn't|aren't|doesn't|don't|won't)\b|n't\b", re.I)
+                        r"prepare|init|create|infer)_|_(supports?|available|enabled|version)(_|$)", re.IGNORECASE)
+_CACHEISH = re.compile(r"(reshape_and_cache|concat_and_cache|cache_kv|store_kv|_store$)", re.IGNORECASE)
+_NEGATED = re.compile(r"\b(not|no|never|until|yet|todo|fixme|only|unsupported|cannot|can't|without|isn't|aren't|doesn't|don't|won't)\b|n't\b", re.IGNORECASE)
 
 CLAIMS = [
-    (re.compile(r"\b(supports?|supported|handles?)\b[^.;:]{0,30}\bsinks?\b|\ball\s+sinks?\b|\bsinks?\b[^.;:]{0,20}\b(are\s+|is\s+)?supported", re.I), "sinks", True),
-    (re.compile(r"\b(fp8|fp4)(/\w+)?\b[^.;:]{0,30}\b(share|shares|same)\b[^.;:]{0,20}\bapi\b|\bsupports?\s+fp8\b(?!\s*(output|out\b|gemm|weight|linear|moe|activation|input|dtype for input|quant))|\bfp8\s+(kv[\s_-]?cache\s+)?(is\s+)?supported", re.I), "fp8_kv_cache", True),
-    (re.compile(r"\bint8\b[^.;:]{0,30}\b(share|shares|same)\b[^.;:]{0,20}\bapi\b|\bsupports?\s+int8\b|\bint8\s+(kv[\s_-]?cache\s+)?(is\s+)?supported", re.I), "int8_kv_cache", True),
-    (re.compile(r"\bcache\s+is\s+contiguous|\bcontiguous\s+(kv[\s_-]?)?cache\b|\bno\s+need\s+to\s+check\s+strides?", re.I), "kv_layout", True),
-    (re.compile(r"\bdcp\b[^.;:]{0,20}\b(is\s+)?supported|\bsupports?\s+dcp\b", re.I), "dcp", True),
-    (re.compile(r"\bsoftcap\b[^.;:]{0,40}\b(is\s+)?(applied|supported|handled)|\bsupports?\s+softcap", re.I), "softcap", True),
-    (re.compile(r"\bsliding[\s_-]?window\b[^.;:]{0,20}\b(is\s+)?supported|\bsupports?\s+sliding[\s_-]?window", re.I), "sliding_window", True),
-    (re.compile(r"\balibi\b[^.;:]{0,20}\b(is\s+)?supported|\bsupports?\s+alibi", re.I), "alibi", True),
-    (re.compile(r"\bcannot\s+do\s+diff[\s_-]?kv|\bdoes\s+not\s+support\s+diff[\s_-]?kv", re.I), "diff_head_dims", False),
-    (re.compile(r"\blse\b[^.;:]{0,40}\b(base[\s-]?2|log2|natural[\s-]log(arithm)?|base[\s-]?e)\b", re.I), "lse_base", True),
+    (re.compile(r"\b(supports?|supported|handles?)\b[^.;:]{0,30}\bsinks?\b|\ball\s+sinks?\b|\bsinks?\b[^.;:]{0,20}\b(are\s+|is\s+)?supported", re.IGNORECASE), "sinks", True),
+    (re.compile(r"\b(fp8|fp4)(/\w+)?\b[^.;:]{0,30}\b(share|shares|same)\b[^.;:]{0,20}\bapi\b|\bsupports?\s+fp8\b(?!\s*(output|out\b|gemm|weight|linear|moe|activation|input|dtype for input|quant))|\bfp8\s+(kv[\s_-]?cache\s+)?(is\s+)?supported", re.IGNORECASE), "fp8_kv_cache", True),
+    (re.compile(r"\bint8\b[^.;:]{0,30}\b(share|shares|same)\b[^.;:]{0,20}\bapi\b|\bsupports?\s+int8\b|\bint8\s+(kv[\s_-]?cache\s+)?(is\s+)?supported", re.IGNORECASE), "int8_kv_cache", True),
+    (re.compile(r"\bcache\s+is\s+contiguous|\bcontiguous\s+(kv[\s_-]?)?cache\b|\bno\s+need\s+to\s+check\s+strides?", re.IGNORECASE), "kv_layout", True),
+    (re.compile(r"\bdcp\b[^.;:]{0,20}\b(is\s+)?supported|\bsupports?\s+dcp\b", re.IGNORECASE), "dcp", True),
+    (re.compile(r"\bsoftcap\b[^.;:]{0,40}\b(is\s+)?(applied|supported|handled)|\bsupports?\s+softcap", re.IGNORECASE), "softcap", True),
+    (re.compile(r"\bsliding[\s_-]?window\b[^.;:]{0,20}\b(is\s+)?supported|\bsupports?\s+sliding[\s_-]?window", re.IGNORECASE), "sliding_window", True),
+    (re.compile(r"\balibi\b[^.;:]{0,20}\b(is\s+)?supported|\bsupports?\s+alibi", re.IGNORECASE), "alibi", True),
+    (re.compile(r"\bcannot\s+do\s+diff[\s_-]?kv|\bdoes\s+not\s+support\s+diff[\s_-]?kv", re.IGNORECASE), "diff_head_dims", False),
+    (re.compile(r"\blse\b[^.;:]{0,40}\b(base[\s-]?2|log2|natural[\s-]log(arithm)?|base[\s-]?e)\b", re.IGNORECASE), "lse_base", True),
 ]
-HEAD_CLAIM = re.compile(r"\bsupports?\s+(?:head[\s_-]?(?:size|dim)s?\s+)?(?:of\s+|up\s+to\s+)?(\d{2,3})\b", re.I)
+HEAD_CLAIM = re.compile(r"\bsupports?\s+(?:head[\s_-]?(?:size|dim)s?\s+)?(?:of\s+|up\s+to\s+)?(\d{2,3})\b", re.IGNORECASE)
 # any claim at all in a file's raw text (lets the engine skip tokenizing files without one)
-CLAIM_PREFILTER = re.compile("|".join(f"(?:{p.pattern})" for p, _c, _pos in CLAIMS) + f"|(?:{HEAD_CLAIM.pattern})", re.I)
+CLAIM_PREFILTER = re.compile("|".join(f"(?:{p.pattern})" for p, _c, _pos in CLAIMS) + f"|(?:{HEAD_CLAIM.pattern})", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------- kernels behind a subject
@@ -145,7 +145,7 @@ def _python_op_func(ctx, v: Val) -> Val | None:
         return None
     try:
         regs = ctx.r.ops.python_registrations(ns, op)
-    except Exception:
+    except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
         return None
     for m, line, scope, func, _key, _text in regs:
         if not func:
@@ -532,7 +532,7 @@ def _match_claims(text: str, line: int, col: int, kind: str, own_line: bool = Tr
     low = text.strip()
     if not low or low.lower().startswith(("attnlens:", "noqa", "type:", "pragma", "ruleid:", "ok:")):
         return out
-    if re.match(r"^(todo|fixme|xxx|hack)\b", low, re.I):
+    if re.match(r"^(todo|fixme|xxx|hack)\b", low, re.IGNORECASE):
         return out
     for pat, cap, positive in CLAIMS:
         m = pat.search(text)
@@ -546,7 +546,7 @@ def _match_claims(text: str, line: int, col: int, kind: str, own_line: bool = Tr
         m = None
     if m and not any(o["cap"] == "head_sizes" for o in out):
         fn = ctx.s.scope_at(line).rpartition(".")[2] if ctx is not None else ""
-        if re.search(r"head|dim|fa2|fa3|flash", text, re.I) or fn == "supports_head_size":
+        if re.search(r"head|dim|fa2|fa3|flash", text, re.IGNORECASE) or fn == "supports_head_size":
             out.append({"cap": "head_sizes", "positive": True, "text": text.strip(), "line": line, "col": col, "kind": kind,
                         "own_line": own_line, "value": int(m.group(1))})
     return out
@@ -624,7 +624,6 @@ def _keyword_evidence(ctx, cs, cap: str):
 
 @check("AL104")
 def claim_comments(ctx):
-    from .checks_upstream import registry_pairs
 
     for cl in claims_in_module(ctx):
         cap = cl["cap"]

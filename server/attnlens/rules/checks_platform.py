@@ -23,7 +23,7 @@ def _branch_effect(b, value) -> str:
     if b is None:
         return ""
     tv = b.when_true if value else b.when_false
-    span = lambda s: (f"lines {s[0]}-{s[1]}" if s and s[0] != s[1] else (f"line {s[0]}" if s else ""))  # noqa: E731
+    span = lambda s: (f"lines {s[0]}-{s[1]}" if s and s[0] != s[1] else (f"line {s[0]}" if s else ""))
     if b.kind in ("if", "while"):
         if tv is False:
             return f"so the `{b.kind}` body at {span(b.body)} never runs" + (f" (only the `else` branch at {span(b.orelse)} does)" if b.orelse else "")
@@ -145,7 +145,7 @@ def capability_checks(ctx):
                     break
             if fv is not None and fv.func is not None:
                 where = f" ({fv.owner or fv.dotted}.{u.method} at {_loc(fv, root)} returns {const})" if fv.func.returns_const else \
-                    f" (get_device_capability() returns None there)"
+                    " (get_device_capability() returns None there)"
             eff = _branch_effect(u.branch, const)
             msg = f"`{u.text}` is always {const} on {pf['names']}{where}" + (f", {eff}" if eff else "")
             ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, chain=chain, constant=const,

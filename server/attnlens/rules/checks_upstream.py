@@ -138,13 +138,11 @@ def missing_upstream_names(ctx):
     idx = ctx.ws.index
     ws_tops = {n.split(".", 1)[0] for n in idx.ws_files}
     items = []
-    for name, bs in ctx.s.bindings.items():
-        for b in bs:
-            items.append(("", b))
+    for bs in ctx.s.bindings.values():
+        items.extend(("", b) for b in bs)
     for q, f in ctx.s.functions.items():
-        for name, bs in f.locals.items():
-            for b in bs:
-                items.append((q, b))
+        for bs in f.locals.values():
+            items.extend((q, b) for b in bs)
     seen = set()
     for scope, b in items:
         if b.kind not in ("from", "import"):
@@ -171,9 +169,8 @@ def missing_upstream_names(ctx):
                 m = idx.module(target)
                 if m is not None and not m.workspace and not module_has(r, m, b.attr or ""):
                     missing = ("name", target, b.attr or "")
-            elif loc.kind == "namespace":
-                if idx.locate(f"{target}.{b.attr}") is None:
-                    missing = ("name", target, b.attr or "")
+            elif loc.kind == "namespace" and idx.locate(f"{target}.{b.attr}") is None:
+                missing = ("name", target, b.attr or "")
         if missing is None:
             continue
         sev = _severity_for_guards(ctx, b.guards, scope)
@@ -205,7 +202,7 @@ def missing_upstream_names(ctx):
         if not cs.func or "." not in cs.func:
             continue
         _check_attr_text(ctx, cs.scope, cs.func, cs.fline, cs.fcol, cs.guards, seen)
-    for name, bs in ctx.s.bindings.items():
+    for bs in ctx.s.bindings.values():
         for b in bs:
             if b.kind == "assign" and b.target and "." in b.target:
                 _check_attr_text(ctx, "", b.target, b.line, 0, b.guards, seen)
@@ -280,7 +277,7 @@ def missing_base_attributes(ctx):
         return r.enclosing_class(ctx.mod, scope) if scope else None
 
     for su in ctx.facts.supers:
-        cq = cls_of(su.scope)
+        cq = cls_of(su.scope or ctx.s.scope_at(su.line))
         if cq is None or su.name in _OBJECT_ATTRS:
             continue
         mro = mro_for(cq)
@@ -387,8 +384,6 @@ def signature_problems(base_f, over_f) -> list[str]:
 
 @check("AL110")
 def override_signatures(ctx):
-    r = ctx.r
-    root = ctx.ws.root
     # classes upstream constructs itself (registered backend parts): their __init__ is a hook too
     constructed = {p["plugin"].qual for p in registry_pairs(ctx.engine)
                    if p["plugin"].module is not None and p["plugin"].module.path == ctx.path}
@@ -457,7 +452,7 @@ def _metadata_class(r, cv: Val, like: str | None = None) -> Val | None:
             exact = [(q, c) for q, c in cands if q == stem]
             if exact:
                 cands = exact
-    q, c = sorted(cands, key=lambda x: (len(x[0]), x[0]))[0] if len(cands) > 1 else cands[0]
+    q, c = min(cands, key=lambda x: (len(x[0]), x[0]))
     return Val("class", mod, q, mod.path, c.line)
 
 
@@ -467,7 +462,7 @@ def registry_pairs(engine) -> list[dict]:
         out = []
         try:
             entries = engine.ws.backends(with_call_sites=False)
-        except Exception as e:  # pragma: no cover
+        except Exception as e:  # pragma: no cover  # noqa: BLE001 - analysis must not fail on a bad input
             engine.errors.append(f"registry: {type(e).__name__}: {e}")
             return out
         for e in entries:
@@ -499,8 +494,6 @@ def _abstract(f) -> bool:
 
 @check("AL111")
 def missing_hooks(ctx):
-    r = ctx.r
-    root = ctx.ws.root
     done = set()
     for pair in registry_pairs(ctx.engine):
         if pair["kind"] not in ("backend", "impl", "builder"):
@@ -569,7 +562,6 @@ def _fields(engine, cv: Val) -> dict:
 
 @check("AL112")
 def metadata_drift(ctx):
-    r = ctx.r
     done = set()
     for pair in registry_pairs(ctx.engine):
         if pair["kind"] != "metadata":

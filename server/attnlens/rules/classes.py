@@ -28,26 +28,38 @@ def _dotted(node) -> str | None:
 
 
 def _source_bases(engine, mod, cls) -> list | None:
-    key = ("srcbases", mod.path, mod.summary.sha)
+    """Base texts of one class statement, read from its header lines (subscripts dropped)."""
+    key = ("srcbases", mod.path, mod.summary.sha, cls.line, cls.name)
 
     def compute():
         text = engine.ws.index.source_text(mod.path) or ""
+        lines = text.splitlines()
+        header = []
+        depth = 0
+        for ln in range(cls.line - 1, min(cls.line + 40, len(lines))):
+            line = lines[ln]
+            header.append(line)
+            code = line.split("#", 1)[0]
+            depth += code.count("(") + code.count("[") - code.count(")") - code.count("]")
+            if depth <= 0 and code.rstrip().endswith(":"):
+                break
+        src = "\n".join(header)
+        indent = len(src) - len(src.lstrip())
+        src = "\n".join(l[indent:] if l[:indent].isspace() or not l[:indent] else l for l in header) + "\n    pass\n"
         try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError):
-            return {}
-        out = {}
-        for n in ast.walk(tree):
-            if isinstance(n, ast.ClassDef):
-                bases = []
-                for b in n.bases:
-                    if isinstance(b, ast.Subscript):
-                        b = b.value
-                    bases.append(_dotted(b))
-                out[(n.lineno, n.name)] = bases
-        return out
+            node = ast.parse(src).body[0]
+        except (SyntaxError, ValueError, IndexError, RecursionError):
+            return None
+        if not isinstance(node, ast.ClassDef) or node.name != cls.name:
+            return None
+        bases = []
+        for b in node.bases:
+            if isinstance(b, ast.Subscript):
+                b = b.value
+            bases.append(_dotted(b))
+        return bases
 
-    return engine.memo(key, compute).get((cls.line, cls.name))
+    return engine.memo(key, compute)
 
 
 def class_bases(engine, cv: Val):

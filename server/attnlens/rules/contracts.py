@@ -46,6 +46,7 @@ import json
 import os
 import re
 import sys
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 SCHEMA_VERSION = 1
+_UNIONS = (Union, types.UnionType)
 
 Family = Literal[
     "varlen_attention",
@@ -128,10 +130,10 @@ class Capability:
     """One capability of a component, as read from code (or ``unknown``)."""
 
     value: CapabilityValue
-    values: list[Union[int, str]] = field(default_factory=list)  # e.g. head sizes, ["e"] for lse_base
+    values: list[int | str] = field(default_factory=list)  # e.g. head sizes, ["e"] for lse_base
     notes: str = ""
     condition: str = ""  # when it holds, e.g. "fa_version == 3"
-    probe: Union[ProbeFamily, None] = None  # the probe family that decides it (defaults to the entry's)
+    probe: ProbeFamily | None = None  # the probe family that decides it (defaults to the entry's)
     source: str = ""  # where it was read: "vllm/vllm_flash_attn/flash_attn_interface.py:280"
 
 
@@ -154,7 +156,7 @@ class Observation:
     evidence: str  # a reference: file, probe record, issue, commit
     environment: Environment = field(default_factory=Environment)
     packages: dict[str, str] = field(default_factory=dict)  # vllm, torch, triton, plugin, ... -> version
-    capability: Union[CapabilityName, None] = None
+    capability: CapabilityName | None = None
 
 
 @dataclass
@@ -165,7 +167,7 @@ class Contract:
     title: str = ""
     summary: str = ""
     source: str = ""  # where the entry was read (package file, version)
-    probe: Union[ProbeFamily, None] = None
+    probe: ProbeFamily | None = None
     parameters: dict[str, str] = field(default_factory=dict)
     capabilities: dict[CapabilityName, Capability] = field(default_factory=dict)
     observations: list[Observation] = field(default_factory=list)
@@ -238,7 +240,7 @@ def _type_schema(tp, defs: dict) -> dict:
         return {"type": "null"}
     if origin is Literal:
         return {"enum": list(get_args(tp))}
-    if origin is Union:
+    if origin in _UNIONS:
         return {"anyOf": [_type_schema(a, defs) for a in get_args(tp)]}
     if origin is list:
         (item,) = get_args(tp)
@@ -395,7 +397,7 @@ class _Conv:
                 self.err(path, f"{data!r} is not one of {', '.join(map(str, allowed))}")
                 return None
             return data
-        if origin is Union:
+        if origin in _UNIONS:
             args = get_args(tp)
             if data is None and type(None) in args:
                 return None

@@ -30,9 +30,9 @@ import threading
 import time
 import traceback
 import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from .. import model as M
 from ..resolver import Val, Walk
@@ -139,7 +139,7 @@ def suppressed(lines: list[str], f: Finding) -> bool:
 class ModuleContext:
     """What checks see: one workspace module plus cached helpers."""
 
-    def __init__(self, engine: "Engine", mod):
+    def __init__(self, engine: Engine, mod):
         self.engine = engine
         self.ws = engine.ws
         self.r = engine.ws.resolver
@@ -387,7 +387,7 @@ class Engine:
             try:
                 os.close(rfd)
                 _prefetch_child(self.ws, wfd)
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - analysis must not fail on a bad input
                 code = 1
             os._exit(code)
         os.close(wfd)
@@ -435,7 +435,7 @@ class Engine:
         if v.kind in ("function", "class") and v.module is not None and not v.module.workspace:
             try:
                 p = self.ws.resolver.patched(v)
-            except Exception:
+            except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
                 p = None
             if p is not None:
                 rep = p[0]
@@ -523,13 +523,13 @@ class Engine:
                 try:
                     _ = self.ws.resolver.profile.info
                     self.ws.resolver.patches()
-                except Exception as e:  # pragma: no cover - defensive
+                except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
                     self.errors.append(f"profile/patches: {type(e).__name__}: {e}")
                 from . import checks_upstream
 
                 try:
                     checks_upstream.registry_pairs(self)
-                except Exception as e:  # pragma: no cover - defensive
+                except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
                     self.errors.append(f"registry: {type(e).__name__}: {e}")
             self._global_deps = _merge_deps(hard, soft)
         return self._global_deps
@@ -569,7 +569,13 @@ class Engine:
             return self._check_module(path)
 
     def _check_module(self, path: str) -> list[Finding]:
-        from . import checks_calls, checks_claims, checks_platform, checks_shapes, checks_upstream  # noqa: F401
+        from . import (  # noqa: F401
+            checks_calls,
+            checks_claims,
+            checks_platform,
+            checks_shapes,
+            checks_upstream,
+        )
 
         name = self._module_name(path)
         if name is None:
@@ -609,7 +615,7 @@ class Engine:
                         pass
                 except RecursionError:
                     self.errors.append(f"{mod.path}: {fn.__name__}: recursion limit")
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - analysis must not fail on a bad input
                     tb = traceback.extract_tb(e.__traceback__)[-1]
                     self.errors.append(f"{mod.path}: {fn.__name__}: {type(e).__name__}: {e} ({os.path.basename(tb.filename)}:{tb.lineno})")
                 self.timings[fn.__name__] = self.timings.get(fn.__name__, 0.0) + time.perf_counter() - t0
@@ -634,7 +640,7 @@ class Engine:
             out.extend(self.check_module(p))
         try:
             self.ws.index.flush()
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
             pass
         out.sort(key=Finding.sort_key)
         return out
@@ -668,17 +674,21 @@ class Engine:
         return out
 
 
-_IMPORT_RE = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.M)
+_IMPORT_RE = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.MULTILINE)
 
 
 def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forked worker
     import signal
 
+    debug = os.environ.get("ATTNLENS_RULES_DEBUG")
+    t0 = time.perf_counter()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     try:
         ws.resolver.ops.cpp()
-    except Exception:
+    except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
         pass
+    if debug:
+        print(f"[prefetch] cpp {time.perf_counter() - t0:.2f}s", file=sys.stderr)
     try:
         os.write(wfd, b"c")
         os.close(wfd)
@@ -706,9 +716,11 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
         if loc is None or loc.kind != "py":
             continue
         idx.module(name)
+    if debug:
+        print(f"[prefetch] upstream done {time.perf_counter() - t0:.2f}s", file=sys.stderr)
 
 
-_ENGINES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 _ENGINES_LOCK = threading.Lock()
@@ -737,7 +749,13 @@ def check_paths(ws, paths: Iterable[str] | None = None) -> list[Finding]:
 
 
 def rules_table() -> list[Rule]:
-    from . import checks_calls, checks_claims, checks_platform, checks_shapes, checks_upstream  # noqa: F401
+    from . import (  # noqa: F401
+        checks_calls,
+        checks_claims,
+        checks_platform,
+        checks_shapes,
+        checks_upstream,
+    )
 
     return [RULES[k] for k in sorted(RULES)]
 

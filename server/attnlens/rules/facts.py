@@ -284,11 +284,6 @@ class _Walker:
             if isinstance(node, ast.Call):
                 self.call_funcs.add(id(node.func))
                 self._call(node, scope, owner)
-            elif isinstance(node, ast.Attribute):
-                v = node.value
-                if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super" and id(node) not in self.call_funcs:
-                    l0, c0, l1, c1 = self.pos(node)
-                    self.f.supers.append(SuperUse(node.attr, l0, c0, l1, c1, scope, False))
             elif isinstance(node, ast.Compare):
                 self._compare(node, scope, owner, params, fname)
             child_owner = owner if isinstance(node, ast.expr) else None
@@ -331,9 +326,6 @@ class _Walker:
             if len(args) >= 2:
                 l0, c0, l1, c1 = self.pos(node)
                 self.f.shapes.append(ShapeCall(name, self.seg(f.value), rname, args, l0, c0, l1, c1, scope))
-        if isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name) and f.value.func.id == "super":
-            l0, c0, l1, c1 = self.pos(f)
-            self.f.supers.append(SuperUse(name, l0, c0, l1, c1, scope, True))
 
     def _compare(self, node, scope, owner, params, fname) -> None:
         operands = [node.left] + list(node.comparators)
@@ -346,9 +338,7 @@ class _Walker:
             while True:
                 if isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr == "to_int":
                     base = base.func.value
-                elif isinstance(base, ast.Attribute) and base.attr in ("major", "minor"):
-                    base = base.value
-                elif isinstance(base, ast.Subscript):
+                elif isinstance(base, ast.Attribute) and base.attr in ("major", "minor") or isinstance(base, ast.Subscript):
                     base = base.value
                 else:
                     break
@@ -400,6 +390,26 @@ def _branch(w: _Walker, node, owner) -> Branch | None:
     return Branch("other", getattr(stmt, "lineno", 0), test, (), (), t, f)
 
 
+_SUPER = re.compile(r"\bsuper\(\s*(?:[\w.]+\s*,\s*\w+\s*)?\)\s*\.\s*(\w+)(\s*\()?")
+
+
+def _supers_by_text(lines: list) -> list:
+    """``super().name`` uses found by text (no parse): comments and string lines are skipped."""
+    out = []
+    for i, line in enumerate(lines, 1):
+        if "super(" not in line:
+            continue
+        code = line.split("#", 1)[0]
+        for m in _SUPER.finditer(code):
+            before = code[: m.start()]
+            if before.count('"') % 2 or before.count("'") % 2:
+                continue
+            col = m.start()
+            end = m.end(1)
+            out.append(SuperUse(m.group(1), i, col, i, end, "", bool(m.group(2))))
+    return out
+
+
 _SHAPE_HINT = re.compile(r"\.(view|reshape|unflatten)\(")
 
 
@@ -411,8 +421,9 @@ def collect(text: str, claim_re=None) -> AstFacts:
     want_claims = claim_re is None or claim_re.search(text) is not None
     want_caps = "capability" in text
     want_shapes = "-1" in text and _SHAPE_HINT.search(text) is not None
-    want_super = "super(" in text
-    if not (want_claims or want_caps or want_shapes or want_super):
+    if "super(" in text:
+        facts.supers = _supers_by_text(facts.lines)
+    if not (want_claims or want_caps or want_shapes):
         return facts
     try:
         tree = ast.parse(text)

@@ -44,6 +44,13 @@ def default_python() -> str:
         return shutil.which("python3") or sys.executable
 
 
+def resolve_python(python: str) -> str:
+    """Bare names (``python3``) are looked up on PATH; relative paths become absolute."""
+    from ..target import resolve_python as _resolve
+
+    return _resolve(python)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", default=None, metavar="PY",
                    help="target interpreter (where torch and the kernels are installed); default "
@@ -143,7 +150,7 @@ def _print_json(obj: Any) -> None:
 
 
 def cmd_env(args) -> int:
-    python = args.python or default_python()
+    python = resolve_python(args.python or default_python())
     try:
         env = _env_overrides(args.env)
         cache = _cache(args)
@@ -225,7 +232,7 @@ def _fmt(v) -> str:
 
 
 def cmd_probe_run(args) -> int:
-    python = args.python or default_python()
+    python = resolve_python(args.python or default_python())
     try:
         env = _env_overrides(args.env)
         options = _options(args.option)
