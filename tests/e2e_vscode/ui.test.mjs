@@ -14,9 +14,11 @@
 //
 // Scenarios: (1) diagnostic squiggle in flash_attn.py, (2) hover over reshape_and_cache_flash( shows
 // the chain down to _C_cache_ops::reshape_and_cache_flash, (3) Attention backends tree → click a
-// kernel call site → editor at that line, (4) command palette: "AttnLens: Show environment" and
-// "AttnLens: Trace at cursor", (5) "AttnLens: Run probe…" → a row in "Probe runs" → its details,
-// (6) a bad attnlens.interpreter (settings file edited) → actionable error → fixed → server back.
+// kernel call site → editor at that line, (4) command palette: "AttnLens: Show environment",
+// "AttnLens: Show inventory" (an error from the server is a notification) and "AttnLens: Trace at cursor", (5) "AttnLens: Run probe…" → a row in "Probe runs" → its details,
+// (6) a bad attnlens.interpreter (Settings editor) → actionable error → fixed → server back, then in a
+// second code-server with workspace trust on: (7) an untrusted copy whose .vscode/settings.json names
+// another interpreter: the server still starts with the user's one, and probes are refused.
 // The last line printed is "N passed, N failed".
 // Everything it starts (code-server and the language server below it, Chromium) is stopped at exit.
 import { spawn, spawnSync } from "node:child_process";
@@ -235,61 +237,62 @@ log(`code-server ${csVersion}`);
 log(`extension ${VSIX} (${(fs.statSync(VSIX).size / 1024).toFixed(0)} KB), python ${PYTHON}`);
 log(`artifacts: ${ART}`);
 
-const ws = path.join(WORK, "mini-metax");
-fs.cpSync(path.join(REPO, "examples", "mini-metax"), ws, { recursive: true });
-const ud = path.join(WORK, "user-data");
-const exts = path.join(WORK, "extensions");
-fs.mkdirSync(path.join(ud, "User"), { recursive: true });
-fs.writeFileSync(
-  path.join(ud, "User", "settings.json"),
-  JSON.stringify(
-    {
-      "attnlens.interpreter": PYTHON,
-      "attnlens.targetPython": PYTHON,
-      "attnlens.cacheDir": path.join(WORK, "cache"),
-      "attnlens.trace.server": "messages",
-      "workbench.startupEditor": "none",
-      "workbench.tips.enabled": false,
-      "workbench.enableExperiments": false,
-      "telemetry.telemetryLevel": "off",
-      "update.mode": "none",
-      "extensions.autoCheckUpdates": false,
-      "extensions.autoUpdate": false,
-      "extensions.ignoreRecommendations": true,
-      "security.workspace.trust.enabled": false,
-      "chat.disableAIFeatures": true,
-      "git.enabled": false,
-      "editor.hover.delay": 200,
-      "editor.minimap.enabled": false,
-      "window.commandCenter": false,
-    },
-    null,
-    2,
-  ),
-);
 const cfgFile = path.join(WORK, "code-server.yaml");
 fs.writeFileSync(cfgFile, "auth: none\n");
+let current; // {name, ud, exts} of the running code-server
 
-let exitCode = 1;
-try {
-  // Install the .vsix into the fresh extensions dir.
-  let t = Date.now();
+/** A copy of examples/mini-metax and a fresh VS Code profile with the extension installed. */
+function prepare(name, { trust }) {
+  const dir = path.join(WORK, name);
+  const ws = path.join(dir, "mini-metax");
+  fs.cpSync(path.join(REPO, "examples", "mini-metax"), ws, { recursive: true });
+  const ud = path.join(dir, "user-data");
+  const exts = path.join(dir, "extensions");
+  fs.mkdirSync(path.join(ud, "User"), { recursive: true });
+  const settings = {
+    "attnlens.interpreter": PYTHON,
+    "attnlens.targetPython": PYTHON,
+    "attnlens.cacheDir": path.join(dir, "cache"),
+    "attnlens.trace.server": "messages",
+    "workbench.startupEditor": "none",
+    "workbench.tips.enabled": false,
+    "workbench.enableExperiments": false,
+    "telemetry.telemetryLevel": "off",
+    "update.mode": "none",
+    "extensions.autoCheckUpdates": false,
+    "extensions.autoUpdate": false,
+    "extensions.ignoreRecommendations": true,
+    "security.workspace.trust.enabled": trust,
+    "security.workspace.trust.startupPrompt": "never",
+    "security.workspace.trust.banner": "never",
+    "chat.disableAIFeatures": true,
+    "git.enabled": false,
+    "editor.hover.delay": 200,
+    "editor.minimap.enabled": false,
+    "window.commandCenter": false,
+  };
+  fs.writeFileSync(path.join(ud, "User", "settings.json"), JSON.stringify(settings, null, 2));
+  const t = Date.now();
   const inst = spawnSync(CS, ["--config", cfgFile, "--user-data-dir", ud, "--extensions-dir", exts, "--install-extension", VSIX], {
     encoding: "utf8",
   });
   if (inst.status !== 0) throw new Error(`--install-extension failed: ${inst.stdout}${inst.stderr}`);
-  log(`installed the extension (${secs(t)} s)`);
+  log(`[${name}] installed the extension (${secs(t)} s)`);
+  return { name, dir, ws, ud, exts, trust };
+}
 
-  // Start code-server in its own process group (detached = setsid), loopback only, gallery dead.
+/** Start code-server (own process group = setsid, loopback, dead gallery) and open `prof.ws` in Chromium. */
+async function startWorkbench(prof) {
+  current = prof;
   const port = await freePort();
-  const csLog = fs.openSync(path.join(ART, "code-server.log"), "w");
-  t = Date.now();
+  const csLog = fs.openSync(path.join(ART, `code-server-${prof.name}.log`), "w");
+  let t = Date.now();
   csProc = spawn(
     CS,
     [
       "--config", cfgFile, "--auth", "none", "--bind-addr", `127.0.0.1:${port}`,
-      "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust",
-      "--disable-getting-started-override", "--user-data-dir", ud, "--extensions-dir", exts, ws,
+      "--disable-telemetry", "--disable-update-check", ...(prof.trust ? [] : ["--disable-workspace-trust"]),
+      "--disable-getting-started-override", "--user-data-dir", prof.ud, "--extensions-dir", prof.exts, prof.ws,
     ],
     {
       detached: true,
@@ -297,15 +300,14 @@ try {
       env: {
         ...process.env,
         EXTENSIONS_GALLERY: JSON.stringify({ serviceUrl: "http://127.0.0.1:9/gallery", itemUrl: "http://127.0.0.1:9/item" }),
-        ATTNLENS_CACHE_DIR: path.join(WORK, "cache"),
+        ATTNLENS_CACHE_DIR: path.join(prof.dir, "cache"),
       },
     },
   );
   await waitHttp(`http://127.0.0.1:${port}/healthz`, 30000);
-  log(`code-server up on 127.0.0.1:${port} (${secs(t)} s)`);
-
-  const browserProfile = path.join(WORK, "chromium");
-  context = await chromium.launchPersistentContext(browserProfile, {
+  log(`[${prof.name}] code-server up on 127.0.0.1:${port} (${secs(t)} s)`);
+  t = Date.now();
+  context = await chromium.launchPersistentContext(path.join(prof.dir, "chromium"), {
     executablePath: CHROMIUM,
     headless: true,
     viewport: { width: 1280, height: 800 },
@@ -317,11 +319,58 @@ try {
   page = context.pages()[0] || (await context.newPage());
   page.setDefaultTimeout(15000);
   page.on("pageerror", (e) => log("pageerror:", e.message));
-  await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(ws)}`);
+  await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(prof.ws)}`);
   await page.locator(".monaco-workbench").waitFor({ timeout: 60000 });
   await page.locator(".statusbar").waitFor({ timeout: 30000 });
-  log("workbench loaded");
+  log(`[${prof.name}] workbench loaded (${secs(t)} s)`);
   await page.locator(".monaco-workbench").click({ position: { x: 640, y: 400 } }).catch(() => {});
+}
+
+/** Close the browser, kill code-server's process group (extension host + server), keep its logs. */
+async function stopWorkbench() {
+  if (context) await context.close().catch(() => {});
+  context = undefined;
+  page = undefined;
+  killGroup("SIGTERM");
+  if (csProc) {
+    const proc = csProc;
+    await new Promise((r) => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return r();
+      const timer = setTimeout(() => {
+        killGroup("SIGKILL");
+        r();
+      }, 3000);
+      proc.once("exit", () => {
+        clearTimeout(timer);
+        r();
+      });
+    });
+    killGroup("SIGKILL"); // stragglers in the group (extension host, language server)
+    csProc = undefined;
+  }
+  if (current) {
+    try {
+      const logs = path.join(current.ud, "logs");
+      if (fs.existsSync(logs)) fs.cpSync(logs, path.join(ART, `vscode-logs-${current.name}`), { recursive: true });
+    } catch {
+      // ignore
+    }
+    if (!process.env.ATTNLENS_E2E_KEEP) fs.rmSync(current.dir, { recursive: true, force: true });
+    current = undefined;
+  }
+}
+
+async function openFlashAttn() {
+  await quickOpen("mini_metax/attention/backends/flash_attn.py");
+  await page.locator(".tabs-container .tab.active", { hasText: "flash_attn.py" }).waitFor({ timeout: 30000 });
+  await page.locator(".monaco-editor .view-lines", { hasText: "FlashAttention backend for the Mini GPU" }).first().waitFor({ timeout: 30000 });
+}
+
+let exitCode = 1;
+try {
+  const main = prepare("main", { trust: false });
+  await startWorkbench(main);
+  const { ud } = main;
 
   // Sample the AttnLens status bar item while the server starts (indexing progress, then the
   // environment summary); reported with scenario 2.
@@ -336,10 +385,7 @@ try {
   }, 100);
 
   // Open flash_attn.py; the extension activates on Python and starts the server.
-  const FILE = "mini_metax/attention/backends/flash_attn.py";
-  await quickOpen(FILE);
-  await page.locator(".tabs-container .tab.active", { hasText: "flash_attn.py" }).waitFor({ timeout: 30000 });
-  await page.locator(".monaco-editor .view-lines", { hasText: "FlashAttention backend for the Mini GPU" }).first().waitFor({ timeout: 30000 });
+  await openFlashAttn();
   log("flash_attn.py open");
 
   // ---- (2) hover first: it also tells us the server is up and indexed
@@ -480,6 +526,22 @@ try {
   });
   await clearToasts();
 
+  await scenario("command palette: AttnLens: Show inventory (markdown, or the server's error as a notification)", async () => {
+    await clearToasts();
+    await runCommand("AttnLens: Show inventory");
+    const tab = page.locator(".tabs-container .tab", { hasText: "inventory.md" }).first();
+    const toast = page.locator(".notification-toast", { hasText: /AttnLens: inventory/ }).first();
+    await Promise.race([tab.waitFor({ timeout: 60000 }), toast.waitFor({ timeout: 60000 })]);
+    if (await tab.isVisible().catch(() => false)) return { detail: `opened "${(await tab.textContent()).trim()}"` };
+    const text = (await toast.locator(".notification-list-item-message").innerText()).trim();
+    // The extension must still answer afterwards.
+    await clearToasts();
+    await runCommand("AttnLens: Refresh backends");
+    await page.locator(".pane .monaco-list-row", { hasText: "FLASH_ATTN" }).first().waitFor({ timeout: 15000 });
+    return { detail: `server error shown as a notification: ${text.slice(0, 160)}; the extension still works (backends refreshed)` };
+  });
+  await clearToasts();
+
   await scenario("command palette: AttnLens: Trace at cursor", async () => {
     // The cursor is on the reshape_and_cache_flash call since scenario 3; make sure it is.
     await page.locator(".tabs-container .tab", { hasText: "flash_attn.py" }).first().click();
@@ -580,6 +642,41 @@ try {
     return { detail: `error: "${err.slice(0, 150)}…"; status bar broken: "${sbBroken}"; after the fix: "${sb}"` };
   });
 
+  await stopWorkbench();
+
+  // ---- (7) untrusted workspace: workspace values of the restricted settings are ignored, no probes
+  if (process.env.ATTNLENS_E2E_SKIP_UNTRUSTED !== "1") {
+    const untrusted = prepare("untrusted", { trust: true });
+    // A hostile checkout: its .vscode/settings.json names an interpreter to run.
+    const evil = path.join(untrusted.dir, "evil-python");
+    fs.mkdirSync(path.join(untrusted.ws, ".vscode"), { recursive: true });
+    fs.writeFileSync(path.join(untrusted.ws, ".vscode", "settings.json"), JSON.stringify({ "attnlens.interpreter": evil, "attnlens.targetPython": evil }));
+    await startWorkbench(untrusted);
+    await scenario("untrusted workspace: workspace interpreter ignored, probes refused", async () => {
+      // Decline the trust prompt if this VS Code shows one anyway.
+      const no = page.locator(".monaco-dialog-box .monaco-button", { hasText: /don't trust|No/ }).first();
+      if (await no.isVisible().catch(() => false)) await no.click();
+      await openFlashAttn();
+      // The server starts with the user's interpreter (the workspace's evil-python is not used).
+      const end = Date.now() + 60000;
+      let sb = "";
+      while (Date.now() < end) {
+        const items = await page.locator(".statusbar-item").evaluateAll((els) => els.map((e) => [e.id, e.innerText])).catch(() => []);
+        sb = (items.find(([id]) => id.endsWith("attnlens.status"))?.[1] ?? "").trim();
+        if (/vLLM|GPU|error|AttnLens$/.test(sb) && !/starting|indexing/.test(sb)) break;
+        await page.waitForTimeout(300);
+      }
+      if (!/vLLM|GPU/.test(sb)) throw new Error(`the server did not start with the user interpreter (status bar: "${sb}")`);
+      await clearToasts();
+      await runCommand("AttnLens: Run probe…");
+      const text = await waitToast(/untrusted workspace/, 15000);
+      const picks = await page.locator(".quick-input-widget .monaco-list-row", { hasText: "kv_cache_write" }).count();
+      if (picks) throw new Error("the probe family quick pick opened in an untrusted workspace");
+      return { detail: `status bar: "${sb}"; notification: ${text.slice(0, 140)}` };
+    });
+    await stopWorkbench();
+  }
+
   exitCode = results.some((r) => r.status === "fail") ? 1 : 0;
 } catch (e) {
   log(`ERROR ${e.stack || e.message}`);
@@ -587,36 +684,8 @@ try {
   await shot("error.png");
   exitCode = 1;
 } finally {
-  if (context) await context.close().catch(() => {});
-  killGroup("SIGTERM");
-  if (csProc) {
-    await new Promise((r) => {
-      if (csProc.exitCode !== null) return r();
-      const timer = setTimeout(() => {
-        killGroup("SIGKILL");
-        r();
-      }, 3000);
-      csProc.once("exit", () => {
-        clearTimeout(timer);
-        r();
-      });
-    });
-    killGroup("SIGKILL"); // stragglers in the group (extension host, language server)
-  }
-  // Keep the extension host / server logs with the screenshots.
-  try {
-    const logs = path.join(ud, "logs");
-    if (fs.existsSync(logs)) fs.cpSync(logs, path.join(ART, "vscode-logs"), { recursive: true });
-  } catch {
-    // ignore
-  }
-  // Remove the scratch copies (the artifacts folder stays).
-  if (!process.env.ATTNLENS_E2E_KEEP) {
-    for (const d of ["mini-metax", "user-data", "extensions", "chromium", "cache"]) {
-      fs.rmSync(path.join(WORK, d), { recursive: true, force: true });
-    }
-    if (!ART.startsWith(WORK + path.sep)) fs.rmSync(WORK, { recursive: true, force: true });
-  }
+  await stopWorkbench().catch(() => {});
+  if (!process.env.ATTNLENS_E2E_KEEP && !ART.startsWith(WORK + path.sep)) fs.rmSync(WORK, { recursive: true, force: true });
 }
 
 const passed = results.filter((r) => r.status === "pass").length;

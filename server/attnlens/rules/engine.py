@@ -357,6 +357,7 @@ class Engine:
         self.contracts = contracts if contracts is not None else load_contracts(root=ws.root)
         self.use_cache = use_cache and ws.cache.enabled
         self._global_deps: dict | None = None
+        self._gkey: str | None = None
         self._fingerprint: str | None = None
         self._memo: dict = {}  # shared lazily computed things (registry pairs, ...)
         self._sha_now: dict = {}
@@ -600,9 +601,10 @@ class Engine:
         findings, deps = self._run(mod)
         self.stats["checked"] += 1
         if key is not None:
-            gkey = "g-" + hashlib.sha256(repr(sorted(gdeps.items())).encode()).hexdigest()[:32]
-            cache.store_pickle("rules", gkey, gdeps)
-            cache.store_pickle("rules", key, {"deps": deps, "global": gkey, "findings": [asdict(f) for f in findings]})
+            if self._gkey is None:
+                self._gkey = "g-" + hashlib.sha256(repr(sorted(gdeps.items())).encode()).hexdigest()[:32]
+                cache.store_pickle("rules", self._gkey, gdeps)
+            cache.store_pickle("rules", key, {"deps": deps, "global": self._gkey, "findings": [asdict(f) for f in findings]})
         return findings
 
     def _run(self, mod) -> tuple[list[Finding], dict]:
@@ -683,6 +685,7 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
     debug = os.environ.get("ATTNLENS_RULES_DEBUG")
     t0 = time.perf_counter()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    idx = ws.index
     try:
         ws.resolver.ops.cpp()
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
@@ -694,7 +697,6 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
         os.close(wfd)
     except OSError:
         pass
-    idx = ws.index
     tops = {n.split(".", 1)[0] for n in idx.ws_files}
     counts: dict = {}
     for path in idx.ws_files.values():

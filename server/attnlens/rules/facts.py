@@ -10,6 +10,7 @@ assert/if tests (for "visible guard" questions). Positions follow the core:
 from __future__ import annotations
 
 import ast
+import bisect
 import io
 import re
 import tokenize
@@ -169,10 +170,11 @@ def _span(stmts) -> tuple:
 class _Walker:
     """One iterative pre-order pass (source order) over a module's AST."""
 
-    def __init__(self, facts: AstFacts, cols: _Cols, want_docs: bool):
+    def __init__(self, facts: AstFacts, cols: _Cols, want_docs: bool, hot: list | None = None):
         self.f = facts
         self.cols = cols
         self.want_docs = want_docs
+        self.hot = hot  # sorted lines that can matter; statements spanning none are not walked
         self.cap_vars: dict = {}  # name -> {scope: (line, receiver text)}
         self.call_funcs: set = set()
         self._conj: tuple = ()
@@ -224,6 +226,16 @@ class _Walker:
             node, qual, in_func, owner, params, fname, conj = stack.pop()
             self._conj = conj
             scope = ".".join(qual) if in_func else ""
+            if isinstance(node, ast.stmt) and (not in_func or isinstance(node, (ast.ClassDef, *FD))) and not self._is_hot(node):
+                # nothing relevant inside: only nested definitions matter (docstrings)
+                if isinstance(node, (ast.ClassDef, *FD)) and self.want_docs:
+                    q2 = qual + (node.name,)
+                    self._doc(node, "class" if isinstance(node, ast.ClassDef) else "function", ".".join(q2))
+                    inner_func = in_func or not isinstance(node, ast.ClassDef)
+                    for st in reversed(node.body):
+                        if isinstance(st, (ast.ClassDef, *FD)):
+                            push((st, q2, inner_func, None, frozenset(), ""))
+                continue
             if isinstance(node, FD):
                 q2 = qual + (node.name,)
                 self._doc(node, "function", ".".join(q2))
@@ -299,6 +311,18 @@ class _Walker:
                 if isinstance(c, (ast.expr_context, ast.operator, ast.cmpop, ast.boolop, ast.unaryop)):
                     continue
                 push((c, qual, in_func, child_owner, params, fname), child_conj)
+
+    def _is_hot(self, node) -> bool:
+        if self.hot is None:
+            return True
+        lo = getattr(node, "lineno", None)
+        if lo is None:
+            return True
+        hi = getattr(node, "end_lineno", lo) or lo
+        if getattr(node, "decorator_list", None):
+            lo = min([lo] + [d.lineno for d in node.decorator_list])
+        i = bisect.bisect_left(self.hot, lo)
+        return i < len(self.hot) and self.hot[i] <= hi
 
     def _call(self, node, scope, owner) -> None:
         f = node.func
@@ -410,6 +434,7 @@ def _supers_by_text(lines: list) -> list:
     return out
 
 
+_HOT = re.compile(r"capability|\.(view|reshape|unflatten)\(|\.is_(cuda|rocm|xpu|cpu|tpu|neuron|hpu)\(")
 _SHAPE_HINT = re.compile(r"\.(view|reshape|unflatten)\(")
 
 
@@ -439,7 +464,12 @@ def collect(text: str, claim_re=None) -> AstFacts:
                     facts.comments.append(Comment(line, col, tok.string[1:].strip(), not before.strip()))
         except (tokenize.TokenError, IndentationError, SyntaxError):
             pass
-    w = _Walker(facts, _Cols(facts.lines), want_claims)
+    hot = []
+    for i, line in enumerate(facts.lines, 1):
+        if _HOT.search(line) or (want_claims and claim_re is not None and ("#" in line or '"' in line or "'" in line or line.strip())
+                                 and claim_re.search(line)):
+            hot.append(i)
+    w = _Walker(facts, _Cols(facts.lines), want_claims, hot if claim_re is not None else None)
     try:
         w.run(tree)
     except RecursionError:

@@ -181,9 +181,23 @@ def _torch():
     return torch
 
 
+def _guess_convention(target) -> str:
+    """Pick the calling convention from the target's signature when the caller did not say."""
+    import inspect
+
+    try:
+        params = set(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return "flash_attn_varlen"
+    name = getattr(target, "__name__", "")
+    if name == "unified_attention" or {"seqused_k", "out", "q_descale"} <= params:
+        return "unified_attention"
+    return "flash_attn_varlen"
+
+
 def run(target, dev, options: dict) -> list:
     torch = _torch()
-    conv = options.get("convention", "flash_attn_varlen")
+    conv = options.get("convention") or _guess_convention(target)
     dt = C.dtype(torch, options.get("dtype", "bfloat16"))
     dn = C.dname(dt)
     atol, rtol = C.tolerance("attention", dn)

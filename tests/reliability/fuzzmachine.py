@@ -1,0 +1,500 @@
+"""Stateful fuzzing of `attnlens serve`: random incremental edits interleaved with requests.
+
+:class:`FuzzWorld` owns one copy of ``examples/mini-metax``, the answers a
+*fresh* server gives at a fixed set of positions (the baseline), and one
+long-lived server under test. :class:`LspFuzz` is a Hypothesis
+``RuleBasedStateMachine`` that drives that server: it opens files, applies
+random incremental edits (deletions mid-token, unbalanced brackets, random
+text with control, astral and line-separator characters, lone surrogates,
+pasted blocks of thousands of lines, several changes in one notification,
+whole-document replacements), undoes them one at a time or all at once, and
+sends hover, definition, implementation, call hierarchy (prepare, then
+outgoing and incoming on the item it got), document symbols, pull
+diagnostics, workspace symbols and code actions (when the server announces
+them) at random positions, including positions past the end of a line and
+past the end of the file, some of them cancelled with ``$/cancelRequest``.
+
+Invariants (checked after every step and at the end of every sequence):
+
+* the server process is alive (no crash);
+* every request is answered (result, error or *RequestCancelled*) within
+  ``REQUEST_BUDGET_S`` (no hang), and no answer is an *InternalError*
+  (an unhandled exception in a handler);
+* after every edit of a document is undone, hover text and implementation
+  locations at the fixed positions equal the fresh server's.
+
+The CI test (``test_fuzz_lsp.py``) runs a few sequences; ``bench/fuzz_lsp.py``
+runs thousands of requests with ``strict=False`` (violations are counted,
+not raised) and reports the figures.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from lsprotocol import types as T
+
+from .lspdriver import EXAMPLE, Reply, ServerHandle, Stats, TextModel
+
+REQUEST_BUDGET_S = 5.0
+INTERNAL_ERROR = -32603
+
+# Files the fuzzer edits (all have fixed probe positions from the example's README table).
+FUZZ_FILES = (
+    "mini_metax/attention/backends/flash_attn.py",
+    "mini_metax/attention/backends/fa_utils.py",
+    "mini_metax/attention/backends/triton_attn.py",
+    "mini_metax/attention/ops/unified.py",
+    "mini_metax/attention/ops/decode.py",
+    "mini_metax/platform.py",
+)
+
+# characters that stress position handling: astral (2 UTF-16 units), combining marks, CJK,
+# NUL and other controls, form feed / vertical tab / U+2028 / U+0085 (str.splitlines splits on
+# them, LSP does not), lone \r, and Python syntax characters
+SPECIAL = ["\U0001F642", "\U0001D518", "\u0301", "\u4e2d", "\x00", "\x0b", "\x0c", "\x1c", "\x85", "\u2028",
+           "\u2029", "\r", "\n", "\r\n", "\t", "\ufeff", "(", ")", "[", "]", "{", "}", "'", '"', '"""', ":", "\\",
+           "#", "@", " ", "é"]
+BRACKETS = ["(", ")", "[", "]", "{", "}", "'", '"', '"""', "'''", ":", "lambda", "def ", "class ", "\\", "f'{"]
+IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]{2,}")
+
+
+def readme_probes() -> list[tuple[str, str]]:
+    """(file, call text) rows of the example README whose file is one of FUZZ_FILES."""
+    rows = []
+    for line in (EXAMPLE / "README.md").read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^\| (.+?) \| `([^`]+)` \| `(.+)` \|$", line)
+        if m and m.group(2) in FUZZ_FILES:
+            rows.append((m.group(2), m.group(3)))
+    return rows
+
+
+@dataclass
+class Probe:
+    rel: str
+    line: int
+    char: int
+
+    def key(self) -> str:
+        return f"{self.rel}:{self.line + 1}:{self.char + 1}"
+
+
+def probe_positions(root: Path) -> list[Probe]:
+    """Fixed positions: two characters into each README call text, plus the first def of each file."""
+    out = []
+    for rel, needle in readme_probes():
+        text = (root / rel).read_text(encoding="utf-8")
+        i = text.find(needle)
+        if i < 0:
+            continue
+        # the name the row is about: the first identifier of the call text
+        p = TextModel(text).position(i + min(2, len(needle)))
+        out.append(Probe(rel, p.line, p.character))
+    for rel in FUZZ_FILES:
+        text = (root / rel).read_text(encoding="utf-8")
+        m = re.search(r"^def (\w+)", text, re.M)
+        if m:
+            p = TextModel(text).position(m.start(1) + 1)
+            out.append(Probe(rel, p.line, p.character))
+    return out
+
+
+PARTIAL_MARK = "partial answer"
+
+
+def answers(server: ServerHandle, root: Path, probes: list[Probe], tries: int = 6) -> dict[str, dict]:
+    """Hover text and implementation locations at each probe (a partial hover is retried)."""
+    out = {}
+    for pr in probes:
+        uri = (root / pr.rel).resolve().as_uri()
+        pos = {"textDocument": {"uri": uri}, "position": {"line": pr.line, "character": pr.char}}
+        text = None
+        for _ in range(tries):
+            h = server.request(T.TEXT_DOCUMENT_HOVER, pos, timeout=30, record=False)
+            assert h.outcome == "ok", f"hover at {pr.key()}: {h}"
+            text = ((h.result or {}).get("contents") or {}).get("value") if h.result else None
+            if not text or PARTIAL_MARK not in text:
+                break
+            time.sleep(0.5)
+        impl = server.request(T.TEXT_DOCUMENT_IMPLEMENTATION, pos, timeout=30, record=False)
+        assert impl.outcome == "ok", f"implementation at {pr.key()}: {impl}"
+        locs = sorted((loc["uri"], loc["range"]["start"]["line"], loc["range"]["start"]["character"])
+                      for loc in (impl.result or []))
+        out[pr.key()] = {"hover": text, "implementation": locs}
+    return out
+
+
+def diff_answers(want: dict, got: dict) -> list[str]:
+    out = []
+    for k in want:
+        if want[k] != got.get(k):
+            w, g = want[k], got.get(k) or {}
+            for part in ("hover", "implementation"):
+                if w.get(part) != g.get(part):
+                    out.append(f"{k} {part}:\n  fresh:  {str(w.get(part))[:400]!r}\n  fuzzed: {str(g.get(part))[:400]!r}")
+    return out
+
+
+def joins_crlf(text: str, start: int, end: int, new: str) -> bool:
+    """Would replacing text[start:end] by ``new`` glue a CR and an LF that were apart into one line break?"""
+    after = text[:start] + new + text[end:]
+    cut1, cut2 = start, start + len(new)
+    return any(0 < c < len(after) and after[c - 1] == "\r" and after[c] == "\n" for c in (cut1, cut2))
+
+
+@dataclass
+class FuzzWorld:
+    """The workspace copy, the baseline and the server under test, shared by many sequences."""
+
+    tmp: Path
+    strict: bool = True  # raise on a violation (tests); False: count it and go on (benchmark)
+    budget_s: float = REQUEST_BUDGET_S
+    huge_lines: int = 3000
+    stats: Stats = field(default_factory=Stats)
+    sequences: int = 0
+    violations: list = field(default_factory=list)
+    restarts: int = 0
+    equality_checks: int = 0
+    server: ServerHandle | None = None
+    baseline: dict = field(default_factory=dict)
+    probes: list = field(default_factory=list)
+    root: Path | None = None
+
+    def setup(self) -> "FuzzWorld":
+        self.root = self.tmp / "ws"
+        if not self.root.exists():
+            shutil.copytree(EXAMPLE, self.root, ignore=shutil.ignore_patterns("__pycache__"))
+        self.probes = probe_positions(self.root)
+        # the baseline: a fresh server, fresh cache, the files opened as they are on disk
+        fresh = ServerHandle(self.root, self.tmp / "cache-fresh", init_options={"hoverBudgetMs": 5000})
+        try:
+            fresh.start()
+            fresh.wait_indexed()
+            for rel in FUZZ_FILES:
+                fresh.open(self.root / rel)
+            self.baseline = answers(fresh, self.root, self.probes)
+        finally:
+            fresh.close()
+        self.start_server()
+        return self
+
+    def start_server(self) -> None:
+        self.server = ServerHandle(self.root, self.tmp / "cache", init_options={"hoverBudgetMs": 5000},
+                                   stats=self.stats)
+        self.server.start()
+        self.server.wait_indexed()
+
+    def ensure_server(self) -> ServerHandle:
+        if self.server is None or not self.server.alive():
+            if self.server is not None:
+                self.violation(f"server died (exit {self.server.process.returncode}); stderr:\n{self.server.stderr()}")
+                self.server.close()
+                self.restarts += 1
+            self.start_server()
+        return self.server
+
+    def violation(self, text: str) -> None:
+        self.violations.append(text)
+        if self.strict:
+            raise AssertionError(text)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
+@dataclass
+class Doc:
+    rel: str
+    uri: str
+    original: str
+    model: TextModel
+    version: int = 1
+    undo: list = field(default_factory=list)  # (start, end_after, old_text): inverse of each edit
+
+
+class LspFuzz(RuleBasedStateMachine):
+    """One fuzzed editing sequence (set ``LspFuzz.world`` before running)."""
+
+    world: FuzzWorld = None  # type: ignore[assignment]
+
+    def __init__(self):
+        super().__init__()
+        self.w = type(self).world
+        self.srv = self.w.ensure_server()
+        self.docs: dict[str, Doc] = {}
+        self.items: list[dict] = []  # call hierarchy items seen
+        self.w.sequences += 1
+
+    # -- helpers ---------------------------------------------------------------------
+    def check(self, rep: Reply) -> Reply:
+        if rep.outcome == "timeout":
+            self.w.violation(f"hang: {rep.method} not answered within {self.w.budget_s} s")
+        elif rep.outcome == "dead":
+            self.w.violation(f"crash during {rep.method}: {rep.message}\n{self.srv.stderr()}")
+            self.srv = self.w.ensure_server()
+            self.docs.clear()
+        elif rep.outcome == "error" and rep.code == INTERNAL_ERROR:
+            self.w.violation(f"internal error answering {rep.method}: {rep.message}\n{self.srv.stderr(20)}")
+        return rep
+
+    def send(self, method: str, params: dict, cancel_after: float | None = None) -> Reply:
+        return self.check(self.srv.request(method, params, timeout=self.w.budget_s, cancel_after=cancel_after))
+
+    def apply(self, doc: Doc, edits: list[tuple[int, int, str]], record_undo: bool = True) -> None:
+        """Apply code point edits in order, as one didChange with one change per edit."""
+        changes = []
+        for start, end, new in edits:
+            start, end = doc.model.valid_offset(start), doc.model.valid_offset(end)
+            start, end = min(start, end), max(start, end)
+            if record_undo and joins_crlf(doc.model.text, start, end, new):
+                continue  # the edit would glue a \r and a \n into one line break: no LSP position sits between
+            rng, old = doc.model.replace(start, end, new)
+            changes.append(T.TextDocumentContentChangePartial(range=rng, text=new))
+            if record_undo:
+                doc.undo.append((start, start + len(new), old))
+        if not changes:
+            return
+        doc.version += 1
+        self.srv.change(doc.uri, doc.version, changes)
+
+    def position(self, doc: Doc, data) -> dict:
+        """A random position: inside the text, or past the end of a line or of the file."""
+        mode = data.draw(st.sampled_from(["inside", "inside", "inside", "ident", "eol", "eof", "huge"]))
+        text = doc.model.text
+        if mode == "ident":
+            ms = list(IDENT.finditer(text))
+            if ms:
+                m = data.draw(st.sampled_from(ms[:4000]))
+                p = doc.model.position(doc.model.valid_offset(data.draw(st.integers(m.start(), m.end()))))
+                return {"line": p.line, "character": p.character}
+            mode = "inside"
+        if mode == "inside":
+            p = doc.model.position(doc.model.valid_offset(data.draw(st.integers(0, len(text)))))
+            return {"line": p.line, "character": p.character}
+        lines = doc.model.lines()
+        if mode == "eol":
+            ln = data.draw(st.integers(0, len(lines) - 1))
+            return {"line": ln, "character": len(lines[ln].encode("utf-16-le", "surrogatepass")) // 2
+                    + data.draw(st.integers(1, 500))}
+        if mode == "eof":
+            return {"line": len(lines) + data.draw(st.integers(0, 50)), "character": data.draw(st.integers(0, 200))}
+        return {"line": data.draw(st.integers(0, 2**31 - 1)), "character": data.draw(st.integers(0, 2**31 - 1))}
+
+    # -- rules: documents ---------------------------------------------------------------
+    @initialize(rel=st.sampled_from(FUZZ_FILES))
+    def open_first(self, rel):
+        self._open(rel)
+
+    def _open(self, rel: str) -> None:
+        path = self.w.root / rel
+        text = path.read_text(encoding="utf-8")
+        uri = self.srv.open(path, text)
+        self.docs[rel] = Doc(rel, uri, text, TextModel(text))
+
+    @rule(rel=st.sampled_from(FUZZ_FILES))
+    def open_doc(self, rel):
+        if rel not in self.docs:
+            self._open(rel)
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data())
+    def close_doc(self, data):
+        rel = data.draw(st.sampled_from(sorted(self.docs)))
+        doc = self.docs.pop(rel)
+        self.srv.close_doc(doc.uri)
+
+    def pick(self, data) -> Doc:
+        return self.docs[data.draw(st.sampled_from(sorted(self.docs)))]
+
+    # -- rules: edits --------------------------------------------------------------------
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data())
+    def delete_mid_token(self, data):
+        doc = self.pick(data)
+        ms = list(IDENT.finditer(doc.model.text))
+        if not ms:
+            return
+        m = data.draw(st.sampled_from(ms[:4000]))
+        a = data.draw(st.integers(m.start() + 1, m.end() - 1))
+        b = data.draw(st.integers(a, m.end()))
+        self.apply(doc, [(a, b, "")])
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data(), piece=st.sampled_from(BRACKETS))
+    def unbalanced_bracket(self, data, piece):
+        doc = self.pick(data)
+        at = data.draw(st.integers(0, len(doc.model.text)))
+        self.apply(doc, [(at, at, piece)])
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data(), new=st.lists(st.one_of(st.sampled_from(SPECIAL), st.text(max_size=8)), max_size=12).map("".join))
+    def replace_random_text(self, data, new):
+        doc = self.pick(data)
+        n = len(doc.model.text)
+        a = data.draw(st.integers(0, n))
+        b = data.draw(st.integers(a, min(n, a + 200)))
+        self.apply(doc, [(a, b, new)])
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data(), raw=st.binary(min_size=1, max_size=64))
+    def insert_random_bytes(self, data, raw):
+        """Bytes as a client that read a binary file would send them: decoded with replacement or as surrogates."""
+        doc = self.pick(data)
+        how = data.draw(st.sampled_from(["replace", "surrogateescape", "latin-1"]))
+        new = raw.decode("latin-1") if how == "latin-1" else raw.decode("utf-8", how)
+        at = data.draw(st.integers(0, len(doc.model.text)))
+        self.apply(doc, [(at, at, new)])
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data())
+    def paste_huge_block(self, data):
+        doc = self.pick(data)
+        src = (self.w.root / data.draw(st.sampled_from(FUZZ_FILES))).read_text(encoding="utf-8").splitlines(True)
+        n = data.draw(st.integers(200, self.w.huge_lines))
+        block = "".join(src[i % len(src)] for i in range(n))
+        at = doc.model.valid_offset(data.draw(st.integers(0, len(doc.model.text))))
+        self.apply(doc, [(at, at, block)])
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data())
+    def several_changes_in_one_notification(self, data):
+        doc = self.pick(data)
+        edits = []
+        for _ in range(data.draw(st.integers(2, 5))):
+            n = len(doc.model.text) + sum(len(e[2]) for e in edits)
+            a = data.draw(st.integers(0, n))
+            b = data.draw(st.integers(a, min(n, a + 30)))
+            edits.append((a, b, data.draw(st.sampled_from(SPECIAL + BRACKETS + ["x", "pass\n", "\n\n"]))))
+        # each later offset is in the text after the earlier edits, as LSP applies them
+        self.apply(doc, edits)
+
+    @precondition(lambda self: any(d.undo for d in self.docs.values()))
+    @rule(data=st.data())
+    def undo_one(self, data):
+        doc = self.docs[data.draw(st.sampled_from(sorted(r for r, d in self.docs.items() if d.undo)))]
+        start, end, old = doc.undo.pop()
+        self.apply(doc, [(start, end, old)], record_undo=False)
+
+    @precondition(lambda self: any(d.undo for d in self.docs.values()))
+    @rule(data=st.data(), whole=st.booleans())
+    def undo_all_and_compare(self, data, whole):
+        doc = self.docs[data.draw(st.sampled_from(sorted(r for r, d in self.docs.items() if d.undo)))]
+        self._undo_all(doc, whole)
+        self.compare_with_fresh()
+
+    def _undo_all(self, doc: Doc, whole: bool = False) -> None:
+        if whole:
+            doc.model.text = doc.original
+            doc.undo.clear()
+            doc.version += 1
+            self.srv.change(doc.uri, doc.version, [T.TextDocumentContentChangeWholeDocument(text=doc.original)])
+            return
+        while doc.undo:
+            # a few undo steps per notification, like an editor replaying its undo stack
+            batch = [doc.undo.pop() for _ in range(min(3, len(doc.undo)))]
+            self.apply(doc, [(s, e, old) for s, e, old in batch], record_undo=False)
+        if doc.model.text != doc.original:  # the model itself must be consistent
+            raise AssertionError(f"undo model broken for {doc.rel}")
+
+    def compare_with_fresh(self) -> None:
+        if any(d.undo or d.model.text != d.original for d in self.docs.values()):
+            return  # only when every open document is back to the original
+        self.w.equality_checks += 1
+        try:
+            got = answers(self.srv, self.w.root, self.w.probes)
+        except AssertionError as e:
+            self.w.violation(f"after undo, a probe request failed: {e}")
+            return
+        diffs = diff_answers(self.w.baseline, got)
+        if diffs:
+            self.w.violation("after undo, answers differ from a fresh server's:\n" + "\n".join(diffs[:6]))
+
+    # -- rules: requests -----------------------------------------------------------------
+    def cancel_delay(self, data) -> float | None:
+        return data.draw(st.one_of(st.none(), st.none(), st.none(), st.floats(0, 0.05)))
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data(), method=st.sampled_from([T.TEXT_DOCUMENT_HOVER, T.TEXT_DOCUMENT_HOVER,
+                                                  T.TEXT_DOCUMENT_DEFINITION, T.TEXT_DOCUMENT_IMPLEMENTATION]))
+    def position_request(self, data, method):
+        doc = self.pick(data)
+        params = {"textDocument": {"uri": doc.uri}, "position": self.position(doc, data)}
+        self.send(method, params, cancel_after=self.cancel_delay(data))
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data())
+    def call_hierarchy(self, data):
+        doc = self.pick(data)
+        params = {"textDocument": {"uri": doc.uri}, "position": self.position(doc, data)}
+        rep = self.send(T.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY, params, cancel_after=self.cancel_delay(data))
+        if rep.ok and rep.result:
+            self.items.extend(rep.result[:3])
+            self.items = self.items[-20:]
+            item = data.draw(st.sampled_from(rep.result))
+            self.send(T.CALL_HIERARCHY_OUTGOING_CALLS, {"item": item}, cancel_after=self.cancel_delay(data))
+
+    @precondition(lambda self: self.items)
+    @rule(data=st.data(), incoming=st.booleans())
+    def call_hierarchy_old_item(self, data, incoming):
+        """An item from earlier (its file may have changed since): outgoing or incoming calls."""
+        item = data.draw(st.sampled_from(self.items))
+        method = T.CALL_HIERARCHY_INCOMING_CALLS if incoming else T.CALL_HIERARCHY_OUTGOING_CALLS
+        self.send(method, {"item": item}, cancel_after=self.cancel_delay(data))
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data())
+    def document_symbols(self, data):
+        doc = self.pick(data)
+        self.send(T.TEXT_DOCUMENT_DOCUMENT_SYMBOL, {"textDocument": {"uri": doc.uri}},
+                  cancel_after=self.cancel_delay(data))
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data())
+    def pull_diagnostics(self, data):
+        caps = (self.srv.server_capabilities or {}).get("capabilities") or {}
+        if not caps.get("diagnosticProvider"):
+            return
+        doc = self.pick(data)
+        self.send(T.TEXT_DOCUMENT_DIAGNOSTIC, {"textDocument": {"uri": doc.uri}}, cancel_after=self.cancel_delay(data))
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data())
+    def code_actions(self, data):
+        caps = (self.srv.server_capabilities or {}).get("capabilities") or {}
+        if not caps.get("codeActionProvider"):
+            return
+        doc = self.pick(data)
+        a, b = self.position(doc, data), self.position(doc, data)
+        self.send(T.TEXT_DOCUMENT_CODE_ACTION, {"textDocument": {"uri": doc.uri}, "range": {"start": a, "end": b},
+                                                "context": {"diagnostics": []}}, cancel_after=self.cancel_delay(data))
+
+    @rule(query=st.text(max_size=6), data=st.data())
+    def workspace_symbols(self, query, data):
+        self.send(T.WORKSPACE_SYMBOL, {"query": query}, cancel_after=self.cancel_delay(data))
+
+    # -- invariants and the end of a sequence ------------------------------------------------
+    @invariant()
+    def server_alive(self):
+        if not self.srv.alive():
+            self.w.violation(f"server process exited (code {self.srv.process.returncode}):\n{self.srv.stderr()}")
+            self.srv = self.w.ensure_server()
+            self.docs.clear()
+
+    def teardown(self):
+        try:
+            if self.srv.alive() and self.docs:
+                for doc in self.docs.values():
+                    self._undo_all(doc, whole=self.w.sequences % 5 == 0)
+                self.compare_with_fresh()
+        finally:
+            if self.srv.alive():
+                for doc in self.docs.values():
+                    self.srv.close_doc(doc.uri)
