@@ -248,7 +248,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   });
   reg("attnlens.clearProbes", () => probes.clear());
 
-  await mgr.start();
+  // Not awaited: activation must not wait for the interpreter check and the server's initialize.
+  void mgr.start();
 }
 
 export async function deactivate(): Promise<void> {

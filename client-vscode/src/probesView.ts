@@ -2,7 +2,7 @@ import * as vscode from "vscode";
 import { ProbeRecord } from "./types";
 
 const STATE_KEY = "attnlens.probeRuns";
-const MAX_RUNS = 100;
+const MAX_RUNS = 50;
 
 export interface ProbeRun {
   record: ProbeRecord;

@@ -15,7 +15,9 @@
 // Scenarios: (1) diagnostic squiggle in flash_attn.py, (2) hover over reshape_and_cache_flash( shows
 // the chain down to _C_cache_ops::reshape_and_cache_flash, (3) Attention backends tree → click a
 // kernel call site → editor at that line, (4) command palette: "AttnLens: Show environment",
-// "AttnLens: Show inventory" (an error from the server is a notification) and "AttnLens: Trace at cursor", (5) "AttnLens: Run probe…" → a row in "Probe runs" → its details,
+// "AttnLens: Show inventory" (an error from the server is a notification) and "AttnLens: Trace at
+// cursor" (a panel whose links open the code), (5) "AttnLens: Run probe…" → a row in "Probe runs" →
+// its details,
 // (6) a bad attnlens.interpreter (Settings editor) → actionable error → fixed → server back, then in a
 // second code-server with workspace trust on: (7) an untrusted copy whose .vscode/settings.json names
 // another interpreter: the server still starts with the user's one, and probes are refused.
@@ -156,7 +158,7 @@ async function runCommand(title) {
       await page.keyboard.press("F1");
       const input = page.locator(".quick-input-widget input");
       await input.waitFor({ timeout: 8000 });
-      await input.fill(`>${title}`);
+      await input.fill(`>${title}`, { timeout: 5000 });
       const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
       await row.waitFor({ timeout: 8000 });
       await row.click();
@@ -171,12 +173,26 @@ async function runCommand(title) {
 }
 
 async function gotoLine(line, col) {
-  await page.keyboard.press("Escape");
-  await page.keyboard.press("Control+G");
-  const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ timeout: 10000 });
-  await input.fill(col ? `:${line}:${col}` : `:${line}`);
-  await page.keyboard.press("Enter");
+  let last;
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    try {
+      await page.keyboard.press("Escape");
+      if (attempt > 1) {
+        // Put the focus back into the editor before the shortcut.
+        await page.locator(".monaco-editor .view-lines").first().click({ position: { x: 400, y: 10 }, force: true, timeout: 5000 }).catch(() => {});
+      }
+      await page.keyboard.press("Control+G");
+      const input = page.locator(".quick-input-widget input");
+      await input.waitFor({ timeout: 5000 });
+      await input.fill(col ? `:${line}:${col}` : `:${line}`, { timeout: 5000 });
+      await page.keyboard.press("Enter");
+      return;
+    } catch (e) {
+      last = e;
+      log(`go to line ${line}: attempt ${attempt} failed: ${e.message.split("\n")[0]}`);
+    }
+  }
+  throw last;
 }
 
 /** Screen box of the first occurrence of `word` in a rendered editor line (independent of tokenization). */
@@ -214,10 +230,29 @@ async function activeTabTitle() {
   return (await page.locator(".tabs-container .tab.active").first().textContent({ timeout: 5000 }))?.trim() ?? "";
 }
 
+/**
+ * Wait for a notification whose text matches `re`: as a toast, else (toasts can be hidden by the
+ * workbench while focus moves) in the notification center. Returns its message.
+ */
 async function waitToast(re, timeout) {
   const toast = page.locator(".notification-toast", { hasText: re }).first();
-  await toast.waitFor({ timeout });
-  return (await toast.locator(".notification-list-item-message").innerText())?.trim() ?? "";
+  const end = Date.now() + timeout;
+  while (Date.now() < end) {
+    if (await toast.waitFor({ timeout: Math.min(8000, Math.max(end - Date.now(), 1)) }).then(() => true, () => false)) {
+      return (await toast.locator(".notification-list-item-message").innerText())?.trim() ?? "";
+    }
+    await runCommand("Notifications: Show Notifications");
+    const item = page.locator(".notifications-center .notification-list-item", { hasText: re }).first();
+    if (await item.waitFor({ timeout: 2000 }).then(() => true, () => false)) {
+      const text = (await item.locator(".notification-list-item-message").innerText())?.trim() ?? "";
+      log(`(notification found in the notification center, not as a toast: ${text.slice(0, 80)})`);
+      await shot(`notification-center-${Date.now()}.png`);
+      await page.keyboard.press("Escape");
+      return text;
+    }
+    await page.keyboard.press("Escape");
+  }
+  throw new Error(`no notification matching ${re} within ${timeout / 1000} s`);
 }
 
 async function clearToasts() {
@@ -530,10 +565,14 @@ try {
     await clearToasts();
     await runCommand("AttnLens: Show inventory");
     const tab = page.locator(".tabs-container .tab", { hasText: "inventory.md" }).first();
-    const toast = page.locator(".notification-toast", { hasText: /AttnLens: inventory/ }).first();
-    await Promise.race([tab.waitFor({ timeout: 60000 }), toast.waitFor({ timeout: 60000 })]);
-    if (await tab.isVisible().catch(() => false)) return { detail: `opened "${(await tab.textContent()).trim()}"` };
-    const text = (await toast.locator(".notification-list-item-message").innerText()).trim();
+    if (await tab.waitFor({ timeout: 3000 }).then(() => true, () => false)) return { detail: `opened "${(await tab.textContent()).trim()}"` };
+    let text;
+    try {
+      text = await waitToast(/AttnLens: inventory/, 30000);
+    } catch (e) {
+      if (await tab.isVisible().catch(() => false)) return { detail: `opened "${(await tab.textContent()).trim()}"` };
+      throw e;
+    }
     // The extension must still answer afterwards.
     await clearToasts();
     await runCommand("AttnLens: Refresh backends");

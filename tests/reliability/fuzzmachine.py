@@ -376,6 +376,29 @@ class LspFuzz(RuleBasedStateMachine):
         # each later offset is in the text after the earlier edits, as LSP applies them
         self.apply(doc, edits)
 
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data(), new=st.sampled_from(["", "x", "# past the end\n", "\U0001F642", ")"]))
+    def edit_past_end_of_line(self, data, new):
+        """An insertion whose range names a character past the end of a line (or a line past the end of
+        the file): LSP says it means the end of that line (of the file)."""
+        doc = self.pick(data)
+        lines = doc.model.lines()
+        ln = data.draw(st.integers(0, len(lines) + 2))
+        extra = data.draw(st.integers(1, 40))
+        if ln < len(lines):
+            starts = doc.model.line_starts()
+            at = starts[ln] + len(lines[ln])
+            char = len(lines[ln].encode("utf-16-le", "surrogatepass")) // 2 + extra
+        else:
+            at, char = len(doc.model.text), extra
+        if joins_crlf(doc.model.text, at, at, new):
+            return
+        doc.model.replace(at, at, new)
+        doc.undo.append((at, at + len(new), ""))
+        doc.version += 1
+        pos = T.Position(ln, char)
+        self.srv.change(doc.uri, doc.version, [T.TextDocumentContentChangePartial(range=T.Range(pos, pos), text=new)])
+
     @precondition(lambda self: any(d.undo for d in self.docs.values()))
     @rule(data=st.data())
     def undo_one(self, data):
@@ -419,7 +442,7 @@ class LspFuzz(RuleBasedStateMachine):
 
     # -- rules: requests -----------------------------------------------------------------
     def cancel_delay(self, data) -> float | None:
-        return data.draw(st.one_of(st.none(), st.none(), st.none(), st.floats(0, 0.05)))
+        return data.draw(st.one_of(st.none(), st.none(), st.just(0.0), st.floats(0, 0.05)))
 
     @precondition(lambda self: self.docs)
     @rule(data=st.data(), method=st.sampled_from([T.TEXT_DOCUMENT_HOVER, T.TEXT_DOCUMENT_HOVER,

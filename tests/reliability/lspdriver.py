@@ -586,3 +586,125 @@ def cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
     except OSError:
         return "?"
+
+
+# -- a byte-level client (malformed frames) ----------------------------------------------
+class RawServer:
+    """`attnlens serve` over stdio with a hand-written framing layer: send any bytes, read every message."""
+
+    def __init__(self, root: Path | None, cache_dir: Path, *, python: str | None = PYTHON,
+                 env: dict | None = None, argv: list[str] | None = None):
+        import queue
+        import subprocess
+
+        self.root = root
+        self.python = python
+        env = {**os.environ, "ATTNLENS_CACHE_DIR": str(cache_dir), **(env or {})}
+        self.proc = subprocess.Popen(argv or SERVER_ARGV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env)
+        self.q: "queue.Queue[dict]" = queue.Queue()
+        self.seen: list[dict] = []
+        self.stderr_tail: collections.deque = collections.deque(maxlen=400)
+        self._ids = itertools.count(1)
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _read(self) -> None:
+        f = self.proc.stdout
+        while True:
+            length = None
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+                elif line in (b"\r\n", b"\n"):
+                    break
+            body = f.read(length or 0)
+            try:
+                self.q.put(json.loads(body))
+            except ValueError:
+                self.q.put({"unparsable": body.decode("utf-8", "replace")})
+
+    def _drain(self) -> None:
+        for line in iter(self.proc.stderr.readline, b""):
+            self.stderr_tail.append(line.decode("utf-8", "replace").rstrip())
+
+    def write(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, obj) -> None:
+        self.write(frame(obj))
+
+    def collect(self, seconds: float) -> list[dict]:
+        import queue
+
+        out = []
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            try:
+                msg = self.q.get(timeout=left)
+            except queue.Empty:
+                break
+            out.append(msg)
+            self.seen.append(msg)
+        return out
+
+    def wait_for(self, pred, timeout: float = 10.0) -> tuple[dict | None, list[dict]]:
+        """Read messages until ``pred(msg)``; answer server requests with null. Returns (match, all read)."""
+        import queue
+
+        got = []
+        end = time.monotonic() + timeout
+        while (left := end - time.monotonic()) > 0:
+            try:
+                msg = self.q.get(timeout=left)
+            except queue.Empty:
+                break
+            got.append(msg)
+            self.seen.append(msg)
+            if "method" in msg and "id" in msg:  # a server->client request
+                self.send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+            if pred(msg):
+                return msg, got
+        return None, got
+
+    def request(self, method: str, params=None, timeout: float = 10.0) -> tuple[dict | None, list[dict]]:
+        rid = next(self._ids) + 5_000_000
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return self.wait_for(lambda m: m.get("id") == rid and "method" not in m, timeout)
+
+    def initialize(self, options: dict | None = None) -> dict:
+        root = self.root
+        opts = dict(options or {})
+        if self.python:
+            opts.setdefault("targetPython", self.python)
+        rep, _ = self.request("initialize", {
+            "processId": os.getpid(), "capabilities": {},
+            "rootUri": Path(root).resolve().as_uri() if root else None,
+            "initializationOptions": opts}, timeout=60)
+        assert rep is not None and "result" in rep, rep
+        self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        return rep["result"]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.alive():
+            try:
+                self.request("shutdown", None, timeout=5)
+                self.send({"jsonrpc": "2.0", "method": "exit"})
+                self.proc.wait(5)
+            except Exception:  # noqa: BLE001
+                pass
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait(10)
+        for s in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                s.close()
+            except OSError:
+                pass

@@ -55,6 +55,17 @@ class AttnLensServer(LanguageServer):
         self.warned: set[str] = set()
         self.last_request = 0.0  # monotonic time of the last request that reached the worker
 
+    # -- transport: pygls' loops with a reader that survives malformed frames (jsonrpc.py) --
+    def _start_io_async(self, stdin=None, stdout=None) -> None:
+        from .jsonrpc import serve_io
+
+        serve_io(self, stdin, stdout)
+
+    def start_tcp(self, host: str, port: int) -> None:
+        from .jsonrpc import serve_tcp
+
+        serve_tcp(self, host, port)
+
     # -- documents -------------------------------------------------------------
     def doc_version(self, uri: str) -> int | None:
         path = uri_to_path(uri)

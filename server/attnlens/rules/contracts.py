@@ -453,7 +453,7 @@ class _Conv:
         if not isinstance(data, dict):
             self.err(path, f"expected a table, got {type(data).__name__}")
             return None
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         fields = {f.name: f for f in _public_fields(cls)}
         kwargs = {}
         ok = True
@@ -480,6 +480,16 @@ class _Conv:
         if not ok:
             return None
         return cls(**kwargs)
+
+
+_HINTS: dict = {}
+
+
+def _hints(cls) -> dict:
+    h = _HINTS.get(cls)
+    if h is None:
+        h = _HINTS[cls] = typing.get_type_hints(cls)
+    return h
 
 
 def parse_contract_text(text: str, file: str = "<string>") -> tuple[list[Contract], list[SchemaError]]:

@@ -22,6 +22,7 @@ a cached entry is used only while all of them are unchanged.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -155,10 +156,7 @@ class ModuleContext:
     @property
     def facts(self) -> F.AstFacts:
         if self._facts is None:
-            from .checks_claims import CLAIM_PREFILTER
-
-            text = self.ws.index.source_text(self.path) or ""
-            self._facts = F.collect(text, CLAIM_PREFILTER)
+            self._facts = module_facts(self.ws, self.mod.name, self.path, self.s.sha, self.engine.use_cache)
         return self._facts
 
     @property
@@ -241,9 +239,30 @@ class ModuleContext:
         return self.name_range(f.line, f.name, 0)
 
 
+def _facts_key(sha: str) -> str:
+    return hashlib.sha256(f"{_rules_code_hash()}|{sha}".encode()).hexdigest()[:40]
+
+
+def module_facts(ws, name: str, path: str, sha: str, use_cache: bool) -> F.AstFacts:
+    """Expression-level facts of a module (cached by content hash when the cache is on)."""
+    from .checks_claims import CLAIM_PREFILTER
+
+    overlay = os.path.realpath(path) in getattr(ws.index, "_overlays", {})
+    key = _facts_key(sha) if (use_cache and sha and not overlay) else None
+    if key is not None:
+        hit = ws.cache.load_pickle("rulesfacts", key)
+        if hit is not None:
+            return hit
+    facts = F.collect(ws.index.source_text(path) or "", CLAIM_PREFILTER)
+    if key is not None:
+        ws.cache.store_pickle("rulesfacts", key, facts)
+    return facts
+
+
 # --------------------------------------------------------------------------- the engine
 
 
+@functools.lru_cache(maxsize=1)
 def _rules_code_hash() -> str:
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
@@ -686,6 +705,17 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
     t0 = time.perf_counter()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     idx = ws.index
+    # expression facts of every workspace module, in the order the parent checks them
+    for name in sorted(idx.ws_files) if os.environ.get("ATTNLENS_PREFETCH_FACTS", "1") != "0" else ():
+        path = idx.ws_files[name]
+        try:
+            sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except OSError:
+            continue
+        if ws.cache.load_pickle("rulesfacts", _facts_key(sha)) is None:
+            module_facts(ws, name, path, sha, True)
+    if debug:
+        print(f"[prefetch] facts {time.perf_counter() - t0:.2f}s", file=sys.stderr)
     try:
         ws.resolver.ops.cpp()
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input

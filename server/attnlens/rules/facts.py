@@ -464,12 +464,16 @@ def collect(text: str, claim_re=None) -> AstFacts:
                     facts.comments.append(Comment(line, col, tok.string[1:].strip(), not before.strip()))
         except (tokenize.TokenError, IndentationError, SyntaxError):
             pass
-    hot = []
-    for i, line in enumerate(facts.lines, 1):
-        if _HOT.search(line) or (want_claims and claim_re is not None and ("#" in line or '"' in line or "'" in line or line.strip())
-                                 and claim_re.search(line)):
-            hot.append(i)
-    w = _Walker(facts, _Cols(facts.lines), want_claims, hot if claim_re is not None else None)
+    hot = None
+    if claim_re is not None:
+        starts = [0]
+        for m in _NEWLINE.finditer(text):
+            starts.append(m.end())
+        found = {bisect.bisect_right(starts, m.start()) for m in _HOT.finditer(text)}
+        if want_claims:
+            found.update(bisect.bisect_right(starts, m.start()) for m in claim_re.finditer(text))
+        hot = sorted(found)
+    w = _Walker(facts, _Cols(facts.lines), want_claims, hot)
     try:
         w.run(tree)
     except RecursionError:

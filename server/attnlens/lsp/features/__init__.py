@@ -8,7 +8,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-ALL = ("lifecycle", "documents", "hover", "navigation", "call_hierarchy", "symbols", "commands", "diagnostics")
+ALL = ("lifecycle", "documents", "hover", "navigation", "call_hierarchy", "symbols", "commands", "diagnostics",
+       "runtime_actions")
 
 
 def module(name: str) -> ModuleType:

@@ -10,6 +10,7 @@ import asyncio
 import inspect
 import json
 import logging
+import uuid
 from typing import Any
 
 from lsprotocol import types as T
@@ -73,9 +74,16 @@ def register(ls: AttnLensServer) -> None:
             raise JsonRpcInternalError(f"{RUN_PROBE}: no workspace is analysed")
         # a probe runs a subprocess for seconds or minutes: off the analysis thread
         try:
-            return _to_json(await asyncio.to_thread(_call_with, probes.run_probe, spec, context))
+            result = _to_json(await asyncio.to_thread(_call_with, probes.run_probe, spec, context))
         except (TypeError, ValueError) as e:
             raise JsonRpcInvalidParams(f"{RUN_PROBE}: {e}") from None
+        try:
+            from .runtime_actions import record_probe
+
+            record_probe(ls, spec, result)
+        except Exception:  # noqa: BLE001 - publishing the verdict is best effort
+            log.warning("cannot publish the probe verdict", exc_info=True)
+        return result
 
     @ls.command(ENVIRONMENT)
     async def environment(*args: Any) -> Any:
@@ -92,7 +100,55 @@ def register(ls: AttnLensServer) -> None:
 
     @ls.command(INVENTORY)
     async def inventory(*args: Any) -> Any:
-        raise JsonRpcInternalError(f"{INVENTORY} is reserved and not implemented in this server version")
+        spec = args[0] if args and isinstance(args[0], dict) else {}
+        scope = spec.get("scope")
+        if scope is not None and not (isinstance(scope, list) and all(isinstance(x, str) for x in scope)):
+            raise JsonRpcInvalidParams(f"{INVENTORY}: scope must be a list of glob strings")
+        fmt = spec.get("format", "md")
+        if fmt not in ("md", "json"):
+            raise JsonRpcInvalidParams(f"{INVENTORY}: format must be md or json")
+        inv = _optional("attnlens.upgrade.inventory", INVENTORY)
+        token = str(uuid.uuid4())
+        reporter = _Progress(ls, token, "AttnLens inventory")
+        await reporter.begin()
+        try:
+            got = await ls.call(_inventory, inv, scope, fmt)
+        finally:
+            reporter.end()
+        if got is None:
+            raise JsonRpcInternalError(f"{INVENTORY}: no workspace is analysed")
+        return got
+
+
+def _inventory(a: Analysis, inv, scope, fmt: str) -> dict:
+    built = inv.build_inventory(a.ws, globs=scope or None)
+    if fmt == "json":
+        return built.to_json()
+    return {"markdown": inv.to_markdown(built), "files": len(getattr(built, "files", []) or [])}
+
+
+class _Progress:
+    """Work-done progress for a long command, when the client supports it."""
+
+    def __init__(self, ls: AttnLensServer, token: str, title: str):
+        self.ls, self.token, self.title, self.on = ls, token, title, False
+
+    async def begin(self) -> None:
+        if not getattr(self.ls.caps, "work_done_progress", False):
+            return
+        try:
+            await self.ls.work_done_progress.create_async(self.token)
+            self.ls.work_done_progress.begin(self.token, T.WorkDoneProgressBegin(title=self.title, cancellable=False))
+            self.on = True
+        except Exception:  # noqa: BLE001 - progress is cosmetic
+            self.on = False
+
+    def end(self) -> None:
+        if self.on:
+            try:
+                self.ls.work_done_progress.end(self.token, T.WorkDoneProgressEnd(message="done"))
+            except Exception:  # noqa: BLE001
+                pass
 
 
 def _trace(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position) -> dict | None:

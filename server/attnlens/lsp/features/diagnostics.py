@@ -48,12 +48,23 @@ def register(ls: AttnLensServer) -> None:
         result_id = f"{version}:{gen}"
         if params.previous_result_id == result_id:
             return T.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
-        items = [] if path is None or not ls.settings.diagnostics else await ls.call(check, ls, path) or []
+        items = [] if path is None or not ls.settings.diagnostics else await ls.call(check, ls, path, uri) or []
         return T.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
 
 
-def check(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
-    """Findings of ``path`` as LSP diagnostics (worker thread)."""
+def check(a: Analysis, ls: AttnLensServer, path: str, uri: str | None = None) -> list[T.Diagnostic]:
+    """Every source's diagnostics of ``path``: rules, probe verdicts, upstream drift (worker thread)."""
+    out = _rule_diagnostics(a, ls, path)
+    try:
+        from .runtime_actions import extra_diagnostics
+
+        out.extend(extra_diagnostics(a, ls, path, uri))
+    except Exception:  # noqa: BLE001 - extra sources are optional
+        log.warning("extra diagnostics failed on %s", path, exc_info=True)
+    return out
+
+
+def _rule_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
     check_module = engine()
     if check_module is None or not path.endswith(".py"):
         return []
@@ -103,7 +114,7 @@ async def publish(ls: AttnLensServer, uri: str) -> None:
     if path is None:
         return
     version = ls.doc_version(uri)
-    items = await ls.call(check, ls, path, priority=IDLE)
+    items = await ls.call(check, ls, path, uri, priority=IDLE)
     if items is None or ls.doc_version(uri) != version:
         return  # superseded by a newer edit: its own run publishes
     ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=items, version=version))

@@ -9,7 +9,7 @@ import os
 from lsprotocol import types as T
 
 from ...workspace import Workspace
-from .. import config
+from .. import config, textsync
 from ..analysis import Analysis
 from ..capabilities import ClientCaps
 from ..convert import UTF8, UTF16, UTF32, uri_to_path
@@ -26,6 +26,7 @@ def register(ls: AttnLensServer) -> None:
     @ls.feature(T.INITIALIZE)
     def initialize(params: T.InitializeParams) -> None:
         ls.loop = asyncio.get_running_loop()
+        textsync.install(ls.workspace)  # LSP line breaks, not str.splitlines (see textsync.py)
         ls.caps = ClientCaps.from_lsp(params.capabilities)
         enc = getattr(ls.workspace, "position_encoding", None) or UTF16
         enc = getattr(enc, "value", enc)

@@ -1,0 +1,326 @@
+"""Runtime evidence in the editor: probe code actions, evidence and drift in hovers,
+probe and drift diagnostics (each under its own ``source`` so they replace only their own).
+
+* ``textDocument/codeAction``: on a call whose chain reaches a probe-able callable
+  (matched against the probe families' upstream callables and the contracts' ``probe``
+  field), offer "Run probe <family> on <callee>". Nothing runs until the user picks
+  it: the action only carries an ``attnlens.runProbe`` command.
+* Hover sections: the latest evidence for the chain's final target (verdict, cases,
+  environment hash and summary, date) and the upstream drift note, when an old
+  version is configured.
+* Diagnostics: a probe run started from an action publishes its verdict on that line
+  (source ``attnlens-probe``); drift findings of the configured old version appear
+  with source ``attnlens-drift``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from lsprotocol import types as T
+
+from ... import model as M
+from ..analysis import Analysis
+from ..convert import uri_to_path
+from ..hover import HoverContext, register_section
+from ..server import AttnLensServer
+
+log = logging.getLogger("attnlens.lsp")
+
+PROBE_SOURCE = "attnlens-probe"
+DRIFT_SOURCE = "attnlens-drift"
+
+
+# ----------------------------------------------------------------------------- families
+
+
+def _families() -> list[dict]:
+    try:
+        from ...runtime import probes
+    except Exception:  # noqa: BLE001 - runtime part optional
+        return []
+    try:
+        return probes.families()
+    except Exception:  # noqa: BLE001
+        return []
+
+
+_SEG = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _names_of(entry: str) -> str | None:
+    """The callable's last name in a family's upstream entry ('torch.ops._C.x' -> 'x')."""
+    parts = _SEG.findall(entry.replace("::", "."))
+    return parts[-1] if parts else None
+
+
+def probe_target(chain: M.Chain) -> str | None:
+    """What the agent should import for this chain's final target."""
+    f = chain.final
+    if f.kind == M.TORCH_OP:
+        return f.symbol  # ns::op
+    if f.kind in (M.PYTHON_FUNCTION, M.TRITON_KERNEL, M.EXTENSION_FUNCTION) and f.symbol:
+        mod, _, attr = f.symbol.rpartition(".")
+        return f"{mod}:{attr}" if mod else f.symbol
+    if f.kind == M.NOT_INSTALLED:
+        # the import names what would run on the user's machine (e.g. the vendor flash_attn)
+        for h in reversed(chain.hops):
+            if h.kind == "not_installed" and "." in h.symbol:
+                mod, _, attr = h.symbol.rpartition(".")
+                return f"{mod}:{attr}"
+        return None
+    return None
+
+
+def _as_target(symbol: str) -> str:
+    if "::" in symbol:
+        return symbol
+    if symbol.startswith("torch.ops."):
+        parts = symbol.split(".")
+        return f"{parts[2]}::{parts[3]}" if len(parts) >= 4 else symbol
+    mod, _, attr = symbol.rpartition(".")
+    return f"{mod}:{attr}" if mod else symbol
+
+
+def probe_candidates(chain: M.Chain) -> list[tuple[str, str]]:
+    """(family, target) pairs: families whose callables appear on this chain, each with the
+    callable to probe (the final target when it matches, else the deepest matching hop)."""
+    out: list[tuple[str, str]] = []
+    final_name = chain.final.symbol.replace("::", ".").rpartition(".")[2]
+    final_target = probe_target(chain)
+    for fam in _families():
+        wanted = {n for n in (_names_of(u) for u in fam.get("upstream", [])) if n}
+        target = None
+        if final_name in wanted and final_target:
+            target = final_target
+        else:
+            for h in reversed(chain.hops):
+                if h.symbol and "." in h.symbol.replace("::", ".") and h.symbol.replace("::", ".").rpartition(".")[2] in wanted:
+                    target = _as_target(h.symbol)
+                    break
+        if target:
+            out.append((fam["name"], target))
+    for fam in _contract_probes(chain):
+        if final_target and all(f != fam for f, _ in out):
+            out.append((fam, final_target))
+    return out
+
+
+def families_for(chain: M.Chain) -> list[str]:
+    return [f for f, _ in probe_candidates(chain)]
+
+
+def _contract_probes(chain: M.Chain) -> list[str]:
+    try:
+        from ...rules import contracts as C  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - rules part optional
+        return []
+    finder = getattr(C, "probes_for_symbol", None)
+    if finder is None:
+        return []
+    try:
+        return list(finder(chain.final.symbol) or [])
+    except Exception:  # noqa: BLE001
+        return []
+
+
+# ----------------------------------------------------------------------------- state
+
+_probe_diags: dict[str, list[T.Diagnostic]] = {}  # uri -> diagnostics from probe runs
+
+
+def record_probe(ls: AttnLensServer, spec: dict, result: Any) -> None:
+    """After ``attnlens.runProbe``: publish the verdict on the line it was started from."""
+    uri = spec.get("uri") if isinstance(spec, dict) else None
+    if not isinstance(uri, str):
+        ls.hover_cache.clear()
+        return
+    line = spec.get("line")
+    line = line if isinstance(line, int) and line >= 0 else 0
+    d = result if isinstance(result, dict) else {}
+    verdict = str(d.get("verdict", "error"))
+    cases = d.get("cases") or []
+    passed = sum(1 for c in cases if isinstance(c, dict) and c.get("passed"))
+    env = d.get("environment") or {}
+    env_hash = env.get("hash", "?") if isinstance(env, dict) else "?"
+    sev = T.DiagnosticSeverity.Information if verdict == "pass" else T.DiagnosticSeverity.Warning
+    msg = (f"probe {d.get('family', spec.get('family'))} on {d.get('target', spec.get('target'))}: "
+           f"{verdict.upper()} ({passed}/{len(cases)} cases) [env {env_hash}]")
+    if d.get("message") and verdict != "pass":
+        msg += f": {str(d.get('message'))[:200]}"
+    diag = T.Diagnostic(
+        range=T.Range(T.Position(line, 0), T.Position(line, 10_000)),
+        message=msg, severity=sev, source=PROBE_SOURCE, code=f"probe.{d.get('family', spec.get('family'))}",
+        data={"evidence": d.get("id"), "verdict": verdict},
+    )
+    kept = [x for x in _probe_diags.get(uri, []) if x.range.start.line != line]
+    _probe_diags[uri] = kept + [diag]
+    ls.hover_cache.clear()
+    from . import diagnostics
+
+    if ls.caps.pull_diagnostics:
+        diagnostics.refresh_all(ls)
+    else:
+        ls.spawn(diagnostics.publish(ls, uri))
+
+
+def extra_diagnostics(a: Analysis, ls: AttnLensServer, path: str, uri: str | None) -> list[T.Diagnostic]:
+    """Probe and drift diagnostics of one file (worker thread)."""
+    out = list(_probe_diags.get(uri or "", []))
+    out.extend(_drift_diagnostics(a, ls, path))
+    return out
+
+
+def _drift_old(a: Analysis) -> str | None:
+    try:
+        from ...upgrade import config as ucfg  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001
+        return None
+    for name in ("configured_from", "upstream_from", "old_version"):
+        fn = getattr(ucfg, name, None)
+        if callable(fn):
+            try:
+                return fn(a.ws)
+            except Exception:  # noqa: BLE001
+                return None
+    return None
+
+
+def _drift_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
+    try:
+        from ...upgrade.drift import drift_findings  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001
+        return []
+    try:
+        findings = drift_findings(a.ws, None) or []
+    except Exception as e:  # noqa: BLE001 - no configured old version, download refused, ...
+        log.debug("drift findings unavailable: %s", e)
+        return []
+    conv = ls.positions(a)
+    out = []
+    for f in findings:
+        get = f.get if isinstance(f, dict) else (lambda k, d=None, _f=f: getattr(_f, k, d))
+        if get("path") != path:
+            continue
+        line = int(get("line", 1) or 1)
+        try:
+            rng = conv.range(path, line, int(get("col", 0) or 0), line, len(conv.line_text(path, line)))
+        except Exception:  # noqa: BLE001
+            continue
+        sev = {"error": T.DiagnosticSeverity.Error, "warning": T.DiagnosticSeverity.Warning,
+               "info": T.DiagnosticSeverity.Information}.get(str(get("severity", "info")), T.DiagnosticSeverity.Information)
+        out.append(T.Diagnostic(range=rng, message=str(get("message", "")), severity=sev, source=DRIFT_SOURCE,
+                                code=get("rule"), data=get("data")))
+    return out
+
+
+# ----------------------------------------------------------------------------- hover sections
+
+
+def _evidence_section(ctx: HoverContext) -> str | None:
+    chain = ctx.chain
+    if chain is None:
+        return None
+    target = probe_target(chain)
+    if target is None:
+        return None
+    try:
+        from ...runtime import evidence as ev
+    except Exception:  # noqa: BLE001
+        return None
+    cache = ctx.analysis.ws.cache
+    rec = None
+    for t in {target, target.replace(":", ".")}:
+        try:
+            rec = ev.latest_for_target(cache, t)
+        except Exception:  # noqa: BLE001
+            rec = None
+        if rec is not None:
+            break
+    fams = families_for(chain)
+    if rec is None:
+        if not fams:
+            return None
+        return (f"**Probe evidence**: none yet for `{target}`. Probe families that can decide it: "
+                + ", ".join(f"`{f}`" for f in fams) + " (code action *Run probe*).")
+    d = rec.to_dict() if hasattr(rec, "to_dict") else dict(rec)
+    cases = d.get("cases") or []
+    passed = sum(1 for c in cases if isinstance(c, dict) and c.get("passed"))
+    env = d.get("environment") or {}
+    summary = env.get("summary", "") if isinstance(env, dict) else ""
+    return (f"**Probe evidence** `{d.get('family')}` on `{d.get('target')}`: **{str(d.get('verdict', '?')).upper()}** "
+            f"({passed}/{len(cases)} cases), {d.get('created', '')}\n\n"
+            f"environment `{env.get('hash', '?') if isinstance(env, dict) else '?'}`: {summary}")
+
+
+def _drift_section(ctx: HoverContext) -> str | None:
+    try:
+        from ...upgrade.drift import hover_note  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001
+        return None
+    symbol = ctx.symbol
+    if symbol is None and ctx.chain is not None and ctx.chain.final.kind in (M.PYTHON_FUNCTION, M.PYTHON_CLASS):
+        symbol = ctx.chain.final.symbol
+    if not symbol:
+        return None
+    try:
+        note = hover_note(ctx.analysis.ws, symbol)
+    except Exception:  # noqa: BLE001
+        return None
+    return f"**Upstream drift**: {note}" if note else None
+
+
+# ----------------------------------------------------------------------------- code actions
+
+
+def code_actions(a: Analysis, ls: AttnLensServer, path: str, uri: str, rng: T.Range,
+                 diags: list[T.Diagnostic]) -> list[T.CodeAction]:
+    conv = ls.positions(a)
+    line, col = conv.to_core(path, rng.start)
+    out: list[T.CodeAction] = []
+    seen = set()
+    chain = None
+    try:
+        r = a.resolve(path, line, col, 0.5)
+        chain = r.chain if r is not None else None
+    except Exception:  # noqa: BLE001 - an action request must never fail the editor
+        chain = None
+    wanted: list[tuple[str, str]] = []
+    if chain is not None:
+        wanted.extend(probe_candidates(chain))
+    for d in diags or []:
+        data = d.data if isinstance(d.data, dict) else {}
+        fam = data.get("probe") or data.get("probe_family")
+        tgt = data.get("probe_target") or data.get("target")
+        if isinstance(fam, str) and fam:
+            if not isinstance(tgt, str) and chain is not None:
+                tgt = probe_target(chain)
+            if isinstance(tgt, str) and tgt:
+                wanted.append((fam, tgt))
+    for fam, target in wanted:
+        if (fam, target) in seen:
+            continue
+        seen.add((fam, target))
+        spec = {"family": fam, "target": target, "uri": uri, "line": rng.start.line, "character": rng.start.character}
+        out.append(T.CodeAction(
+            title=f"Run probe {fam} on {target}",
+            kind=T.CodeActionKind.QuickFix,
+            command=T.Command(title=f"Run probe {fam} on {target}", command="attnlens.runProbe", arguments=[spec]),
+        ))
+    return out
+
+
+def register(ls: AttnLensServer) -> None:
+    register_section("evidence", _evidence_section, order=60)
+    register_section("drift", _drift_section, order=70)
+
+    @ls.feature(T.TEXT_DOCUMENT_CODE_ACTION, T.CodeActionOptions(code_action_kinds=[T.CodeActionKind.QuickFix]))
+    async def code_action(params: T.CodeActionParams) -> list[T.CodeAction] | None:
+        uri = params.text_document.uri
+        path = uri_to_path(uri)
+        if path is None or not path.endswith(".py"):
+            return None
+        got = await ls.call(code_actions, ls, path, uri, params.range, list(params.context.diagnostics or []))
+        return got or None
