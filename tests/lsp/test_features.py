@@ -200,7 +200,7 @@ async def test_commands(vscode, flash_attn):
     st = await ex(T.ExecuteCommandParams(command="attnlens.status"))
     assert {"root", "targetPython", "targetError", "indexedModules", "generation", "platform"} <= set(st)
     with pytest.raises(Exception, match="attnlens.inventory"):
-        await ex(T.ExecuteCommandParams(command="attnlens.inventory"))
+        await ex(T.ExecuteCommandParams(command="attnlens.inventory", arguments=[{"scope": "not-a-list"}]))
     with pytest.raises(Exception, match="takes"):
         await ex(T.ExecuteCommandParams(command="attnlens.trace", arguments=["x"]))
 
