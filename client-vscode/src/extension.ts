@@ -153,11 +153,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }
   });
 
-  reg("attnlens.showInventory", async () => {
+  // args: [{scope?: string[] (globs)}]; the server's default format is Markdown.
+  reg("attnlens.showInventory", async (arg?: { scope?: string[] }) => {
+    const spec: { scope?: string[] } = Array.isArray(arg?.scope) ? { scope: arg.scope } : {};
     try {
       const res = await vscode.window.withProgress(
         { location: vscode.ProgressLocation.Notification, title: "AttnLens: building the inventory…" },
-        () => mgr.executeCommand<{ markdown?: string } | string>("attnlens.inventory", [{ format: "markdown" }]),
+        () => mgr.executeCommand<{ markdown?: string } | string>("attnlens.inventory", [spec]),
       );
       const md = typeof res === "string" ? res : res?.markdown;
       if (!md) {

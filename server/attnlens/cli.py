@@ -176,7 +176,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for mod_name in wanted:
         try:
             mod = __import__(mod_name, fromlist=["add_subparsers"])
-        except ImportError:
+        except ImportError as e:
+            if command in COMMAND_MODULES:
+                print(f"attnlens: the `{command}` command is unavailable: {mod_name} failed to import: {e}", file=sys.stderr)
             continue
         mod.add_subparsers(sub)
     return p

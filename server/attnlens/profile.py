@@ -267,9 +267,8 @@ class PlatformProfile:
         if key in self._memo and self._gen == self.r.index.generation:
             return self._memo[key]
         _ = self.info
-        try:
-            node = ast.parse(text, mode="eval").body
-        except SyntaxError:
+        node = _parse_guard(text)
+        if node is None:
             return None
         try:
             val = self._eval(mod, scope, node, 0)
@@ -332,6 +331,21 @@ class PlatformProfile:
             if not d:
                 return None
             return self._eval_call(mod, scope, d, node)
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) and isinstance(node.slice, ast.Constant):
+            # f()[0] where f returns a constant tuple
+            d = _dotted(node.value.func)
+            if d:
+                from .resolver import Walk
+
+                v = self.r.resolve_dotted(mod, scope, d, Walk())
+                f = v.func if v.kind == "function" else None
+                if f is not None and len(f.returns) == 1 and f.returns[0].startswith("["):
+                    try:
+                        val = ast.literal_eval(f.returns[0])
+                        return val[node.slice.value]
+                    except (ValueError, SyntaxError, IndexError, TypeError, KeyError):
+                        return None
+            return None
         return None
 
     def _eval_call(self, mod, scope, d: str, node: ast.Call):
@@ -361,6 +375,23 @@ class PlatformProfile:
             "entry_point": info.entry, "classes": [c.dotted for c in info.classes], "enum": info.enum,
             "facts": facts, "error": info.error,
         }
+
+
+_GUARDS: dict = {}
+
+
+def _parse_guard(text: str):
+    """Parsed guard expressions, memoised by text (the same guard appears in many scopes)."""
+    node = _GUARDS.get(text, False)
+    if node is False:
+        try:
+            node = ast.parse(text, mode="eval").body
+        except (SyntaxError, ValueError, RecursionError):
+            node = None
+        if len(_GUARDS) > 20000:
+            _GUARDS.clear()
+        _GUARDS[text] = node
+    return node
 
 
 def _dotted(node) -> str | None:

@@ -663,7 +663,7 @@ class _Builder:
         ci = ClassInfo(
             qualname=qual, name=node.name, line=line, col=col, end_line=node.end_lineno or line,
             deco_line=min([d.line for d in decos] + [line]),
-            bases=tuple(dotted(b) or "" for b in node.bases), decorators=decos,
+            bases=tuple(dotted(b.value if isinstance(b, ast.Subscript) else b) or "" for b in node.bases), decorators=decos,
             is_dataclass=any(d.func.split(".")[-1] == "dataclass" for d in decos),
             docstring=doc.strip().splitlines()[0] if doc and doc.strip() else None,
         )

@@ -258,7 +258,7 @@ class ServerHandle:
             workspace_folders=[T.WorkspaceFolder(root.resolve().as_uri(), root.name)] if root else None,
             initialization_options=self.init_options,
         )
-        rep = self.request(T.INITIALIZE, params, timeout=timeout)
+        rep = self.request(T.INITIALIZE, params, timeout=timeout, record=False)
         assert rep.ok, f"initialize failed: {rep}"
         self.server_capabilities = rep.result
         self.notify(T.INITIALIZED, T.InitializedParams())

@@ -1,7 +1,7 @@
 """Fuzzed editing against a real `attnlens serve` (see fuzzmachine.py for the rules and invariants).
 
-CI runs a bounded number of sequences (``ATTNLENS_FUZZ_EXAMPLES``, default 6, of
-``ATTNLENS_FUZZ_STEPS`` steps, default 30); ``bench/fuzz_lsp.py`` runs thousands.
+CI runs a bounded number of sequences (``ATTNLENS_FUZZ_EXAMPLES``, default 40, of
+``ATTNLENS_FUZZ_STEPS`` steps, default 40); ``bench/fuzz_lsp.py`` runs thousands.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from hypothesis.stateful import run_state_machine_as_test
 from .fuzzmachine import FuzzWorld, LspFuzz
 from .lspdriver import descendants
 
-EXAMPLES = int(os.environ.get("ATTNLENS_FUZZ_EXAMPLES", "6"))
-STEPS = int(os.environ.get("ATTNLENS_FUZZ_STEPS", "30"))
+EXAMPLES = int(os.environ.get("ATTNLENS_FUZZ_EXAMPLES", "40"))
+STEPS = int(os.environ.get("ATTNLENS_FUZZ_STEPS", "40"))
 
 
 @pytest.mark.slow

@@ -43,9 +43,9 @@ def _limited():
 
 def allocate(*args, **kwargs):
     _limited()
-    blocks = []
-    while True:
-        blocks.append(bytearray(256 * 1024 * 1024))
+    blocks = [bytearray(64 * 1024 * 1024)]  # some memory really in use
+    blocks.append(bytearray(16 * 1024 ** 3))  # then more than the limit allows, at once
+    return blocks
 
 
 def raise_memory_error(*args, **kwargs):
@@ -77,9 +77,15 @@ def fault_env(tmp_path_factory):
     limited.parent.mkdir()
     limited.write_text(f"#!/bin/sh\nulimit -v {AS_LIMIT_KB}\nexec {py} \"$@\"\n")
     limited.chmod(0o755)
+    cache = Cache(tmp / "cache")  # the environment records are collected once per interpreter, then reused
+    return {"python": py, "limited": str(limited), "env": env, "cache": cache, "scratch": scratch}
+
+
+@pytest.fixture
+def fe(fault_env):
+    """Per test: a fresh agent pool, closed at the end (the leak check then sees every agent gone)."""
     pool = AgentPool()
-    cache = Cache(tmp / "cache")
-    yield {"python": py, "limited": str(limited), "env": env, "pool": pool, "cache": cache, "scratch": scratch}
+    yield {**fault_env, "pool": pool}
     pool.close()
 
 
@@ -117,8 +123,7 @@ def children_recorded(fe) -> list[int]:
     return out
 
 
-def test_segfault(fault_env):
-    fe = fault_env
+def test_segfault(fe):
     t0 = time.monotonic()
     rec = run(fe, "lse_merge", "probefix.crash:crash_now")
     assert rec.verdict == "crashed" and "signal 11" in rec.message, rec.message
@@ -130,8 +135,7 @@ def test_segfault(fault_env):
     assert_agents_gone(fe)
 
 
-def test_hang_ends_at_the_timeout_and_kills_the_process_group(fault_env):
-    fe = fault_env
+def test_hang_ends_at_the_timeout_and_kills_the_process_group(fe):
     t0 = time.monotonic()
     rec = run(fe, "decode", "probefix.crash:hang_forever", timeout=4)
     took = time.monotonic() - t0
@@ -148,8 +152,7 @@ def test_hang_ends_at_the_timeout_and_kills_the_process_group(fault_env):
     assert_agents_gone(fe)
 
 
-def test_out_of_memory_under_an_address_space_limit(fault_env):
-    fe = fault_env
+def test_out_of_memory_under_an_address_space_limit(fe):
     rec = run(fe, "varlen", "relfix.oom_import:allocate", python=fe["limited"])
     assert rec.verdict == "import_error", (rec.verdict, rec.message, rec.details)
     assert "MemoryError" in json.dumps(rec.details), rec.details
@@ -168,8 +171,7 @@ def test_out_of_memory_under_an_address_space_limit(fault_env):
     assert_agents_gone(fe)
 
 
-def test_agent_killed_mid_request(fault_env):
-    fe = fault_env
+def test_agent_killed_mid_request(fe):
     box = {}
 
     def go():
@@ -206,8 +208,7 @@ def test_agent_killed_mid_request(fault_env):
     assert ok.verdict == "pass"
 
 
-def test_garbage_on_stdout_does_not_forge_a_result(fault_env):
-    fe = fault_env
+def test_garbage_on_stdout_does_not_forge_a_result(fe):
     rec = run(fe, "lse_merge", "probefix.crash:noisy_merge")
     assert rec.verdict == "pass", rec.cases  # the forged '{"id": 999999, "result": "forged"}' line was ignored
     rec = run(fe, "varlen", "probefix.noisy_import:value")
@@ -218,10 +219,9 @@ def test_garbage_on_stdout_does_not_forge_a_result(fault_env):
 
 
 @pytest.mark.slow
-def test_probe_faults_through_the_language_server(tmp_path, example_copy, fault_env):
+def test_probe_faults_through_the_language_server(tmp_path, example_copy, fe):
     """runProbe on a segfaulting, a hanging and a garbage-printing target: each answer is an evidence record,
     the server keeps answering hovers, and closing the server leaves no agent behind."""
-    fe = fault_env
     srv = ServerHandle(example_copy, tmp_path / "cache", python=fe["python"], env=fe["env"])
     try:
         srv.start()

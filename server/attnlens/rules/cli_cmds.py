@@ -22,6 +22,9 @@ def add_subparsers(sub) -> None:
     c.add_argument("--contracts", action="append", default=None, metavar="DIR",
                    help="contract folder or file (repeatable; default: $ATTNLENS_CONTRACTS, <root>/.attnlens/contracts, the shipped contracts/)")
     c.add_argument("-o", "--output", default=None, help="write the report to this file instead of stdout")
+    from ..upgrade.subjects import add_subject_argument
+
+    add_subject_argument(c)
     c.add_argument("--timing", action="store_true", help="print timing and cache statistics to stderr")
     c.set_defaults(func=cmd_check)
 
@@ -44,9 +47,11 @@ def cmd_check(args) -> int:
     if not os.path.isdir(root):
         print(f"attnlens: --root {root} is not a folder", file=sys.stderr)
         return 2
-    ws = Workspace(root, python=args.python, cache_dir=args.cache_dir, use_cache=not args.no_cache)
-    if ws.target_error:
-        print(f"attnlens: warning: {ws.target_error}; analysing the workspace alone", file=sys.stderr)
+    from ..upgrade.subjects import workspace_for_subject
+
+    ws = workspace_for_subject(args)  # --subject worktree|index|rev:REV|installed; prints target warnings
+    ws.allow_fork = ws.index.allow_fork = True  # single-threaded CLI
+    _ = Workspace
     table = rules_table()
     select = _ids(args.select)
     ignore = _ids(args.ignore)

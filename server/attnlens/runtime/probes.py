@@ -33,6 +33,15 @@ def families() -> list[dict]:
     return _agent_probes.catalog()
 
 
+# names the contracts (and the issue text) use for the same families
+FAMILY_ALIASES = {"varlen_attention": "varlen", "decode_attention": "decode", "sparse_topk": "topk",
+                  "kv_write": "kv_cache_write", "merge_states": "lse_merge"}
+
+
+def canonical_family(name: str) -> str:
+    return FAMILY_ALIASES.get(name, name)
+
+
 def family_names() -> list[str]:
     return list(_agent_probes.FAMILY_MODULES)
 
@@ -63,6 +72,7 @@ def run_probe(python: str, family: str, target: str, device: str = "auto", cache
               module: str | None = None, load_library: str | None = None,
               env_refresh: bool = False) -> ev.EvidenceRecord:
     """Run one probe family on ``target`` in the interpreter ``python``; return (and store) the evidence."""
+    family = canonical_family(family)
     if family not in family_names():
         raise ValueError(f"unknown probe family {family!r}; known: {', '.join(family_names())}")
     if not target or any(c in target for c in "\n\r\0"):

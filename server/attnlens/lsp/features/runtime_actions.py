@@ -293,6 +293,15 @@ def code_actions(a: Analysis, ls: AttnLensServer, path: str, uri: str, rng: T.Ra
     for d in diags or []:
         data = d.data if isinstance(d.data, dict) else {}
         fam = data.get("probe") or data.get("probe_family")
+        if isinstance(fam, dict):
+            fam = fam.get("family") or fam.get("name")
+        if isinstance(fam, str):
+            try:
+                from ...runtime.probes import canonical_family
+
+                fam = canonical_family(fam)
+            except Exception:  # noqa: BLE001
+                pass
         tgt = data.get("probe_target") or data.get("target")
         if isinstance(fam, str) and fam:
             if not isinstance(tgt, str) and chain is not None:

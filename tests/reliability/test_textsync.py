@@ -1,0 +1,78 @@
+"""Regressions found by the fuzzer: incremental sync must use LSP's line breaks (\\r\\n, \\r, \\n only).
+
+Before attnlens.lsp.textsync, pygls split lines with str.splitlines: a form feed,
+U+0085 or U+2028 above an edit moved the edit to another line, and a character past
+the end of the last line landed one character early, so the server's buffer
+silently diverged from the editor's.
+"""
+
+from __future__ import annotations
+
+import pytest
+from lsprotocol import types as T
+from pygls.workspace import Workspace
+
+from attnlens.lsp.textsync import LspTextDocument, install
+
+from .lspdriver import ServerHandle, TextModel
+
+
+def apply(text: str, start: tuple[int, int], end: tuple[int, int], new: str, encoding: str = "utf-16") -> str:
+    ws = Workspace(None, T.TextDocumentSyncKind.Incremental, position_encoding=encoding)
+    install(ws)
+    ws.put_text_document(T.TextDocumentItem("file:///t.py", "python", 1, text))
+    ws.update_text_document(T.VersionedTextDocumentIdentifier(version=2, uri="file:///t.py"),
+                            T.TextDocumentContentChangePartial(range=T.Range(T.Position(*start), T.Position(*end)),
+                                                               text=new))
+    doc = ws.get_text_document("file:///t.py")
+    assert isinstance(doc, LspTextDocument)
+    return doc.source
+
+
+@pytest.mark.parametrize("sep", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_non_lsp_line_separators_do_not_shift_edits(sep):
+    text = f"a = 1  # {sep} not a line break\nb = 2\nc = 3\n"
+    assert apply(text, (1, 0), (1, 1), "B") == text.replace("b = 2", "B = 2")
+    assert apply(text, (2, 4), (2, 5), "30") == text.replace("c = 3", "c = 30")
+
+
+@pytest.mark.parametrize("text,start,end,new,want", [
+    ("abc", (0, 10), (0, 10), "!", "abc!"),                 # past the end of the last line: its end
+    ("abc\ndef\n", (0, 99), (0, 99), "!", "abc!\ndef\n"),   # past the end of a line: before its break
+    ("abc\r\ndef", (0, 4), (0, 4), "!", "abc!\r\ndef"),     # never between \r and \n
+    ("abc\rdef", (1, 1), (1, 2), "E", "abc\rdEf"),          # a lone \r is a line break
+    ("abc\n", (7, 0), (9, 3), "!", "abc\n!"),               # a line past the end: the end of the file
+    ("a🙂b\n", (0, 3), (0, 4), "B", "a🙂B\n"),               # UTF-16: the astral character is 2 units
+    ("a🙂b\n", (0, 1), (0, 3), "", "ab\n"),
+    ("x\ny", (1, 1), (0, 0), "", ""),                       # a reversed range is read as start..end
+])
+def test_positions_follow_the_lsp_specification(text, start, end, new, want):
+    assert apply(text, start, end, new) == want
+
+
+def test_utf8_and_utf32_encodings():
+    assert apply("é🙂x", (0, 6), (0, 7), "X", "utf-8") == "é🙂X"
+    assert apply("é🙂x", (0, 2), (0, 3), "X", "utf-32") == "é🙂X"
+
+
+def test_server_buffer_follows_edits_below_a_form_feed(tmp_path):
+    root = tmp_path / "ws"
+    (root / "pk").mkdir(parents=True)
+    src = "\x0c\n# page break above\ndef target():\n    return 1\n\n\ndef caller():\n    return other()\n\n\ndef other():\n    return 2\n"
+    f = root / "pk" / "__init__.py"
+    f.write_text(src)
+    srv = ServerHandle(root, tmp_path / "cache")
+    try:
+        srv.start()
+        srv.wait_indexed(60)
+        uri = srv.open(f, src)
+        model = TextModel(src)
+        # rename the call: other() -> target(), an edit on a line below the form feed
+        i = src.index("return other()") + len("return ")
+        rng, _old = model.replace(i, i + len("other"), "target")
+        srv.change(uri, 2, [T.TextDocumentContentChangePartial(range=rng, text="target")])
+        p = model.position(model.text.index("return target()") + len("return "))
+        h = srv.hover(uri, p.line, p.character + 1)
+        assert h.ok and h.result and "pk.target" in h.result["contents"]["value"], h
+    finally:
+        srv.close()
