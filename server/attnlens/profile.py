@@ -41,8 +41,27 @@ class PlatformInfo:
     error: str | None = None
 
 
+_EP_MEMO: dict = {}
+
+
 def read_entry_points(root: Path) -> dict[str, dict[str, str]]:
-    """Entry points declared by the workspace (pyproject.toml, setup.cfg, setup.py)."""
+    """Entry points declared by the workspace (pyproject.toml, setup.cfg, setup.py); memoised by file stamps."""
+    stamps = []
+    for name in ("pyproject.toml", "setup.cfg", "setup.py"):
+        try:
+            st = (root / name).stat()
+            stamps.append((name, st.st_mtime_ns, st.st_size))
+        except OSError:
+            stamps.append((name, None, None))
+    key = (str(root), tuple(stamps))
+    if key in _EP_MEMO:
+        return _EP_MEMO[key]
+    out = _read_entry_points(root)
+    _EP_MEMO[key] = out
+    return out
+
+
+def _read_entry_points(root: Path) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     pp = root / "pyproject.toml"
     if pp.is_file():

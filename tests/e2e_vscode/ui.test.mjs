@@ -367,6 +367,11 @@ async function startWorkbench(prof) {
   page = context.pages()[0] || (await context.newPage());
   page.setDefaultTimeout(15000);
   page.on("pageerror", (e) => log("pageerror:", e.message));
+  const consoleLog = fs.createWriteStream(path.join(ART, `browser-console-${prof.name}.log`));
+  page.on("console", (m) => {
+    if (m.type() === "error" || m.type() === "warning") consoleLog.write(`[${secs()}s] ${m.type()}: ${m.text()}\n`);
+  });
+  context.on("serviceworker", (w) => log(`service worker: ${w.url().slice(0, 120)}`));
   await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(prof.ws)}`);
   await page.locator(".monaco-workbench").waitFor({ timeout: 60000 });
   await page.locator(".statusbar").waitFor({ timeout: 30000 });
@@ -609,6 +614,10 @@ try {
     if (!frame) {
       // code-server sometimes leaves a webview that opened in the background blank until it is shown.
       log("trace panel still blank after 10 s: clicking its tab");
+      for (const f of page.frames()) {
+        const t = await f.evaluate(() => (document.body?.innerText ?? "").slice(0, 60)).catch((e) => `ERR ${e.message.slice(0, 60)}`);
+        log(`  frame ${f.url().slice(0, 140)} :: ${JSON.stringify(t)}`);
+      }
       await tab.click();
       frame = await webviewFrame(want, 15000);
     }

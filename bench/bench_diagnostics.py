@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Benchmark (not a test): diagnostics latency after an edit, and `attnlens check` cold/warm.
+
+    .venv/bin/python bench/bench_diagnostics.py --root /path/to/vLLM-metax --python .venv/bin/python \
+        --file vllm_metax/v1/attention/backends/flash_attn.py --edits 10
+
+1. Starts `attnlens serve` as a push-diagnostics client (no pull capability), opens a large
+   file (default: the largest backend, ~2,000 lines), waits for its first diagnostics, then applies
+   N single-line edits (each a harmless comment change) and measures, for each edit, the time from
+   `didChange` to the `publishDiagnostics` for that version, minus the server's debounce
+   (300 ms by default): "after the debounce ending".
+2. Runs `attnlens check <package>` with a fresh cache folder (cold) and again (warm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_lsp import Client, uri  # noqa: E402
+
+
+async def diag_latency(root: Path, python: str, rel: str, edits: int, debounce_ms: int, cache: str) -> list[float]:
+    env = dict(os.environ, ATTNLENS_CACHE_DIR=cache)
+    client = await Client.spawn([sys.executable, "-m", "attnlens", "serve"], env, str(root))
+    try:
+        init = await client.request("initialize", {
+            "processId": os.getpid(), "rootUri": uri(str(root)), "capabilities": {"textDocument": {"publishDiagnostics": {}}},
+            "initializationOptions": {"targetPython": python, "diagnosticsDebounceMs": debounce_ms},
+        })
+        assert "result" in init, init
+        client.notify("initialized", {})
+        path = root / rel
+        text = path.read_text(encoding="utf-8")
+        lines = text.split("\n")
+        u = uri(str(path))
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": u, "languageId": "python", "version": 1, "text": text}})
+
+        async def wait_version(v: int, timeout: float = 120.0) -> float:
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < timeout:
+                for m in reversed(client.notifications):
+                    if m.get("method") == "textDocument/publishDiagnostics" and m["params"].get("uri") == u \
+                            and m["params"].get("version") == v:
+                        return time.perf_counter()
+                await asyncio.sleep(0.002)
+            raise TimeoutError(f"no diagnostics for version {v}")
+
+        await wait_version(1, 300)
+        # an edit on a comment-free blank line near the middle of the file
+        target = next(i for i in range(len(lines) // 2, len(lines)) if lines[i].strip() == "")
+        out = []
+        for k in range(edits):
+            v = k + 2
+            new = f"# attnlens bench edit {k}"
+            old_len = len(lines[target])
+            lines[target] = new
+            t0 = time.perf_counter()
+            client.notify("textDocument/didChange", {
+                "textDocument": {"uri": u, "version": v},
+                "contentChanges": [{"range": {"start": {"line": target, "character": 0},
+                                              "end": {"line": target, "character": old_len}}, "text": new}],
+            })
+            t1 = await wait_version(v)
+            out.append((t1 - t0) * 1000 - debounce_ms)
+            await asyncio.sleep(0.05)
+        n = sum(1 for m in client.notifications if m.get("method") == "textDocument/publishDiagnostics")
+        print(f"diagnostics published: {n}; last count: "
+              f"{len(next(m for m in reversed(client.notifications) if m.get('method') == 'textDocument/publishDiagnostics')['params']['diagnostics'])}")
+        return out
+    finally:
+        await client.close()
+
+
+def timed(cmd: list[str], env: dict) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--file", default="vllm_metax/v1/attention/backends/flash_attn.py")
+    ap.add_argument("--package", default=None, help="path given to `attnlens check` (default: the file's top package)")
+    ap.add_argument("--edits", type=int, default=10)
+    ap.add_argument("--debounce-ms", type=int, default=300)
+    args = ap.parse_args()
+    root = Path(args.root).resolve()
+    cache = tempfile.mkdtemp(prefix="attnlens-diag-")
+    try:
+        lat = asyncio.run(diag_latency(root, args.python, args.file, args.edits, args.debounce_ms, cache))
+        pkg = args.package or args.file.split("/")[0]
+        exe = str(Path(sys.executable).parent / "attnlens")
+        cold_cache = tempfile.mkdtemp(prefix="attnlens-check-")
+        env = dict(os.environ, ATTNLENS_CACHE_DIR=cold_cache)
+        cmd = [exe, "check", pkg, "--root", str(root), "--python", args.python, "--format", "json"]
+        cold = timed(cmd, env)
+        warm = [timed(cmd, env) for _ in range(3)]
+        shutil.rmtree(cold_cache, ignore_errors=True)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    n_lines = len((root / args.file).read_text().splitlines())
+    print(f"| measure | value | target |\n|---|---|---|")
+    print(f"| diagnostics after an edit of {args.file} ({n_lines} lines), beyond the {args.debounce_ms} ms debounce: "
+          f"p50 / max of {len(lat)} | {statistics.median(lat):.0f} ms / {max(lat):.0f} ms | <= 100 ms |")
+    print(f"| `attnlens check {pkg}` cold (fresh cache) | {cold:.2f} s | <= 3 s |")
+    print(f"| `attnlens check {pkg}` warm (best of 3) | {min(warm):.2f} s | <= 1 s |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
