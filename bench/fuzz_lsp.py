@@ -78,7 +78,7 @@ class MethodTimer:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=10_000, help="stop after this many requests (default 10000)")
-    p.add_argument("--steps", type=int, default=40, help="steps per sequence (default 40)")
+    p.add_argument("--steps", type=int, default=100, help="steps per sequence (default 100)")
     p.add_argument("--batch", type=int, default=25, help="sequences per Hypothesis run (default 25)")
     p.add_argument("--budget", type=float, default=5.0, help="seconds a request may take before it is a hang")
     p.add_argument("--huge-lines", type=int, default=3000, help="largest pasted block, in lines (default 3000)")

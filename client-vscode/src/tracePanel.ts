@@ -72,6 +72,7 @@ export class TracePanel {
 
   static show(chain: Chain, where: string, markdown: string, onMarkdown: (md: string) => void): void {
     const column = vscode.window.activeTextEditor?.viewColumn ?? vscode.ViewColumn.One;
+    const reuse = TracePanel.current !== undefined;
     if (!TracePanel.current) {
       TracePanel.current = new TracePanel(onMarkdown);
     }
@@ -81,7 +82,10 @@ export class TracePanel {
     const first = chain.hops?.[0];
     p.panel.title = `Trace: ${first?.symbol ?? where}`;
     p.panel.webview.html = p.html(chain, where);
-    p.panel.reveal(p.panel.viewColumn ?? vscode.ViewColumn.Beside, true);
+    // A new panel is already shown; revealing it again while its iframe loads can leave it blank.
+    if (reuse && !p.panel.visible) {
+      p.panel.reveal(p.panel.viewColumn, true);
+    }
   }
 
   private html(chain: Chain, where: string): string {

@@ -155,9 +155,13 @@ async function runCommand(title) {
   for (let attempt = 1; attempt <= 3; attempt++) {
     try {
       await page.keyboard.press("Escape");
+      if (attempt > 1) {
+        // F1 can be swallowed by a focused widget (the Settings editor's search box): click the title bar.
+        await page.locator(".part.titlebar .window-title").first().click({ timeout: 3000 }).catch(() => {});
+      }
       await page.keyboard.press("F1");
       const input = page.locator(".quick-input-widget input");
-      await input.waitFor({ timeout: 8000 });
+      await input.waitFor({ timeout: attempt === 1 ? 4000 : 8000 });
       await input.fill(`>${title}`, { timeout: 5000 });
       const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
       await row.waitFor({ timeout: 8000 });
@@ -371,7 +375,6 @@ async function startWorkbench(prof) {
   page.on("console", (m) => {
     if (m.type() === "error" || m.type() === "warning") consoleLog.write(`[${secs()}s] ${m.type()}: ${m.text()}\n`);
   });
-  context.on("serviceworker", (w) => log(`service worker: ${w.url().slice(0, 120)}`));
   await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(prof.ws)}`);
   await page.locator(".monaco-workbench").waitFor({ timeout: 60000 });
   await page.locator(".statusbar").waitFor({ timeout: 30000 });
@@ -614,10 +617,7 @@ try {
     if (!frame) {
       // code-server sometimes leaves a webview that opened in the background blank until it is shown.
       log("trace panel still blank after 10 s: clicking its tab");
-      for (const f of page.frames()) {
-        const t = await f.evaluate(() => (document.body?.innerText ?? "").slice(0, 60)).catch((e) => `ERR ${e.message.slice(0, 60)}`);
-        log(`  frame ${f.url().slice(0, 140)} :: ${JSON.stringify(t)}`);
-      }
+
       await tab.click();
       frame = await webviewFrame(want, 15000);
     }

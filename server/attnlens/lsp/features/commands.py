@@ -93,9 +93,16 @@ def register(ls: AttnLensServer) -> None:
             raise JsonRpcInternalError(f"{ENVIRONMENT}: no workspace is analysed")
         refresh = bool(args and isinstance(args[0], dict) and args[0].get("refresh"))
         got = await asyncio.to_thread(env.load_or_collect, context["python"], context["cache"], refresh)
-        if isinstance(got, tuple) and len(got) == 3:
+        if isinstance(got, (tuple, list)) and len(got) == 3:
             record, changed, previous = got
-            return {"record": record, "changed": changed, "previousHash": previous}
+            if isinstance(record, dict):
+                record = dict(record)
+                try:
+                    record.setdefault("summary", env.summary(record))
+                except Exception:  # noqa: BLE001 - the summary is cosmetic
+                    pass
+            return {"record": record, "changed": changed, "previousHash": previous,
+                    "summary": record.get("summary") if isinstance(record, dict) else None}
         return _to_json(got)
 
     @ls.command(INVENTORY)
