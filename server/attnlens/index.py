@@ -73,6 +73,8 @@ class Index:
         self.ws_files: dict[str, str] = {}  # module name -> path, every workspace module
         self._scan_workspace()
         self.generation = 0  # bumped on every change (overlay/edit/refresh)
+        self._changes: list[tuple[int, str]] = []  # (generation, real path) of each invalidation
+        self._changes_floor = 0
 
     # -- workspace discovery ---------------------------------------------------
     def _find_workspace_roots(self) -> list[Path]:
@@ -239,8 +241,10 @@ class Index:
     def _summary_for(self, path: str) -> ModuleSummary | None:
         text = self._overlays.get(os.path.realpath(path))
         if text is not None:
+            # an unsaved buffer: reuse a cached summary of the same content, never store one
+            # (a pickle per keystroke would only fill the cache)
             sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-            return self._cached_or_build(sha, text, path)
+            return self._cached_or_build(sha, text, path, store=False)
         try:
             st = os.stat(path)
         except OSError:
@@ -267,13 +271,14 @@ class Index:
             return ModuleSummary(path=path, sha=sha, error="binary file, not Python source")
         return self._cached_or_build(sha, text, path)
 
-    def _cached_or_build(self, sha: str, text: str, path: str) -> ModuleSummary:
+    def _cached_or_build(self, sha: str, text: str, path: str, store: bool = True) -> ModuleSummary:
         cached = self.cache.load_pickle("py", sha)
         if cached is not None:
             cached.path = path
             return cached
         summ = summarize(text, path, sha)
-        self.cache.store_pickle("py", sha, summ)
+        if store:
+            self.cache.store_pickle("py", sha, summ)
         return summ
 
     def flush(self) -> None:
@@ -317,10 +322,20 @@ class Index:
                 self._overlays[real] = text
             self.invalidate(path)
 
+    def changed_since(self, generation: int) -> set[str] | None:
+        """Real paths changed after ``generation``; None when unknown (a full refresh happened)."""
+        if generation < self._changes_floor:
+            return None
+        return {p for g, p in self._changes if g > generation}
+
     def invalidate(self, path: str) -> None:
         real = os.path.realpath(path)
         with self._lock:
             self.generation += 1
+            self._changes.append((self.generation, real))
+            if len(self._changes) > 4096:
+                self._changes_floor = self._changes[2048][0]
+                self._changes = self._changes[2048:]
             name = self._path_to_name.get(real)
             if name is None:
                 # a new workspace file?
@@ -339,10 +354,12 @@ class Index:
         """Mark derived results stale (e.g. after a C++ file changed) without rescanning."""
         with self._lock:
             self.generation += 1
+            self._changes_floor = self.generation
 
     def refresh(self) -> None:
         with self._lock:
             self.generation += 1
+            self._changes_floor = self.generation
             self._modules.clear()
             self._loc_cache.clear()
             self._dir_cache.clear()

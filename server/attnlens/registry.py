@@ -13,6 +13,7 @@ class body.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -229,6 +230,30 @@ class Registry:
                 return ClassRef(f"{mod.name}.{q}", mod.path, c.line)
         return None
 
+    def _memo_chain(self, mod, cs):
+        """Trace a call site, reusing the previous chain when no file it went through changed.
+
+        Editors re-run the registry after every keystroke: only the call sites whose
+        module or chain files were edited are traced again.
+        """
+        index = self.r.index
+        memo = self.r.__dict__.setdefault("_site_memo", {})
+        key = (mod.path, cs.line, cs.col, cs.func, cs.launch)
+        hit = memo.get(key)
+        if hit is not None:
+            gen, sha, chain, touched = hit
+            if sha == mod.summary.sha:
+                changed = index.changed_since(gen)
+                if changed is not None and not (changed & touched):
+                    return chain
+        chain = self.r.trace_call(mod, cs)
+        touched = {os.path.realpath(h.path) for h in chain.hops if h.path}
+        if chain.final.path:
+            touched.add(os.path.realpath(chain.final.path))
+        touched.add(os.path.realpath(mod.path))
+        memo[key] = (index.generation, mod.summary.sha, chain, touched)
+        return chain
+
     def _root_is_imported(self, mod, cs) -> bool:
         """Is the callee's first name bound by an import (not a parameter/local value)?"""
         root = cs.func.split(".", 1)[0]
@@ -270,7 +295,7 @@ class Registry:
             return None
         if cs.scope and _inside_jit(mod, cs.scope):
             return None  # a device-function call inside a Triton kernel body
-        chain = self.r.trace_call(mod, cs)
+        chain = self._memo_chain(mod, cs)
         if not is_kernel_chain(chain):
             return None
         if chain.final.kind == M.UNRESOLVED and not self._root_is_imported(mod, cs):

@@ -114,7 +114,8 @@ async def publish(ls: AttnLensServer, uri: str) -> None:
     if path is None:
         return
     version = ls.doc_version(uri)
-    items = await ls.call(check, ls, path, uri, priority=IDLE)
+    # the debounce already waited for a quiet moment: run ahead of background indexing
+    items = await ls.call(check, ls, path, uri)
     if items is None or ls.doc_version(uri) != version:
         return  # superseded by a newer edit: its own run publishes
     ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=items, version=version))
