@@ -601,6 +601,9 @@ def default_contract_dirs(root: str | os.PathLike | None = None) -> list[Path]:
     return out
 
 
+_PARSED: dict = {}  # (path, content sha) -> (contracts, errors): editors reload on every edit
+
+
 def load_contracts(dirs: list[str | os.PathLike] | None = None, root: str | os.PathLike | None = None) -> ContractSet:
     """Read every ``*.toml`` under ``dirs``; schema errors are collected per file, never raised."""
     folders = [Path(d) for d in dirs] if dirs is not None else default_contract_dirs(root)
@@ -624,8 +627,15 @@ def load_contracts(dirs: list[str | os.PathLike] | None = None, root: str | os.P
                 continue
             files.append(str(p))
             h.update(str(p).encode() + b"\0" + data + b"\0")
-            text = data.decode("utf-8", errors="replace")
-            cs, errs = parse_contract_text(text, str(p))
+            key = (str(p), hashlib.sha256(data).hexdigest())
+            parsed = _PARSED.get(key)
+            if parsed is None:
+                text = data.decode("utf-8", errors="replace")
+                parsed = parse_contract_text(text, str(p))
+                if len(_PARSED) > 256:
+                    _PARSED.clear()
+                _PARSED[key] = parsed
+            cs, errs = parsed
             errors.extend(errs)
             for c in cs:
                 if c.id in seen_ids:
