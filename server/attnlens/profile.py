@@ -413,12 +413,4 @@ def _parse_guard(text: str):
     return node
 
 
-def _dotted(node) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
+from .pyindex import dotted as _dotted  # one implementation of Name/Attribute chains

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import time
@@ -257,7 +256,7 @@ def _huge_module(path: Path, lines: int = 50_000) -> tuple[int, int]:
     while len(out) < lines - 4:
         out.append(f"def f_{n}(a, b, c, d, e):\n")
         out.append(f"    # function {n} of a generated module\n")
-        out.append(f"    return merge_attn_states(a, b, c, d, e)\n")
+        out.append("    return merge_attn_states(a, b, c, d, e)\n")
         out.append("\n")
         n += 1
     out.append("def last(a, b, c, d, e):\n")
@@ -277,17 +276,18 @@ def test_hover_in_a_50000_line_file_answers_within_budget(tmp_path):
         srv.start()
         srv.wait_indexed(120)
         uri = srv.open(huge)
-        rep = srv.hover(uri, line, col + 3, timeout=BUDGET_S)
-        assert rep.ok, rep
-        assert rep.result and "merge_attn_states_kernel" in rep.result["contents"]["value"], rep
+        first = srv.hover(uri, line, col + 3, timeout=BUDGET_S)
+        assert first.ok, first
+        assert first.result and "merge_attn_states_kernel" in first.result["contents"]["value"], first
         # type at the end of the file: the 50k-line buffer is re-analysed, the hover still answers in budget
         srv.change(uri, 2, [T.TextDocumentContentChangePartial(
             range=T.Range(T.Position(line + 1, 0), T.Position(line + 1, 0)), text="# edited\n")])
-        rep = srv.hover(uri, line, col + 3, timeout=BUDGET_S)
-        assert rep.ok and rep.result, rep
+        hov = srv.hover(uri, line, col + 3, timeout=BUDGET_S)
+        assert hov.ok and hov.result, hov
         rep = srv.request(T.TEXT_DOCUMENT_DOCUMENT_SYMBOL, {"textDocument": {"uri": uri}}, timeout=BUDGET_S)
         assert rep.ok and len(rep.result) > 12_000, rep.outcome
-        print(f"\n50k-line file: hover {rep.latency_s * 1000:.0f} ms after an edit")
+        print(f"\n50k-line file: first hover {first.latency_s * 1000:.0f} ms, hover after an edit "
+              f"{hov.latency_s * 1000:.0f} ms, document symbols {rep.latency_s * 1000:.0f} ms")
     finally:
         srv.close()
 
@@ -350,7 +350,6 @@ def test_unreadable_folders_and_files(tmp_path):
     text = fa.read_text()
     fa.write_text(text + "\n\nfrom mini_metax.locked_module import hidden\n\n\ndef use_hidden():\n"
                   "    return hidden()\n")
-    probe_check = subprocess.run(argv[:-2] + ["-c", f"open({str(locked_file)!r}).read()"], capture_output=True)
     try:
         locked_dir.chmod(0)
         locked_file.chmod(0)

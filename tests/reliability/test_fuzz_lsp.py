@@ -1,6 +1,6 @@
 """Fuzzed editing against a real `attnlens serve` (see fuzzmachine.py for the rules and invariants).
 
-CI runs a bounded number of sequences (``ATTNLENS_FUZZ_EXAMPLES``, default 40, of
+CI runs a bounded number of sequences (``ATTNLENS_FUZZ_EXAMPLES``, default 100, of
 ``ATTNLENS_FUZZ_STEPS`` steps, default 40); ``bench/fuzz_lsp.py`` runs thousands.
 """
 
@@ -15,7 +15,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from .fuzzmachine import FuzzWorld, LspFuzz
 from .lspdriver import descendants
 
-EXAMPLES = int(os.environ.get("ATTNLENS_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("ATTNLENS_FUZZ_EXAMPLES", "100"))
 STEPS = int(os.environ.get("ATTNLENS_FUZZ_STEPS", "40"))
 
 

@@ -22,7 +22,6 @@ from .lspdriver import ServerHandle, descendants, group_members, pid_alive
 
 probes = pytest.importorskip("attnlens.runtime.probes", reason="attnlens.runtime (probe agent) not installed")
 from attnlens.cache import Cache  # noqa: E402
-from attnlens.runtime import evidence as ev  # noqa: E402
 from attnlens.runtime.agent import AgentPool  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

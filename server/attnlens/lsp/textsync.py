@@ -18,7 +18,7 @@ rest of the server (``convert.split_lines`` / ``to_code_points``).
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from lsprotocol import types as T
 from pygls.workspace.text_document import TextDocument

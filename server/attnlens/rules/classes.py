@@ -16,15 +16,7 @@ from ..resolver import Val, Walk
 TRIVIAL_BASES = {"object", "Generic", "typing.Generic", "ABC", "abc.ABC", "Protocol", "typing.Protocol"}
 
 
-def _dotted(node) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
+from ..pyindex import dotted as _dotted  # one implementation of Name/Attribute chains
 
 
 def _source_bases(engine, mod, cls) -> list | None:

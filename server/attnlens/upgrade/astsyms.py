@@ -162,13 +162,16 @@ def unparse(node) -> str | None:
 
 
 def _deco_name(d) -> str:
+    from ..pyindex import dotted
+
     f = d.func if isinstance(d, ast.Call) else d
-    parts = []
+    got = dotted(f)
+    if got is not None:
+        return got
+    parts = []  # a chain that does not start at a plain name: keep its attribute part
     while isinstance(f, ast.Attribute):
         parts.append(f.attr)
         f = f.value
-    if isinstance(f, ast.Name):
-        parts.append(f.id)
     return ".".join(reversed(parts))
 
 
