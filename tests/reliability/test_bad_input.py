@@ -479,7 +479,9 @@ def test_hanging_target_interpreter_times_out_and_leaves_nothing(tmp_path):
     py = tmp_path / "bin" / "python"
     py.parent.mkdir()
     marker = tmp_path / "grandchild.pid"
-    py.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {marker}\nsleep 300\n")
+    # the background sleep is the grandchild that outlives a plain kill; `exec` makes the foreground one
+    # the direct child, which the timeout does kill (so nothing unrecorded can leak from this test)
+    py.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {marker}\nexec sleep 300\n")
     py.chmod(0o755)
     root = copy_example(tmp_path / "ws")
     srv = ServerHandle(root, tmp_path / "cache", python=str(py))
