@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,6 +250,8 @@ class Index:
             st = os.stat(path)
         except OSError:
             return None
+        if not stat.S_ISREG(st.st_mode):
+            return ModuleSummary(path=path, sha="", error="not a regular file (FIFO, device or socket): not read")
         if st.st_size > MAX_FILE_BYTES:
             s = ModuleSummary(path=path, sha="", error=f"file too large to analyse ({st.st_size} bytes)")
             return s
@@ -304,6 +307,8 @@ class Index:
         if real in self._overlays:
             return self._overlays[real]
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                return None  # never open a FIFO/device: reading it could block forever
             data = Path(path).read_bytes()
         except OSError:
             return None
@@ -398,7 +403,7 @@ def _walk_py(top: Path) -> Iterator[str]:
                     if os.path.exists(os.path.join(e.path, "pyvenv.cfg")):
                         continue
                     stack.append(e.path)
-                elif e.name.endswith(".py") and e.is_file():
+                elif e.name.endswith(".py") and e.is_file():  # is_file(): regular files only (no FIFOs)
                     yield e.path
             except OSError:
                 continue

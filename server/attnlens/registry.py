@@ -251,6 +251,8 @@ class Registry:
         if chain.final.path:
             touched.add(os.path.realpath(chain.final.path))
         touched.add(os.path.realpath(mod.path))
+        if len(memo) > 20000:
+            memo.clear()
         memo[key] = (index.generation, mod.summary.sha, chain, touched)
         return chain
 

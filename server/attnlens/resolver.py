@@ -711,6 +711,9 @@ class Resolver:
             return []
         key = (mod.path, mod.summary.sha, f.qualname, depth, self.index.generation)
         memo = self.__dict__.setdefault("_reach_memo", {})
+        if self.__dict__.get("_reach_gen") != self.index.generation:
+            memo.clear()  # keyed by generation: older entries can never hit again
+            self._reach_gen = self.index.generation
         if key in memo:
             return memo[key]
         memo[key] = []  # cycle guard

@@ -106,15 +106,21 @@ def read_target(python: str | None, cache: Cache | None = None, timeout: float =
             )
     if not (os.path.exists(python) or shutil.which(python)):
         raise TargetError(f"target interpreter not found: {python}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     try:
-        out = subprocess.run(
-            [python, "-c", _PROBE], capture_output=True, timeout=timeout, cwd=os.path.sep,
-            stdin=subprocess.DEVNULL, env={k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"},
+        proc = subprocess.Popen(
+            [python, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.path.sep,
+            stdin=subprocess.DEVNULL, env=env, start_new_session=True,  # its own group: killed whole on timeout
         )
-    except subprocess.TimeoutExpired:
-        raise TargetError(f"target interpreter {python} did not answer within {timeout:.0f} s") from None
     except OSError as e:
         raise TargetError(f"cannot run target interpreter {python}: {e}") from None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise TargetError(f"target interpreter {python} did not answer within {timeout:.0f} s") from None
+    out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     if out.returncode != 0:
         tail = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         raise TargetError(f"target interpreter {python} failed (exit {out.returncode}): {tail[0]}")
@@ -130,3 +136,20 @@ def read_target(python: str | None, cache: Cache | None = None, timeout: float =
     if cache is not None:
         cache.store_json("target", f"{key}.json", info.to_json())
     return info
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the interpreter and everything it started (a sitecustomize may spawn children)."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        try:
+            proc.kill()
+        except OSError:
+            pass
+    try:
+        proc.communicate(timeout=5)
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        pass

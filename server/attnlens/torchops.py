@@ -165,6 +165,8 @@ class OpRegistry:
         key = (ns, op, self.r.index.generation)
         if key in self._py_cache:
             return self._py_cache[key]
+        if self._py_cache and next(iter(self._py_cache))[2] != self.r.index.generation:
+            self._py_cache.clear()  # entries of older generations can never hit again
         found = []
         needle = op.encode()
         mods = []

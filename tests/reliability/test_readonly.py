@@ -253,10 +253,6 @@ def test_full_session_writes_nothing_outside_the_cache(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BUG (server/attnlens/runtime/agent.py, not owned here): the probe agent runs "
-                   "with bytecode writing on, so importing a target that lives in the checkout (an editable plugin) "
-                   "writes __pycache__/*.pyc there. Fix: PYTHONDONTWRITEBYTECODE=1 in runtime.agent.merged_env "
-                   "(or sys.dont_write_bytecode = True first thing in agent_main). See docs/reliability.md.")
 def test_probe_run_writes_nothing_outside_the_cache(tmp_path):
     repo = make_checkout(tmp_path)
     w = Watch(tmp_path, repo)

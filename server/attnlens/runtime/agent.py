@@ -90,6 +90,7 @@ def merged_env(overrides: Mapping[str, str | None] | None) -> dict:
         else:
             env[str(k)] = str(v)
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # importing a target must never write __pycache__ into the user's tree
     return env
 
 

@@ -16,6 +16,7 @@ probe and drift diagnostics (each under its own ``source`` so they replace only 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from typing import Any
 
@@ -167,9 +168,40 @@ def record_probe(ls: AttnLensServer, spec: dict, result: Any) -> None:
 
 
 def extra_diagnostics(a: Analysis, ls: AttnLensServer, path: str, uri: str | None) -> list[T.Diagnostic]:
-    """Probe and drift diagnostics of one file (worker thread)."""
+    """Probe, drift and contract-file diagnostics of one file (worker thread)."""
+    if path.endswith(".toml"):
+        return _contract_diagnostics(a, path)
     out = list(_probe_diags.get(uri or "", []))
     out.extend(_drift_diagnostics(a, ls, path))
+    return out
+
+
+CONTRACT_SOURCE = "attnlens-contracts"
+
+
+def _contract_diagnostics(a: Analysis, path: str) -> list[T.Diagnostic]:
+    """Schema errors of a contract file (the rest of the contracts still load)."""
+    try:
+        from ...rules.contracts import load_contracts
+    except Exception:  # noqa: BLE001 - rules part optional
+        return []
+    text = a.ws.index.source_text(path)
+    try:
+        if text is not None and os.path.realpath(path) in getattr(a.ws.index, "_overlays", {}):
+            from ...rules.contracts import parse_contract_text
+
+            _, errors = parse_contract_text(text, path)
+        else:
+            errors = load_contracts([path]).errors
+    except Exception as e:  # noqa: BLE001 - a broken file must give a message, not an exception
+        return [T.Diagnostic(range=T.Range(T.Position(0, 0), T.Position(0, 1)), message=f"cannot read contracts: {e}",
+                             severity=T.DiagnosticSeverity.Error, source=CONTRACT_SOURCE)]
+    out = []
+    for e in errors:
+        line = max(int(getattr(e, "line", 1) or 1) - 1, 0)
+        out.append(T.Diagnostic(range=T.Range(T.Position(line, 0), T.Position(line, 10_000)),
+                                message=str(getattr(e, "message", e)), severity=T.DiagnosticSeverity.Error,
+                                source=CONTRACT_SOURCE, code="contract-schema"))
     return out
 
 
