@@ -31,6 +31,9 @@ BACKOFF_S = 0.3  # background work waits this long after the last request (user 
 CALLSITES_DELAY_S = 10.0  # quiet time after an edit before the call-site index is rebuilt
 
 
+READY_TIMEOUT_S = 30.0  # a request before `initialized` waits this long, then gets ServerNotInitialized
+
+
 class AttnLensServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("attnlens", __version__, text_document_sync_kind=T.TextDocumentSyncKind.Incremental)
@@ -81,7 +84,15 @@ class AttnLensServer(LanguageServer):
         :meth:`positions`, against the same text the analysis reads.
         """
         if not self.ready.is_set():
-            await self.ready.wait()
+            try:
+                await asyncio.wait_for(self.ready.wait(), READY_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                from pygls.exceptions import JsonRpcException
+
+                class _NotInitialized(JsonRpcException):
+                    CODE = -32002  # ServerNotInitialized
+
+                raise _NotInitialized("the server has not been initialized (no `initialized` notification yet)") from None
         if priority == NOW:
             self.last_request = time.monotonic()
 
