@@ -80,3 +80,15 @@ async def test_inventory_command(vscode):
     with pytest.raises(Exception, match="format must be md or json"):
         await vscode.client.workspace_execute_command_async(T.ExecuteCommandParams(
             command="attnlens.inventory", arguments=[{"format": "pdf"}]))
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_subject_setting_is_validated(tmp_path):
+    from tests.lsp.conftest import start_session, stop_session
+
+    session = await start_session(tmp_path, init_options={"targetPython": __import__("sys").executable, "subject": "nonsense"})
+    try:
+        st = await session.wait_indexed()
+        assert st["root"]  # served with the default subject
+    finally:
+        await stop_session(session)

@@ -37,6 +37,9 @@ class Settings:
     """Kernel call sites listed in a backend hover."""
     log_level: str = "info"
     """Server log level: error, warning, info or debug (stderr and window/logMessage)."""
+    subject: str = "worktree"
+    """What is reviewed: worktree (the files and open buffers), index (the staged snapshot only),
+    rev:REV (a commit) or installed (the plugin as installed in the target interpreter)."""
 
     def with_(self, **kw) -> "Settings":
         return dataclasses.replace(self, **kw)
@@ -69,6 +72,12 @@ def _level(v: Any) -> str:
     raise ValueError("one of error, warning, info, debug")
 
 
+def _subject(v: Any) -> str:
+    if isinstance(v, str) and (v in ("worktree", "index", "installed") or (v.startswith("rev:") and len(v) > 4)):
+        return v
+    raise ValueError("worktree, index, installed or rev:REV")
+
+
 # client key -> (attribute, validator)
 SETTINGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "targetPython": ("target_python", _opt_str),
@@ -81,10 +90,11 @@ SETTINGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "indexCallSites": ("index_call_sites", _bool),
     "maxHoverKernels": ("max_hover_kernels", _int_range(0, 1000)),
     "logLevel": ("log_level", _level),
+    "subject": ("subject", _subject),
 }
 
 # settings whose change needs a new analysis workspace
-RESTART_KEYS = ("target_python", "cache_dir", "root", "use_cache")
+RESTART_KEYS = ("target_python", "cache_dir", "root", "use_cache", "subject")
 
 
 def parse(*layers: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:

@@ -128,7 +128,10 @@ async def start_workspace(ls: AttnLensServer) -> None:
         if root is None or not os.path.isdir(root):
             why = f"root {root} is not a folder" if root else "open a folder or set attnlens.root"
             return f"AttnLens: no folder to analyse ({why})"
-        ws = Workspace(root, python=s.target_python, cache_dir=s.cache_dir, use_cache=s.use_cache)
+        if s.subject and s.subject != "worktree":
+            ws = _subject_workspace(root, s)
+        else:
+            ws = Workspace(root, python=s.target_python, cache_dir=s.cache_dir, use_cache=s.use_cache)
         ls.analysis = Analysis(ws)
         if ws.target_error:
             return (f"AttnLens: target interpreter unusable ({ws.target_error}); analysing the workspace alone. "
@@ -209,3 +212,14 @@ async def _watch_parent(ls: AttnLensServer, pid: int) -> None:
 
 def _apply_log_level(level: str) -> None:
     logging.getLogger("attnlens").setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+def _subject_workspace(root: str, s) -> Workspace:
+    """A workspace over the review subject's snapshot (exported into the cache folder)."""
+    import argparse
+
+    from ...upgrade.subjects import workspace_for_subject
+
+    args = argparse.Namespace(root=root, python=s.target_python, cache_dir=s.cache_dir, no_cache=not s.use_cache,
+                              subject=s.subject)
+    return workspace_for_subject(args)
