@@ -371,6 +371,23 @@ class Index:
             self._scan_workspace()
 
 
+def iter_py_bytes(top: str, skip_dirs: tuple = ()) -> Iterator[tuple[str, bytes]]:
+    """(path, content) of every regular ``.py`` file under ``top`` (byte pre-filters over packages)."""
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")) and d not in skip_dirs)
+        for fn in filenames:
+            if not fn.endswith(".py"):
+                continue
+            p = os.path.join(dirpath, fn)
+            try:
+                if not stat.S_ISREG(os.stat(p).st_mode):
+                    continue
+                with open(p, "rb") as f:
+                    yield p, f.read()
+            except OSError:
+                continue
+
+
 def _listdir(p: Path) -> list[str]:
     try:
         return sorted(os.listdir(p))

@@ -193,22 +193,13 @@ class OpRegistry:
             loc = self.r.index.locate(pkg)
             if loc is None or loc.kind != "py" or not loc.is_package or self.r.index.is_workspace_path(loc.path):
                 continue
-            base = os.path.dirname(loc.path)
-            for dirpath, dirnames, filenames in os.walk(base):
-                dirnames[:] = [d for d in dirnames if not d.startswith((".", "__pycache__")) and d not in ("tests", "benchmarks")]
-                for fn in filenames:
-                    if not fn.endswith(".py"):
-                        continue
-                    p = os.path.join(dirpath, fn)
-                    try:
-                        with open(p, "rb") as f:
-                            data = f.read()
-                    except OSError:
-                        continue
-                    if needle in data and (b"register_custom_op" in data or b"custom_op" in data or b"Library(" in data):
-                        m = self.r.index.module_for_path(p)
-                        if m is not None:
-                            out.append(m)
+            from .index import iter_py_bytes
+
+            for p, data in iter_py_bytes(os.path.dirname(loc.path), ("tests", "benchmarks")):
+                if needle in data and (b"register_custom_op" in data or b"custom_op" in data or b"Library(" in data):
+                    m = self.r.index.module_for_path(p)
+                    if m is not None:
+                        out.append(m)
         return out
 
     def _scan_module(self, m, ns: str, op: str) -> list[tuple]:

@@ -246,27 +246,19 @@ class Side:
         loc = self.ws.index.locate(package)
         if loc is not None and loc.kind == "py" and loc.is_package and not self.ws.index.is_workspace_path(loc.path):
             top = os.path.dirname(loc.path)
-            for dirpath, dirnames, filenames in os.walk(top):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
-                for fn in filenames:
-                    if not fn.endswith(".py"):
-                        continue
-                    p = os.path.join(dirpath, fn)
-                    try:
-                        with open(p, "rb") as f:
-                            data = f.read()
-                    except OSError:
-                        continue
-                    rel = os.path.relpath(p, top)[:-3].replace(os.sep, ".")
-                    if rel == "__init__":
-                        modname = package
-                    elif rel.endswith(".__init__"):
-                        modname = f"{package}.{rel[:-9]}"
-                    else:
-                        modname = f"{package}.{rel}"
-                    for mt in _DEF_RE.finditer(data):
-                        name = (mt.group(1) or mt.group(2)).decode()
-                        out.setdefault(name, []).append(modname)
+            from ..index import iter_py_bytes
+
+            for p, data in iter_py_bytes(top):
+                rel = os.path.relpath(p, top)[:-3].replace(os.sep, ".")
+                if rel == "__init__":
+                    modname = package
+                elif rel.endswith(".__init__"):
+                    modname = f"{package}.{rel[:-9]}"
+                else:
+                    modname = f"{package}.{rel}"
+                for mt in _DEF_RE.finditer(data):
+                    name = (mt.group(1) or mt.group(2)).decode()
+                    out.setdefault(name, []).append(modname)
         self._memo[key] = out
         return out
 
