@@ -79,7 +79,8 @@ def test_json_format_and_exit_code(capsys):
     code, out, _err = run(capsys, "--root", str(CALLS), "--format", "json")
     data = json.loads(out)
     assert code == 1  # AL101/AL108/AL113 errors in the fixture
-    assert data and all(set(d) == {"rule", "severity", "path", "line", "col", "end_line", "end_col", "message", "data"} for d in data)
+    assert data and all(set(d) >= {"rule", "severity", "path", "line", "col", "end_line", "end_col", "message", "data"} for d in data)
+    assert all(d["subject"]["kind"] == "worktree" for d in data)  # every report names its subject
     d = next(d for d in data if d["rule"] == "AL101" and "bogus" in d["message"])
     assert d["path"] == "fxcalls/calls.py"
     line = (CALLS / "fxcalls/calls.py").read_text().splitlines()[d["line"] - 1]

@@ -73,13 +73,19 @@ def cmd_check(args) -> int:
                 and SEVERITY_RANK.get(f.severity, 2) <= min_rank]
     for e in engine.errors:
         print(f"attnlens: warning: {e}", file=sys.stderr)
+    subj = getattr(ws, "subject", None)
+    subject = {"kind": subj.kind, "path": str(subj.path), "description": subj.description} if subj is not None else \
+        {"kind": "worktree", "path": str(ws.root), "description": f"working tree of {ws.root}"}
     if args.format == "json":
-        out = json.dumps([f.to_json(ws.root) for f in findings], indent=1)
+        out = json.dumps([dict(f.to_json(ws.root), subject=subject) for f in findings], indent=1)
     elif args.format == "sarif":
         from .sarif import to_sarif
 
         rules = [r for r in table if (not select or r.id in select) and r.id not in ignore]
-        out = json.dumps(to_sarif(findings, rules, ws.root), indent=1)
+        sarif = to_sarif(findings, rules, ws.root)
+        for run in sarif.get("runs", []):
+            run.setdefault("properties", {})["attnlens.subject"] = subject
+        out = json.dumps(sarif, indent=1)
     else:
         lines = []
         for f in findings:
@@ -88,6 +94,7 @@ def cmd_check(args) -> int:
         counts = {}
         for f in findings:
             counts[f.severity] = counts.get(f.severity, 0) + 1
+        lines.append(f"subject: {subject['description']}")
         lines.append(f"{len(findings)} finding(s)" + (": " + ", ".join(f"{counts[k]} {k}" for k in ("error", "warning", "info") if k in counts) if counts else ""))
         out = "\n".join(lines)
     if args.output:

@@ -646,6 +646,21 @@ def load_contracts(dirs: list[str | os.PathLike] | None = None, root: str | os.P
     return ContractSet(contracts, errors, files, h.hexdigest())
 
 
+def probes_for_symbol(symbol: str | None, root: str | os.PathLike | None = None) -> list[str]:
+    """Probe families (agent names) that can decide the contract covering ``symbol``."""
+    c = load_contracts(root=root).match(symbol)
+    if c is None or not getattr(c, "probe", None):
+        return []
+    fam = str(c.probe)
+    try:
+        from ..runtime.probes import canonical_family
+
+        fam = canonical_family(fam)
+    except Exception:  # noqa: BLE001 - runtime part optional
+        pass
+    return [fam]
+
+
 # --------------------------------------------------------------------------- CLI
 
 
