@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 import threading
 from dataclasses import dataclass
@@ -425,5 +424,3 @@ def _walk_py(top: Path) -> Iterator[str]:
             except OSError:
                 continue
 
-
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

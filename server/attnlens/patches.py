@@ -86,10 +86,6 @@ def collect_patches(resolver) -> dict:
     return out
 
 
-class _LazyVal:
-    """A patch replacement that loads its module only when a chain reaches it."""
-
-
 def freeze_patches(table: dict) -> list:
     out = []
     for key, (rv, path, line, text) in table.items():

@@ -126,7 +126,7 @@ class PlatformProfile:
         return self._info
 
     def _discover(self) -> PlatformInfo:
-        from .resolver import Val, Walk
+        from .resolver import Walk
 
         info = PlatformInfo()
         eps = read_entry_points(self.r.index.root).get(PLATFORM_PLUGIN_GROUP, {})
@@ -173,7 +173,6 @@ class PlatformProfile:
         info.enum = enums.pop() if len(enums) == 1 else None
         if not classes and not info.error:
             info.error = "no platform class found (no vllm.platform_plugins entry point)"
-        _ = Val
         return info
 
     def _class_enum(self, cv) -> str | None:

@@ -260,7 +260,8 @@ class Resolver:
             return self.call_value(mod, scope, b, w)
         if b.kind == "ifexp":
             alts = [self.resolve_dotted(mod, scope, a, Walk(), line=b.line) for a in b.alternatives]
-            w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {' if ' .join(b.alternatives[:1] + (b.target or '',))} else {b.alternatives[-1] if b.alternatives else '?'}", cond, reach, b.col))
+            first, last = (b.alternatives[0], b.alternatives[-1]) if b.alternatives else ("?", "?")
+            w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {first} if {b.target or '?'} else {last}", cond, reach, b.col))
             good = [a for a in alts if a.kind not in ("unknown",)]
             if good:
                 v = good[0]
@@ -412,8 +413,6 @@ class Resolver:
         if k in ("class", "instance"):
             found = self.class_attr(v.module, v.qual, name, w, instance=(k == "instance"))  # type: ignore[arg-type]
             if found is not None:
-                if found.kind == "function" and name == "apply" and self.is_autograd_function(v):
-                    pass
                 return found
             if name == "apply" and self.is_autograd_function(v):
                 c = v.cls
@@ -441,8 +440,6 @@ class Resolver:
         summ = m.summary
         if name in summ.bindings:
             b = self.choose(m, summ.bindings[name], "", None)
-            if b.kind in ("import", "from", "assign") and not from_import:
-                pass
             if b.kind in ("import", "from"):
                 # a re-export: name imported into m from elsewhere
                 w.add(Hop("reexport", m.path, b.line, f"{m.name}.{name}", f"{m.name} re-exports {name}", self.guard_text(b.guards), self.guard_value(m, b.guards) if b.guards else None, b.col))

@@ -23,12 +23,10 @@ is not built in this checkout, or a precompiled package that is not installed.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from . import model as M
 from .model import Final, Hop, Registration
 
-CPP_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".hip")
 
 
 class OpRegistry:
@@ -168,7 +166,6 @@ class OpRegistry:
         if self._py_cache and next(iter(self._py_cache))[2] != self.r.index.generation:
             self._py_cache.clear()  # entries of older generations can never hit again
         found = []
-        needle = op.encode()
         mods = []
         for name, path in sorted(self.r.index.ws_files.items()):
             text = self.r.index.source_text(path)
@@ -177,7 +174,6 @@ class OpRegistry:
                 if m is not None:
                     mods.append(m)
         mods += self._installed_candidates(ns, op)
-        _ = needle
         for m in mods:
             found.extend(self._scan_module(m, ns, op))
         self._py_cache[key] = found
@@ -240,8 +236,6 @@ class OpRegistry:
             if b.kind == "call" and b.target and b.target.rpartition(".")[2] == "Library" and b.str_args and b.str_args[0]:
                 return b.str_args[0]
         v = self.r.resolve_dotted(m, scope, text, Walk())
-        if v.kind == "unknown" and isinstance(v.extra.get("binding"), object):
-            pass
         if v.module is not None:
             for b in v.module.summary.bindings.get(text.rpartition(".")[2], []):
                 if b.kind == "call" and b.target and b.target.rpartition(".")[2] == "Library" and b.str_args and b.str_args[0]:
@@ -297,8 +291,6 @@ class OpRegistry:
 
     # -- following ---------------------------------------------------------
     def follow_op(self, v, w) -> Final:
-        from .resolver import Walk  # noqa: F401
-
         ns = v.extra.get("ns") or v.qual.split("::")[0]
         op = v.extra.get("op") or v.qual.split("::")[-1]
         qual = f"{ns}::{op}"
@@ -365,11 +357,3 @@ class _EmptyCpp:
 
     def ops(self):
         return []
-
-
-def cpp_files(root: Path):
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in ("build", "node_modules", "__pycache__")]
-        for f in filenames:
-            if f.endswith(CPP_SUFFIXES):
-                yield Path(dirpath) / f

@@ -646,9 +646,31 @@ def load_contracts(dirs: list[str | os.PathLike] | None = None, root: str | os.P
     return ContractSet(contracts, errors, files, h.hexdigest())
 
 
+_SETS: dict = {}
+
+
+def _default_contracts(root) -> ContractSet:
+    """The default contract set, reloaded only when a contract file's stamp changes."""
+    dirs = default_contract_dirs(root)
+    stamps = []
+    for d in dirs:
+        for p in ([d] if d.is_file() else sorted(d.glob("*.toml")) if d.is_dir() else []):
+            try:
+                st = p.stat()
+                stamps.append((str(p), st.st_mtime_ns, st.st_size))
+            except OSError:
+                pass
+    key = (str(root), tuple(stamps))
+    got = _SETS.get(key)
+    if got is None:
+        _SETS.clear()
+        got = _SETS[key] = load_contracts(dirs)
+    return got
+
+
 def probes_for_symbol(symbol: str | None, root: str | os.PathLike | None = None) -> list[str]:
     """Probe families (agent names) that can decide the contract covering ``symbol``."""
-    c = load_contracts(root=root).match(symbol)
+    c = _default_contracts(root).match(symbol)
     if c is None or not getattr(c, "probe", None):
         return []
     fam = str(c.probe)

@@ -13,6 +13,7 @@ import dataclasses
 import datetime as _dt
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,14 +136,29 @@ def read(cache: Cache, evidence_id: str) -> EvidenceRecord | None:
         return None
 
 
+_FOLDER_MEMO: dict = {}  # folder -> (mtime_ns, records): hovers ask often, records change rarely
+
+
 def list_records(cache: Cache, *, family: str | None = None, target: str | None = None) -> list[EvidenceRecord]:
     """All readable records, oldest first (torn or foreign files are skipped)."""
     if not cache.enabled:
         return []
     folder = cache.folder / "evidence"
+    try:
+        # an atomic write (rename) changes the folder's mtime; the listing guards against two
+        # writes within one timestamp tick
+        stamp = (folder.stat().st_mtime_ns, tuple(sorted(os.listdir(folder))))
+    except OSError:
+        return []
+    hit = _FOLDER_MEMO.get(str(folder))
+    if hit is None or hit[0] != stamp:
+        hit = (stamp, _read_folder(folder))
+        _FOLDER_MEMO[str(folder)] = hit
+    return [r for r in hit[1] if (not family or r.family == family) and (not target or r.target == target)]
+
+
+def _read_folder(folder) -> list[EvidenceRecord]:
     out = []
-    if not folder.is_dir():
-        return out
     for p in folder.glob("*.json"):
         if p.name.startswith(".") or not is_safe_id(p.name):
             continue
@@ -150,10 +166,6 @@ def list_records(cache: Cache, *, family: str | None = None, target: str | None 
             d = json.loads(p.read_bytes())
             rec = EvidenceRecord.from_dict(d)
         except (OSError, ValueError, TypeError):
-            continue
-        if family and rec.family != family:
-            continue
-        if target and rec.target != target:
             continue
         out.append(rec)
     out.sort(key=lambda r: (r.created, r.id))

@@ -17,7 +17,9 @@ from ..server import AttnLensServer
 
 log = logging.getLogger("attnlens.lsp")
 
-CPP_SUFFIXES = (".cpp", ".cc", ".cxx", ".cu", ".cuh", ".h", ".hpp")
+from ...cppindex import CPP_SUFFIXES as _CPP  # the C++ index's own list: a change it indexes invalidates it
+
+CPP_SUFFIXES = tuple(sorted(_CPP))
 
 
 def register(ls: AttnLensServer) -> None:

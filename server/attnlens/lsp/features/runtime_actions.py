@@ -15,6 +15,7 @@ probe and drift diagnostics (each under its own ``source`` so they replace only 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -37,15 +38,16 @@ DRIFT_SOURCE = "attnlens-drift"
 # ----------------------------------------------------------------------------- families
 
 
-def _families() -> list[dict]:
+@functools.lru_cache(maxsize=1)
+def _family_names() -> tuple:
+    """(family, {callable names}) of every probe family: a static catalog, read once."""
     try:
         from ...runtime import probes
+
+        fams = probes.families()
     except Exception:  # noqa: BLE001 - runtime part optional
-        return []
-    try:
-        return probes.families()
-    except Exception:  # noqa: BLE001
-        return []
+        return ()
+    return tuple((f["name"], frozenset(n for n in (_names_of(u) for u in f.get("upstream", [])) if n)) for f in fams)
 
 
 _SEG = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -91,8 +93,7 @@ def probe_candidates(chain: M.Chain) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     final_name = chain.final.symbol.replace("::", ".").rpartition(".")[2]
     final_target = probe_target(chain)
-    for fam in _families():
-        wanted = {n for n in (_names_of(u) for u in fam.get("upstream", [])) if n}
+    for name, wanted in _family_names():
         target = None
         if final_name in wanted and final_target:
             target = final_target
@@ -102,7 +103,7 @@ def probe_candidates(chain: M.Chain) -> list[tuple[str, str]]:
                     target = _as_target(h.symbol)
                     break
         if target:
-            out.append((fam["name"], target))
+            out.append((name, target))
     for fam in _contract_probes(chain):
         if final_target and all(f != fam for f, _ in out):
             out.append((fam, final_target))
@@ -205,21 +206,6 @@ def _contract_diagnostics(a: Analysis, path: str) -> list[T.Diagnostic]:
     return out
 
 
-def _drift_old(a: Analysis) -> str | None:
-    try:
-        from ...upgrade import config as ucfg  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001
-        return None
-    for name in ("configured_from", "upstream_from", "old_version"):
-        fn = getattr(ucfg, name, None)
-        if callable(fn):
-            try:
-                return fn(a.ws)
-            except Exception:  # noqa: BLE001
-                return None
-    return None
-
-
 def _drift_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
     try:
         from ...upgrade.drift import drift_findings  # type: ignore[attr-defined]
@@ -271,8 +257,8 @@ def _evidence_section(ctx: HoverContext) -> str | None:
             rec = None
         if rec is not None:
             break
-    fams = families_for(chain)
     if rec is None:
+        fams = families_for(chain)
         if not fams:
             return None
         return (f"**Probe evidence**: none yet for `{target}`. Probe families that can decide it: "
