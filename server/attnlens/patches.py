@@ -20,7 +20,7 @@ from .pyindex import Decorator
 
 def _module_rebinds(resolver, mod) -> bool:
     key = ("rebinds", mod.path, mod.summary.sha)
-    cache = resolver.__dict__.setdefault("_rebind_cache", {})
+    cache = resolver.rebind_cache
     if key in cache:
         return cache[key]
     ok = any(c.func in ("setattr", "builtins.setattr") for c in mod.summary.calls)

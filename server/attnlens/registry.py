@@ -237,7 +237,7 @@ class Registry:
         module or chain files were edited are traced again.
         """
         index = self.r.index
-        memo = self.r.__dict__.setdefault("_site_memo", {})
+        memo = self.r.site_memo
         key = (mod.path, cs.line, cs.col, cs.func, cs.launch)
         hit = memo.get(key)
         if hit is not None:

@@ -121,6 +121,10 @@ class Resolver:
         self._patches: dict | None = None
         self._patch_gen = -1
         self._active: set = set()
+        self._reach_memo: dict = {}  # kernels reached by a multi-call function, this generation
+        self._reach_gen = -1
+        self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
+        self.rebind_cache: dict = {}  # patches: does a module rebind attributes?
         tgt = index.target
         self.stdlib = frozenset((tgt.stdlib if tgt is not None and tgt.stdlib else [])) or _STDLIB
 
@@ -707,8 +711,8 @@ class Resolver:
         if mod is None or f is None:
             return []
         key = (mod.path, mod.summary.sha, f.qualname, depth, self.index.generation)
-        memo = self.__dict__.setdefault("_reach_memo", {})
-        if self.__dict__.get("_reach_gen") != self.index.generation:
+        memo = self._reach_memo
+        if self._reach_gen != self.index.generation:
             memo.clear()  # keyed by generation: older entries can never hit again
             self._reach_gen = self.index.generation
         if key in memo:
