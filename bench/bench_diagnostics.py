@@ -6,7 +6,8 @@
 
 1. Starts `attnlens serve` as a push-diagnostics client (no pull capability), opens a large
    file (default: the largest backend, ~2,000 lines), waits for its first diagnostics, then applies
-   N single-line edits (each a harmless comment change) and measures, for each edit, the time from
+   N single-line edits (by default a statement typed into a method body, so the module's summary
+   changes as it does while typing; ``--edit-kind comment`` edits a comment) and measures, for each edit, the time from
    `didChange` to the `publishDiagnostics` for that version, minus the server's debounce
    (300 ms by default): "after the debounce ending".
 2. Runs `attnlens check <package>` with a fresh cache folder (cold) and again (warm).
@@ -29,9 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_lsp import Client, uri  # noqa: E402
 
 
-async def diag_latency(root: Path, python: str, rel: str, edits: int, debounce_ms: int, cache: str) -> list[float]:
+async def diag_latency(root: Path, python: str, rel: str, edits: int, debounce_ms: int, cache: str,
+                       server_log: str | None = None, wait_index: bool = True, edit_kind: str = "code") -> list[float]:
     env = dict(os.environ, ATTNLENS_CACHE_DIR=cache)
-    client = await Client.spawn([sys.executable, "-m", "attnlens", "serve"], env, str(root))
+    cmd = [sys.executable, "-m", "attnlens", "serve"]
+    if server_log:  # the server's own timing of each run (debug level: waiting for the worker, computing)
+        cmd += ["--log-level", "debug", "--log-file", server_log]
+    client = await Client.spawn(cmd, env, str(root))
     try:
         init = await client.request("initialize", {
             "processId": os.getpid(), "rootUri": uri(str(root)), "capabilities": {"textDocument": {"publishDiagnostics": {}}},
@@ -56,12 +61,20 @@ async def diag_latency(root: Path, python: str, rel: str, edits: int, debounce_m
             raise TimeoutError(f"no diagnostics for version {v}")
 
         await wait_version(1, 300)
-        # an edit on a comment-free blank line near the middle of the file
-        target = next(i for i in range(len(lines) // 2, len(lines)) if lines[i].strip() == "")
+        if wait_index:
+            # steady state: the first indexing pass is over (the server then sends its status);
+            # edits made while it runs may also wait for one background step
+            t0 = time.perf_counter()
+            while not any(m.get("method") == "attnlens/status" for m in client.notifications):
+                if time.perf_counter() - t0 > 300:
+                    raise TimeoutError("indexing did not finish")
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)  # the memory settle that follows indexing
+        target, indent = edit_line(lines, edit_kind)
         out = []
         for k in range(edits):
             v = k + 2
-            new = f"# attnlens bench edit {k}"
+            new = f"{indent}_attnlens_bench = {k}" if edit_kind == "code" else f"# attnlens bench edit {k}"
             old_len = len(lines[target])
             lines[target] = new
             t0 = time.perf_counter()
@@ -81,6 +94,31 @@ async def diag_latency(root: Path, python: str, rel: str, edits: int, debounce_m
         await client.close()
 
 
+def edit_line(lines: list[str], kind: str) -> tuple[int, str]:
+    """A blank line near the middle of the file to overwrite, and the indentation to use.
+
+    ``code``: a statement inside a function body (the module's summary changes, like typing);
+    ``comment``: a comment (only the text changes)."""
+    import ast
+
+    for i in range(len(lines) // 2, len(lines) - 1):
+        if lines[i].strip():
+            continue
+        nxt = next((ln for ln in lines[i + 1:] if ln.strip()), "")
+        indent = nxt[: len(nxt) - len(nxt.lstrip())]
+        if kind == "comment":
+            return i, ""
+        if len(indent) < 8:
+            continue  # not inside a method body
+        trial = lines[:i] + [f"{indent}_attnlens_bench = 0"] + lines[i + 1:]
+        try:
+            ast.parse("\n".join(trial))
+        except SyntaxError:
+            continue
+        return i, indent
+    raise SystemExit("no blank line to edit in the second half of the file")
+
+
 def timed(cmd: list[str], env: dict) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -95,11 +133,17 @@ def main() -> int:
     ap.add_argument("--package", default=None, help="path given to `attnlens check` (default: the file's top package)")
     ap.add_argument("--edits", type=int, default=10)
     ap.add_argument("--debounce-ms", type=int, default=300)
+    ap.add_argument("--edit-kind", choices=("code", "comment"), default="code",
+                    help="code: a statement typed into a method body (default); comment: a comment line")
+    ap.add_argument("--during-indexing", action="store_true",
+                    help="start editing as soon as the file's first diagnostics arrive (indexing still running)")
+    ap.add_argument("--server-log", default=None, help="write the server's debug log (with per-run timings) here")
     args = ap.parse_args()
     root = Path(args.root).resolve()
     cache = tempfile.mkdtemp(prefix="attnlens-diag-")
     try:
-        lat = asyncio.run(diag_latency(root, args.python, args.file, args.edits, args.debounce_ms, cache))
+        lat = asyncio.run(diag_latency(root, args.python, args.file, args.edits, args.debounce_ms, cache, args.server_log,
+                                      not args.during_indexing, args.edit_kind))
         pkg = args.package or args.file.split("/")[0]
         exe = str(Path(sys.executable).parent / "attnlens")
         cold_cache = tempfile.mkdtemp(prefix="attnlens-check-")
@@ -112,7 +156,7 @@ def main() -> int:
         shutil.rmtree(cache, ignore_errors=True)
     n_lines = len((root / args.file).read_text().splitlines())
     print(f"| measure | value | target |\n|---|---|---|")
-    print(f"| diagnostics after an edit of {args.file} ({n_lines} lines), beyond the {args.debounce_ms} ms debounce: "
+    print(f"| diagnostics after a {args.edit_kind} edit of {args.file} ({n_lines} lines){' during indexing' if args.during_indexing else ''}, beyond the {args.debounce_ms} ms debounce: "
           f"p50 / max of {len(lat)} | {statistics.median(lat):.0f} ms / {max(lat):.0f} ms | <= 100 ms |")
     print(f"| `attnlens check {pkg}` cold (fresh cache) | {cold:.2f} s | <= 3 s |")
     print(f"| `attnlens check {pkg}` warm (best of 3) | {min(warm):.2f} s | <= 1 s |")

@@ -1045,7 +1045,47 @@ def _drop_template_header(text: str) -> str:
     return t[j + 1 :] if j > 0 else text
 
 
+_FUNCTIONS_QUERY = "(function_definition) @def (ERROR (function_declarator) @decl)"
+
+
+def _query_nodes(root, source: str) -> list | None:
+    """Nodes captured by a tree-sitter query (run in C, not a Python walk over every node);
+    None when this tree-sitter has no usable query API (the caller walks instead)."""
+    try:
+        import tree_sitter
+
+        q = getattr(_tls, "fn_query", None)
+        if q is None:
+            lang = tree_sitter.Language(__import__("tree_sitter_cpp").language())
+            q = tree_sitter.Query(lang, source)
+            _tls.fn_query = q
+        cursor_cls = getattr(tree_sitter, "QueryCursor", None)
+        caps = cursor_cls(q).captures(root) if cursor_cls is not None else q.captures(root)
+    except Exception:  # noqa: BLE001 - older/newer bindings: fall back to the walk
+        return None
+    if isinstance(caps, dict):
+        return [n for nodes in caps.values() for n in nodes]
+    return [n for n, _name in caps]
+
+
 def _extract_functions(root, src: _Src, path: str, summary: FileSummary) -> None:
+    nodes = _query_nodes(root, _FUNCTIONS_QUERY)
+    if nodes is None:
+        _walk_functions(root, src, path, summary)
+        return
+    out: list[CppFunction] = []
+    for n in nodes:
+        try:
+            f = _function_of(n, src, path) if n.type == "function_definition" else _recovered_function(n, src, path)
+            if f is not None:
+                out.append(f)
+        except Exception as exc:  # noqa: BLE001
+            summary.errors.append(f"function at line {_row(n) + 1}: {type(exc).__name__}: {exc}")
+    out.sort(key=lambda f: (f.line, f.qualname))
+    summary.functions.extend(out)
+
+
+def _walk_functions(root, src: _Src, path: str, summary: FileSummary) -> None:
     stack = [root]
     out: list[CppFunction] = []
     while stack:
@@ -1168,8 +1208,11 @@ def _looks_binary(data: bytes) -> bool:
         return True
     if not head:
         return False
-    ctrl = sum(1 for b in head if b < 9 or 13 < b < 32)
+    ctrl = len(head) - len(head.translate(None, _CTRL_BYTES))
     return ctrl > len(head) // 10
+
+
+_CTRL_BYTES = bytes(b for b in range(32) if b < 9 or 13 < b)
 
 
 def summarize_cpp(source: bytes, path: str, extension_name: str = "_C") -> FileSummary:

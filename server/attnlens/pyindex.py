@@ -793,6 +793,26 @@ def _walk_own(fn: ast.AST):
         stack.extend(ast.iter_child_nodes(n))
 
 
+_PARSED: dict[str, ast.Module] = {}  # source text -> tree of the most recent parses (read-only users)
+_PARSED_MAX = 2
+
+
+def parse_module(text: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse`` with a two-entry memo keyed by the text: the index summary and the
+    rules' expression facts of an edited buffer share one parse. Callers must not mutate
+    the tree. Raises what ``ast.parse`` raises (failures are not memoised)."""
+    tree = _PARSED.get(text)
+    if tree is None:
+        tree = ast.parse(text, filename=filename, type_comments=False)
+        while len(_PARSED) >= _PARSED_MAX:
+            try:
+                del _PARSED[next(iter(_PARSED))]
+            except (StopIteration, KeyError, RuntimeError):
+                break
+        _PARSED[text] = tree
+    return tree
+
+
 def summarize(text: str, path: str, sha: str, refs: bool = False) -> ModuleSummary:
     """Build the summary of one module's source text. Never raises on bad input.
 
@@ -802,7 +822,7 @@ def summarize(text: str, path: str, sha: str, refs: bool = False) -> ModuleSumma
     b = _Builder(text, path, sha)
     b.want_refs = refs
     try:
-        tree = ast.parse(text, filename=path, type_comments=False)
+        tree = parse_module(text, path)
     except SyntaxError as e:
         b.s.error = f"syntax error: {e.msg}"
         b.s.error_line = e.lineno or 0

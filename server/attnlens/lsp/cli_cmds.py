@@ -12,7 +12,7 @@ import sys
 def add_subparsers(sub) -> None:
     p = sub.add_parser("serve", help="run the language server (stdio by default)")
     add_arguments(p)
-    p.set_defaults(func=cmd_serve)
+    p.set_defaults(func=cmd_serve, long_lived=True)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

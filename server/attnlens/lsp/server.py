@@ -166,9 +166,19 @@ class AttnLensServer(LanguageServer):
             return
         await self.idle(lambda a: a.backends())
         await self.idle(lambda a: a.symbols())
+        await self.settle_memory()
         # re-tracing every call site costs seconds: only after a longer quiet
         # period (an incoming-calls request builds it on demand anyway)
         self.debouncer.schedule("callsites", CALLSITES_DELAY_S, self.index_call_sites)
+
+    async def settle_memory(self) -> None:
+        """Collect once and freeze the survivors while the user is quiet (see ``gcpolicy``):
+        later collections then skip the index, so none lands in the middle of a request."""
+        from ..gcpolicy import settle
+
+        took = await self.idle(lambda a: settle())
+        if took is not None:
+            log.debug("gc settle: %.1f ms", took * 1000)
 
     async def index_call_sites(self) -> None:
         if not self.settings.index_call_sites:
@@ -177,6 +187,7 @@ class AttnLensServer(LanguageServer):
         while run == self.index_run:
             left = await self.idle(lambda a: a.callsites_step(0.02))
             if left is None:
+                await self.settle_memory()
                 return
 
     def shutdown_analysis(self) -> None:

@@ -14,7 +14,7 @@ import textwrap
 from .. import model as M
 from ..resolver import Val, Walk
 from .classes import mro_complete
-from .engine import Rule, check, rule
+from .engine import Rule, check, content_memo, rule
 
 AL101 = rule(Rule(
     "AL101", "unaccepted-keyword", "error",
@@ -133,7 +133,7 @@ def _kwargs_usage(engine, v: Val):
                         other = True
         return (tuple(fwd), other)
 
-    return engine.memo(key, compute)
+    return content_memo(key, compute)  # keyed by path and content sha
 
 
 def _forward_targets(ctx, v: Val, lines: tuple):

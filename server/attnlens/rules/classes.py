@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 
 from ..resolver import Val, Walk
+from .engine import content_memo
 
 TRIVIAL_BASES = {"object", "Generic", "typing.Generic", "ABC", "abc.ABC", "Protocol", "typing.Protocol"}
 
@@ -51,7 +52,7 @@ def _source_bases(engine, mod, cls) -> list | None:
             bases.append(_dotted(b))
         return bases
 
-    return engine.memo(key, compute)
+    return content_memo(key, compute)  # keyed by path and content sha
 
 
 def class_bases(engine, cv: Val):

@@ -148,6 +148,7 @@ class ModuleContext:
         self.s = mod.summary
         self.path = mod.path
         self._facts: F.AstFacts | None = None
+        self.hard_deps: dict | None = None  # set while the checks run (the dependency recorder's)
         self._resolved: dict = {}
         self._traced: dict = {}
         self.findings: list[Finding] = []
@@ -162,6 +163,12 @@ class ModuleContext:
     @property
     def lines(self) -> list[str]:
         return self.facts.lines
+
+    def note_dep(self, name: str, sha: str) -> None:
+        """Record that the findings depend on module ``name`` with content ``sha`` when a check
+        reads its text directly instead of through the index."""
+        if self.hard_deps is not None:
+            self.hard_deps[name] = sha
 
     # -- resolution ----------------------------------------------------------
     def resolve_call(self, cs) -> Val:
@@ -281,10 +288,35 @@ def _rules_code_hash() -> str:
     return h.hexdigest()[:20]
 
 
+_CONTENT_MEMO: dict = {}  # content-addressed results, shared by every engine (see content_memo)
+_CONTENT_MEMO_MAX = 50_000
+
+
+def content_memo(key: tuple, fn):
+    """Memoise ``fn()`` under a key that names the content it reads (a module's path *and* its
+    content sha, a qualname...): such a result outlives the engine of one index generation, so an
+    edit re-analyses only what the edited file's new content needs."""
+    try:
+        return _CONTENT_MEMO[key]
+    except KeyError:
+        pass
+    val = fn()
+    if len(_CONTENT_MEMO) >= _CONTENT_MEMO_MAX:
+        _CONTENT_MEMO.clear()
+    _CONTENT_MEMO[key] = val
+    return val
+
+
 def global_signature(summary) -> str:
     """What whole-workspace scans read from a module (patch decorators, registrations,
     monkey patches, Python op registrations): a change elsewhere in the module does not
     change the answers of those scans."""
+    if not summary.sha:
+        return _global_signature(summary)
+    return content_memo(("gsig", summary.sha), lambda: _global_signature(summary))
+
+
+def _global_signature(summary) -> str:
     h = hashlib.sha1()
     for q in sorted(summary.functions):
         f = summary.functions[q]
@@ -629,6 +661,7 @@ class Engine:
     def _run(self, mod) -> tuple[list[Finding], dict]:
         ctx = ModuleContext(self, mod)
         with _Recorder(self.ws.index) as (hard, soft):
+            ctx.hard_deps = hard
             for fn, _ids in CHECKS:
                 t0 = time.perf_counter()
                 try:
@@ -705,17 +738,7 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
     t0 = time.perf_counter()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     idx = ws.index
-    # expression facts of every workspace module, in the order the parent checks them
-    for name in sorted(idx.ws_files) if os.environ.get("ATTNLENS_PREFETCH_FACTS", "1") != "0" else ():
-        path = idx.ws_files[name]
-        try:
-            sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        except OSError:
-            continue
-        if ws.cache.load_pickle("rulesfacts", _facts_key(sha)) is None:
-            module_facts(ws, name, path, sha, True)
-    if debug:
-        print(f"[prefetch] facts {time.perf_counter() - t0:.2f}s", file=sys.stderr)
+    # the C++ index first: the parent's first torch-op check waits for it
     try:
         ws.resolver.ops.cpp()
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
@@ -727,6 +750,18 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
         os.close(wfd)
     except OSError:
         pass
+    # expression facts of the workspace modules, from the end of the list: the parent checks
+    # them from the front (computing what is not cached yet), so the two meet in the middle
+    for name in sorted(idx.ws_files, reverse=True) if os.environ.get("ATTNLENS_PREFETCH_FACTS", "1") != "0" else ():
+        path = idx.ws_files[name]
+        try:
+            sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except OSError:
+            continue
+        if ws.cache.load_pickle("rulesfacts", _facts_key(sha)) is None:
+            module_facts(ws, name, path, sha, True)
+    if debug:
+        print(f"[prefetch] facts {time.perf_counter() - t0:.2f}s", file=sys.stderr)
     tops = {n.split(".", 1)[0] for n in idx.ws_files}
     counts: dict = {}
     for path in idx.ws_files.values():

@@ -10,6 +10,8 @@ rules engine is not importable nothing is published and pulls answer empty.
 from __future__ import annotations
 
 import logging
+import os
+import time
 from typing import Any
 
 from lsprotocol import types as T
@@ -114,8 +116,19 @@ async def publish(ls: AttnLensServer, uri: str) -> None:
     if path is None:
         return
     version = ls.doc_version(uri)
+    t0 = time.perf_counter()
+    started: list[float] = []
+
+    def timed(a, *args):
+        started.append(time.perf_counter())
+        return check(a, *args)
+
     # the debounce already waited for a quiet moment: run ahead of background indexing
-    items = await ls.call(check, ls, path, uri)
+    items = await ls.call(timed, ls, path, uri)
+    if log.isEnabledFor(logging.DEBUG) and started:
+        t1 = time.perf_counter()
+        log.debug("diagnostics %s v%s: %.1f ms (%.1f ms waiting for the worker)", os.path.basename(path), version,
+                  (t1 - t0) * 1000, (started[0] - t0) * 1000)
     if items is None or ls.doc_version(uri) != version:
         return  # superseded by a newer edit: its own run publishes
     ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=items, version=version))

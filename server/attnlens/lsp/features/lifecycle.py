@@ -190,6 +190,7 @@ async def index_workspace(ls: AttnLensServer, run: int) -> None:
             ls.work_done_progress.end(token, T.WorkDoneProgressEnd(message=end_message))
     if run != ls.index_run:
         return
+    await ls.settle_memory()
     await ls.send_status()
     await ls.index_call_sites()
 

@@ -1,0 +1,50 @@
+"""Garbage-collector policy for an analysis that keeps ~10^5-10^6 long-lived objects.
+
+The index holds module summaries (dataclasses, tuples, strings) that live as long as the
+process and contain no reference cycles. CPython's cyclic collector still walks all of them
+on every full (generation 2) collection: with the real vLLM-MetaX checkout and vLLM
+installed that is 70-80 ms, and it fires at arbitrary moments, so it showed up as 160 ms
+spikes in the diagnostics-after-an-edit benchmark and as 0.5 s of a 3 s cold
+``attnlens check`` (docs/performance.md). Reference counting frees almost everything here;
+the cyclic collector finds next to nothing (the peak RSS of a cold check is the same with it
+off).
+
+Two tools, both standard practice for large long-lived Python heaps:
+
+* :func:`settle` for the language server: after indexing (and after each background
+  refresh) collect once, then ``gc.freeze()`` the survivors into the permanent generation,
+  so later collections only walk objects created since. Unfreezing first lets cycles among
+  previously frozen objects be reclaimed, so nothing accumulates.
+* :func:`batch` for one-shot CLI commands: the collector is paused for the command (a
+  command's lifetime is bounded; its peak memory is measured equal) and stays off until the
+  process exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+
+
+def settle() -> float:
+    """Collect once and freeze the survivors; returns the seconds it took."""
+    t0 = time.perf_counter()
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def batch(restore: bool = True):
+    """Pause the cyclic collector for a bounded batch of analysis. ``restore``: switch it back
+    on afterwards; a process about to exit passes False, because the first collection after
+    re-enabling walks every object allocated during the batch (the whole index)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was and restore:
+            gc.enable()

@@ -1,0 +1,64 @@
+"""The collector policy: paused for one-shot commands, settled (frozen) for the server."""
+
+from __future__ import annotations
+
+import gc
+
+from attnlens import cli
+from attnlens.gcpolicy import batch, settle
+
+
+def test_batch_pauses_and_restores():
+    assert gc.isenabled()
+    with batch():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with batch():
+            pass
+        assert not gc.isenabled()  # restores what it found
+    finally:
+        gc.enable()
+    try:
+        with batch(restore=False):  # a process about to exit: no heap-wide collection first
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_settle_freezes_survivors_and_reclaims_cycles():
+    class Node:
+        pass
+
+    keep = [Node() for _ in range(1000)]
+    try:
+        settle()
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(keep)
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle that only the cyclic collector can free
+        settle()
+        del a, b
+        settle()  # unfreezes first, so a cycle frozen earlier is still reclaimed
+        assert not any(type(o) is Node and hasattr(o, "other") for o in gc.get_objects())
+    finally:
+        gc.unfreeze()
+
+
+def test_cli_pauses_collector_except_for_the_server(monkeypatch):
+    serve = cli.build_parser("serve").parse_args(["serve"])
+    assert getattr(serve, "long_lived", False) is True  # the server settles the collector itself
+    seen = {}
+
+    def fake_rules(args):
+        seen["enabled"] = gc.isenabled()
+        return 0
+
+    parser = cli.build_parser("rules")
+    args = parser.parse_args(["rules"])
+    monkeypatch.setattr(args, "func", fake_rules)
+    monkeypatch.setattr(cli, "build_parser", lambda _cmd: type("P", (), {"parse_args": lambda self, a: args})())
+    assert cli.main(["rules"]) == 0
+    assert seen["enabled"] is False and gc.isenabled()
