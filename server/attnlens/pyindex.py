@@ -299,9 +299,11 @@ class _LineMap:
     def __init__(self, text: str):
         self.lines = _NEWLINE.split(text)
         self._cache: dict[int, list[int] | None] = {}
+        # most files are pure ASCII: then every column is its own code point column
+        self._all_ascii = text.isascii()
 
     def cp(self, line: int, byte_col: int) -> int:
-        if line - 1 >= len(self.lines) or line < 1:
+        if self._all_ascii or line - 1 >= len(self.lines) or line < 1:
             return byte_col
         m = self._cache.get(line, False)
         if m is False:
@@ -687,36 +689,66 @@ class _Builder:
     # -- expressions -------------------------------------------------------
     def expr(self, node: ast.AST, assigned_to: str | None = None, in_return: bool = False) -> None:
         stack = [node]
+        names = self._names[-1] if self._names else None
+        want_refs = self.want_refs
+        pop, push, extend = stack.pop, stack.append, stack.extend
         while stack:
-            n = stack.pop()
-            if isinstance(n, ast.Call):
-                self.call(n, assigned_to if n is node else None, in_return and n is node)
-                stack.extend(n.args)
-                stack.extend(k.value for k in n.keywords)
+            n = pop()
+            t = type(n)
+            if t is ast.Constant:
+                continue
+            if t is ast.Name:
+                if names is not None:
+                    names.add(n.id)
+                if want_refs:
+                    self.ref(n)
+            elif t is ast.Call:
+                fd = self.call(n, assigned_to if n is node else None, in_return and n is node)
+                extend(n.args)
+                extend(k.value for k in n.keywords)
                 f = n.func
-                if isinstance(f, ast.Subscript):
-                    stack.append(f.value)
-                    stack.append(f.slice)
-                elif dotted(f) is None:
-                    stack.append(f)
+                if type(f) is ast.Subscript:
+                    push(f.value)
+                    push(f.slice)
+                elif fd is None:
+                    push(f)
                 else:
-                    if self._names:
-                        self._names[-1].add(dotted(f).split(".", 1)[0])
-                    self.ref(f)
-            elif isinstance(n, (ast.Attribute, ast.Name)):
+                    if names is not None:
+                        names.add(fd.split(".", 1)[0])
+                    if want_refs:
+                        self.ref(f)
+            elif t is ast.Attribute:
                 d = dotted(n)
                 if d is not None:
-                    if self._names:
-                        self._names[-1].add(d.split(".", 1)[0])
-                    self.ref(n)
+                    if names is not None:
+                        names.add(d.split(".", 1)[0])
+                    if want_refs:
+                        self.ref(n)
                 else:
-                    stack.append(n.value)  # type: ignore[union-attr]
-            elif isinstance(n, ast.Lambda):
-                stack.append(n.body)
-            elif isinstance(n, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-                stack.extend(ast.iter_child_nodes(n))
-            else:
-                stack.extend(c for c in ast.iter_child_nodes(n) if isinstance(c, (ast.expr, ast.comprehension, ast.keyword, ast.arg)) or not isinstance(c, (ast.expr_context,)))
+                    push(n.value)
+            elif t is ast.Lambda:
+                push(n.body)
+            # children pushed in field order (the last is visited first), as ast.iter_child_nodes
+            # would: call sites keep their order in the summary
+            elif t is ast.BinOp:
+                push(n.left)
+                push(n.right)
+            elif t is ast.Compare:
+                push(n.left)
+                extend(n.comparators)
+            elif t is ast.Subscript:
+                push(n.value)
+                push(n.slice)
+            elif t is ast.Tuple or t is ast.List or t is ast.Set:
+                extend(n.elts)
+            elif t is ast.BoolOp:
+                extend(n.values)
+            elif t is ast.UnaryOp:
+                push(n.operand)
+            elif t is ast.keyword or t is ast.Starred:
+                push(n.value)
+            else:  # comprehensions, dicts, f-strings, slices, ...: every child but load/store markers
+                extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, ast.expr_context))
 
     def ref(self, node) -> None:
         if not self.want_refs:
@@ -736,7 +768,8 @@ class _Builder:
             return
         self.s.refs.append(Ref(line, col, ec, d, tuple(reversed(segs)), self.cur_scope()))
 
-    def call(self, n: ast.Call, assigned_to, in_return) -> None:
+    def call(self, n: ast.Call, assigned_to, in_return) -> str | None:
+        """Record a call site; returns the dotted callee (None when it is not a Name/Attribute chain)."""
         f = n.func
         launch = False
         if isinstance(f, ast.Subscript):
@@ -752,24 +785,27 @@ class _Builder:
         fel, fec = self.end(fnode)
         fi = self.scope[-1] if self.scope else None
         forwards = False
-        if fi is not None:
+        args, kws = n.args, n.keywords
+        n_starred = sum(1 for a in args if type(a) is ast.Starred)
+        star_kwargs = any(k.arg is None for k in kws)
+        if fi is not None and (n_starred or star_kwargs):
             va = next((p.name for p in fi.params if p.kind == "vararg"), None)
             kw = next((p.name for p in fi.params if p.kind == "kwarg"), None)
-            for a in n.args:
+            for a in args:
                 if isinstance(a, ast.Starred) and isinstance(a.value, ast.Name) and a.value.id == va:
                     forwards = True
-            for k in n.keywords:
+            for k in kws:
                 if k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kw:
                     forwards = True
         cs = CallSite(
             line, col, el, ec, fl, fc, fel, fec, fd or "", self.cur_scope(), launch,
-            nargs=sum(1 for a in n.args if not isinstance(a, ast.Starred)),
-            keywords=tuple(k.arg for k in n.keywords if k.arg),
-            star_args=any(isinstance(a, ast.Starred) for a in n.args),
-            star_kwargs=any(k.arg is None for k in n.keywords),
-            str_args=tuple(a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None for a in n.args),
-            arg_texts=tuple(_literal_text(a) for a in n.args),
-            kw_texts=tuple((k.arg, _literal_text(k.value)) for k in n.keywords if k.arg),
+            nargs=len(args) - n_starred,
+            keywords=tuple(k.arg for k in kws if k.arg),
+            star_args=n_starred > 0,
+            star_kwargs=star_kwargs,
+            str_args=tuple(a.value if type(a) is ast.Constant and isinstance(a.value, str) else None for a in args),
+            arg_texts=tuple(_literal_text(a) for a in args),
+            kw_texts=tuple((k.arg, _literal_text(k.value)) for k in kws if k.arg),
             guards=tuple(self.guards), forwards=forwards, in_return=in_return, assigned_to=assigned_to,
         )
         idx = len(self.s.calls)
@@ -780,6 +816,7 @@ class _Builder:
             tgt = dotted(n.args[0])
             if tgt:
                 self.s.attr_patches.append(AttrPatch(f"{tgt}.{n.args[1].value}", dotted(n.args[2]) or "", line, col, tuple(self.guards)))
+        return None if isinstance(f, ast.Subscript) else fd
 
 
 def _walk_own(fn: ast.AST):

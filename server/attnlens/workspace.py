@@ -205,6 +205,7 @@ class Workspace:
 
     def close(self) -> None:
         self.index.flush()
+        self.cache.flush()
 
 
 def _deps_fresh(stamps: list) -> bool:

@@ -1,0 +1,70 @@
+"""The cache's write-behind: readers see a stored pickle at once, flush puts it on disk,
+a forked worker writes synchronously, and the disk files are whole pickles."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+
+import pytest
+
+from attnlens.cache import FORMAT_VERSION, Cache
+
+
+def test_stored_pickles_are_readable_at_once_and_on_disk_after_flush(tmp_path):
+    cache = Cache(tmp_path / "c")
+    values = {f"k{i}": {"i": i, "blob": "x" * 1000} for i in range(200)}
+    for k, v in values.items():
+        cache.store_pickle("py", k, v)
+    for k, v in values.items():
+        assert cache.load_pickle("py", k) == v  # pending or written: the same value
+    cache.flush()
+    files = sorted(p.name for p in (tmp_path / "c" / "py").iterdir())
+    assert files == sorted(f"{k}.pickle" for k in values)  # no temporary files left behind
+    for k, v in values.items():
+        with open(tmp_path / "c" / "py" / f"{k}.pickle", "rb") as f:
+            assert pickle.load(f) == (FORMAT_VERSION, v)
+    # a fresh reader (another process would be the same) sees what is on disk
+    assert Cache(tmp_path / "c").load_pickle("py", "k7") == values["k7"]
+
+
+def test_overwrite_keeps_the_newest_value(tmp_path):
+    cache = Cache(tmp_path / "c")
+    for i in range(50):
+        cache.store_pickle("meta", "same", i)
+    assert cache.load_pickle("meta", "same") == 49
+    cache.flush()
+    assert cache.load_pickle("meta", "same") == 49
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_forked_worker_writes_synchronously(tmp_path):
+    cache = Cache(tmp_path / "c")
+    cache.store_pickle("py", "parent", 1)
+    pid = os.fork()
+    if pid == 0:  # child: store, then leave without any cleanup (as the prefetch worker does)
+        code = 0
+        try:
+            if cache.load_pickle("py", "parent") != 1:
+                code = 3
+            cache.store_pickle("py", "child", 2)
+        except BaseException:  # noqa: BLE001
+            code = 4
+        sys.stdout.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert (tmp_path / "c" / "py" / "child.pickle").exists()  # on disk although the child used os._exit
+    assert cache.load_pickle("py", "child") == 2
+    cache.flush()
+    assert cache.load_pickle("py", "parent") == 1
+
+
+def test_unwritable_folder_does_not_break_storing(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    cache = Cache(blocker / "c")  # cannot be created
+    cache.store_pickle("py", "k", 1)
+    cache.flush()
+    assert Cache(blocker / "c").load_pickle("py", "k") is None
