@@ -183,3 +183,34 @@ def test_cli_missing_target_python_still_analyses(tmp_path):
     out = _cli("backends", "--root", str(EXAMPLE), "--python", "/nonexistent/python", "--cache-dir", str(tmp_path), "--no-call-sites")
     assert out.returncode == 0
     assert "target interpreter not found" in out.stderr
+
+
+def _sites(entries):
+    return sorted((e.kind, e.name, tuple(json.dumps(s.to_json(), sort_keys=True) for s in e.call_sites)) for e in entries)
+
+
+def test_background_warm_steps_give_the_same_registry(tmp_path):
+    """Server indexing traces call sites and C++ files a few at a time; the result equals a direct build."""
+    from attnlens.lsp.analysis import Analysis
+    from attnlens.registry import Registry
+
+    direct = example_ws(tmp_path / "a")
+    want = _sites(direct.backends(include_custom_ops=True))
+    assert sum(len(x[2]) for x in want) > 10  # the example has call sites to compare
+    want_ops = sorted(direct.resolver.ops.cpp().ops())
+    assert want_ops
+
+    ws = example_ws(tmp_path / "b")
+    cpp_steps = list(ws.resolver.ops.cpp_warm_steps(0.0))
+    assert cpp_steps and cpp_steps == list(range(1, len(cpp_steps) + 1))  # one file per step
+    assert list(ws.resolver.ops.cpp_warm_steps(0.0)) == cpp_steps  # cached now: the same files, read back
+    steps = list(Registry(ws.resolver).warm_steps(0.0))  # budget 0: a yield after every call site
+    assert len(steps) > 10 and set(steps) == {5}  # 4 attention backends + 1 custom op, as registered
+    assert list(ws.resolver.ops.cpp_warm_steps(0.0)) == []  # the index is built: nothing left to warm
+    assert _sites(ws.backends(include_custom_ops=True)) == want
+    assert sorted(ws.resolver.ops.cpp().ops()) == want_ops
+
+    a = Analysis(example_ws(tmp_path / "c"))
+    messages = [m for m, _pct in a.indexing_steps()]
+    assert messages[-1] == "symbols" and "backends" in messages and "C++ registrations" in messages
+    assert _sites(a.backends()) == want

@@ -273,24 +273,53 @@ class Registry:
         bs = mod.summary.bindings.get(root, [])
         return bool(bs) and all(b.kind in ("import", "from", "assign") or (b.kind == "call" and (b.target or "").rpartition(".")[2] in ("import_module", "getattr")) for b in bs)
 
-    def call_sites_of_class(self, cv: Val) -> list[CallSiteResult]:
-        """Kernel call sites in the workspace-defined methods of a class."""
-        out = []
+    def _class_sites(self, cv: Val):
+        """(module, call site) of every call in the workspace-defined methods of a class."""
         mod = cv.module
         if mod is None or not mod.workspace or cv.cls is None:
-            return out
-        for name, fq in cv.cls.methods.items():
+            return
+        for _name, fq in cv.cls.methods.items():
             for cs in mod.summary.calls_in(fq):
-                res = self.kernel_call(mod, cs)
-                if res is not None:
-                    out.append(res)
+                yield mod, cs
             f = mod.summary.functions.get(fq)
             for inner in (f.inner_defs if f else ()):
                 for cs in mod.summary.calls_in(inner):
-                    res = self.kernel_call(mod, cs)
-                    if res is not None:
-                        out.append(res)
+                    yield mod, cs
+
+    def call_sites_of_class(self, cv: Val) -> list[CallSiteResult]:
+        """Kernel call sites in the workspace-defined methods of a class."""
+        out = []
+        for mod, cs in self._class_sites(cv):
+            res = self.kernel_call(mod, cs)
+            if res is not None:
+                out.append(res)
         return out
+
+    def warm_steps(self, budget_s: float = 0.05):
+        """Trace the backend classes' call sites a little at a time (yields after each
+        ``budget_s``): the chains land in the resolver's site memo, so a following
+        ``entries()`` only assembles them. For background indexing in the server."""
+        import time
+
+        entries = self.entries(with_call_sites=False)
+        t0 = time.perf_counter()
+        yield len(entries)
+        for e in entries:
+            v = self.r.resolve_symbol(e.cls)
+            if v.kind != "class" or v.module is None:
+                continue
+            classes = [v]
+            if e.kind != "custom_op":
+                for _attr, meth in PART_METHODS:
+                    cv = self._part(v, meth)[1]
+                    if cv is not None:
+                        classes.append(cv)
+            for cv in classes:
+                for mod, cs in self._class_sites(cv):
+                    self.kernel_call(mod, cs)
+                    if time.perf_counter() - t0 >= budget_s:
+                        yield len(entries)
+                        t0 = time.perf_counter()
 
     def kernel_call(self, mod, cs) -> CallSiteResult | None:
         if not is_candidate(cs):

@@ -84,19 +84,7 @@ class OpRegistry:
             self._cpp = _EmptyCpp()
             return self._cpp
         cache = self.r.index.cache
-
-        def load(sha):
-            data = cache.load_json("cpp", f"{sha}.json")
-            if data is None:
-                return None
-            try:
-                return cppindex.FileSummary.from_json(data)
-            except Exception:
-                return None
-
-        def store(sha, summ):
-            cache.store_json("cpp", f"{sha}.json", summ.to_json())
-
+        load, store = self._cpp_load, self._cpp_store
         files = list(cppindex.iter_cpp_files(self.r.index.root))
         self._cpp_files = files
         import hashlib
@@ -119,6 +107,50 @@ class OpRegistry:
         except Exception:
             self._cpp = _EmptyCpp()
         return self._cpp
+
+    def _cpp_load(self, sha: str):
+        from . import cppindex
+
+        data = self.r.index.cache.load_json("cpp", f"{sha}.json")
+        if data is None:
+            return None
+        try:
+            return cppindex.FileSummary.from_json(data)
+        except Exception:
+            return None
+
+    def _cpp_store(self, sha: str, summ) -> None:
+        self.r.index.cache.store_json("cpp", f"{sha}.json", summ.to_json())
+
+    def cpp_warm_steps(self, budget_s: float = 0.05):
+        """Summarise the C++ files into the cache a few at a time (yields the count done after
+        each ``budget_s`` of work), so that :meth:`cpp` then only loads them: background
+        indexing in the server never holds its one analysis thread for the whole C++ tree."""
+        if self._cpp is not None:
+            return
+        try:
+            from . import cppindex
+        except Exception:  # pragma: no cover - tree-sitter missing
+            return
+        import hashlib
+        import time
+
+        if not self.r.index.cache.enabled:
+            return
+        t0 = time.perf_counter()
+        done = 0
+        for f in cppindex.iter_cpp_files(self.r.index.root):
+            try:
+                data = f.read_bytes()
+            except OSError:
+                continue
+            sha = hashlib.sha256(data).hexdigest()
+            if self._cpp_load(sha) is None:
+                self._cpp_store(sha, cppindex.summarize_cpp(data, str(f)))
+            done += 1
+            if time.perf_counter() - t0 >= budget_s:
+                yield done
+                t0 = time.perf_counter()
 
     def invalidate_cpp(self) -> None:
         self._cpp = None

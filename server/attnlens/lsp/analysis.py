@@ -10,6 +10,7 @@ the symbol table (``symbol_table.py``) are mixed in.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Iterator
 
 from ..workspace import Workspace
@@ -17,6 +18,8 @@ from .calls import CallsMixin
 from .convert import name_span, split_lines
 from .records import LRU, CallSiteIndex, DefRef, Item, Resolved, Sym, is_triton  # noqa: F401 - re-exported
 from .symbol_table import SymbolsMixin, match_symbols  # noqa: F401 - re-exported
+
+STEP_BUDGET_S = 0.05  # background indexing: the work done between two yields
 
 log = logging.getLogger(__name__)
 
@@ -169,27 +172,36 @@ class Analysis(CallsMixin, SymbolsMixin):
         return self._roles[1].get(dotted)
     # -- indexing (background, in small steps) --------------------------------
     def indexing_steps(self) -> Iterator[tuple[str, int]]:
+        # each step holds the one analysis thread for about STEP_BUDGET_S: a request or a
+        # diagnostics run that arrives meanwhile waits at most that long
         """Warm everything requests need; yields (message, percentage) per step."""
         names = sorted(self.ws.index.ws_files)
         n = len(names) or 1
-        chunk = 16
-        for i in range(0, len(names), chunk):
-            for name in names[i:i + chunk]:
-                self.ws.index.module(name)
-            yield f"{min(i + chunk, n)}/{n} modules", int(60 * min(i + chunk, n) / n)
+        t0 = time.perf_counter()
+        for i, name in enumerate(names, 1):
+            self.ws.index.module(name)
+            if i == len(names) or time.perf_counter() - t0 >= STEP_BUDGET_S:
+                yield f"{i}/{n} modules", int(60 * i / n)
+                t0 = time.perf_counter()
         try:
             self.ws.resolver.profile.summary()
         except Exception:  # noqa: BLE001
             log.warning("platform profile failed", exc_info=True)
         yield "platform profile", 65
-        cpp = getattr(getattr(self.ws.resolver, "ops", None), "cpp", None)
-        if cpp is not None:
+        ops = getattr(self.ws.resolver, "ops", None)
+        if ops is not None:
             try:
-                cpp()
+                for done in ops.cpp_warm_steps(STEP_BUDGET_S):  # a few files per step: requests never wait long
+                    yield f"C++ files: {done}", 70
+                ops.cpp()
             except Exception:  # noqa: BLE001
                 log.warning("C++ index failed", exc_info=True)
         yield "C++ registrations", 75
         try:
+            from ..registry import Registry
+
+            for n in Registry(self.ws.resolver).warm_steps(STEP_BUDGET_S):  # call-site chains a few at a time
+                yield f"backends: {n}, tracing their call sites", 80
             self.backends()
         except Exception:  # noqa: BLE001
             log.warning("backend registry failed", exc_info=True)
