@@ -86,8 +86,8 @@ class _WriteBehind:
     millisecond or more on a busy disk (measured: 0.5 s of a 3 s check of the real
     vLLM-MetaX checkout, in bursts). The analysis thread only pickles; this thread does the
     file system work, with the GIL released. Until a pickle is on disk, readers in this
-    process get it from ``pending``. A forked child writes synchronously (its copy of the
-    thread does not exist). Flushed by :meth:`Cache.flush` and at interpreter exit.
+    process get it from ``pending``. Flushed by :meth:`Cache.flush`, at interpreter exit, and by
+    forked workers before ``os._exit`` (which skips the interpreter's exit handlers).
     """
 
     def __init__(self) -> None:
@@ -102,10 +102,10 @@ class _WriteBehind:
         self.pid = os.getpid()
 
     def after_fork_in_child(self) -> None:
-        """A forked worker may leave with ``os._exit``: it writes synchronously (what the parent
-        had pending stays readable here and is written by the parent)."""
+        """The writer thread does not exist in a forked child: start afresh (a child's own thread
+        starts on its first store). What the parent had pending stays readable here and is
+        written by the parent. A child that leaves with ``os._exit`` calls :meth:`flush` first."""
         self._reinit()
-        self.sync = True
 
     def put(self, path: Path, data: bytes) -> None:
         if self.sync or self.pid != os.getpid():

@@ -24,6 +24,22 @@ from .cache import Cache
 from .pyindex import ModuleSummary, decode_source, summarize
 from .target import TargetInfo
 
+_REALPATHS: dict[str, str] = {}
+
+
+def realpath(path) -> str:
+    """``os.path.realpath`` memoised: a cold check of the real checkout resolved 3,000 paths with
+    24,000 ``lstat`` calls (0.3 s of system time). Cleared by :meth:`Index.refresh`, which
+    re-scans the workspace after a change the watchers cannot describe."""
+    p = os.fspath(path)
+    r = _REALPATHS.get(p)
+    if r is None:
+        r = os.path.realpath(p)
+        if len(_REALPATHS) > 200_000:
+            _REALPATHS.clear()
+        _REALPATHS[p] = r
+    return r
+
 SKIP_DIRS = {
     ".git", ".hg", ".svn", "__pycache__", "node_modules", "build", "dist", ".tox", ".nox",
     ".mypy_cache", ".pytest_cache", ".ruff_cache", ".venv", "venv", ".eggs", "site-packages",
@@ -54,7 +70,7 @@ class Location:
 class Index:
     def __init__(self, root: Path, target: TargetInfo | None, cache: Cache | None = None,
                  extra_paths: Iterable[str] = ()):
-        self.root = Path(os.path.realpath(root))
+        self.root = Path(realpath(root))
         self.target = target
         self.cache = cache or Cache(None)
         self._lock = threading.RLock()
@@ -126,9 +142,10 @@ class Index:
         return self._fp
 
     def is_workspace_path(self, path: str) -> bool:
-        return os.path.realpath(path) in self._path_to_name or any(
-            os.path.realpath(path).startswith(str(r) + os.sep) for r in self.workspace_roots
-        ) and not os.path.realpath(path).startswith(str(self.root / ".venv"))
+        real = realpath(path)
+        return real in self._path_to_name or any(
+            real.startswith(str(r) + os.sep) for r in self.workspace_roots
+        ) and not real.startswith(str(self.root / ".venv"))
 
     # -- module location ---------------------------------------------------
     def locate(self, modname: str) -> Location | None:
@@ -209,12 +226,12 @@ class Index:
                 summ = self._summary_for(loc.path)
                 if summ is not None:
                     mod = Module(modname, loc.path, summ, self.is_workspace_path(loc.path), loc.is_package)
-                    self._path_to_name.setdefault(os.path.realpath(loc.path), modname)
+                    self._path_to_name.setdefault(realpath(loc.path), modname)
             self._modules[modname] = mod
             return mod
 
     def module_for_path(self, path: str) -> Module | None:
-        real = os.path.realpath(path)
+        real = realpath(path)
         name = self._path_to_name.get(real) or self._path_to_name.get(path)
         if name is None:
             name = self._guess_name(real)
@@ -224,7 +241,7 @@ class Index:
 
     def _guess_name(self, real: str) -> str | None:
         for base in self.search_path:
-            b = os.path.realpath(base)
+            b = realpath(base)
             if real.startswith(b + os.sep):
                 rel = Path(real[len(b) + 1:]).with_suffix("")
                 parts = list(rel.parts)
@@ -233,13 +250,13 @@ class Index:
                 if parts and all(p.isidentifier() for p in parts):
                     name = ".".join(parts)
                     loc = self.locate(name)
-                    if loc is not None and os.path.realpath(loc.path) == real:
+                    if loc is not None and realpath(loc.path) == real:
                         self._path_to_name[real] = name
                         return name
         return None
 
     def _summary_for(self, path: str) -> ModuleSummary | None:
-        text = self._overlays.get(os.path.realpath(path))
+        text = self._overlays.get(realpath(path))
         if text is not None:
             # an unsaved buffer: reuse a cached summary of the same content, never store one
             # (a pickle per keystroke would only fill the cache)
@@ -302,7 +319,7 @@ class Index:
                 yield m
 
     def source_text(self, path: str) -> str | None:
-        real = os.path.realpath(path)
+        real = realpath(path)
         if real in self._overlays:
             return self._overlays[real]
         try:
@@ -318,7 +335,7 @@ class Index:
     # -- edits -------------------------------------------------------------
     def set_overlay(self, path: str, text: str | None) -> None:
         """Use ``text`` for ``path`` instead of the disk (None drops the overlay)."""
-        real = os.path.realpath(path)
+        real = realpath(path)
         with self._lock:
             if text is None:
                 self._overlays.pop(real, None)
@@ -333,7 +350,7 @@ class Index:
         return {p for g, p in self._changes if g > generation}
 
     def invalidate(self, path: str) -> None:
-        real = os.path.realpath(path)
+        real = realpath(path)
         with self._lock:
             self.generation += 1
             self._changes.append((self.generation, real))
@@ -362,6 +379,7 @@ class Index:
 
     def refresh(self) -> None:
         with self._lock:
+            _REALPATHS.clear()
             self.generation += 1
             self._changes_floor = self.generation
             self._modules.clear()

@@ -60,6 +60,7 @@ class OpRegistry:
             code = 0
             try:
                 self.cpp()
+                self.r.index.cache.flush()
             except BaseException:
                 code = 1
             os._exit(code)

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import model as M
+from ..index import realpath
 from ..resolver import Val, Walk
 from . import facts as F
 from .contracts import PROBE_AGENT_FAMILY, ContractSet, load_contracts
@@ -254,7 +255,7 @@ def module_facts(ws, name: str, path: str, sha: str, use_cache: bool) -> F.AstFa
     """Expression-level facts of a module (cached by content hash when the cache is on)."""
     from .checks_claims import CLAIM_PREFILTER
 
-    overlay = os.path.realpath(path) in getattr(ws.index, "_overlays", {})
+    overlay = realpath(path) in getattr(ws.index, "_overlays", {})
     key = _facts_key(sha) if (use_cache and sha and not overlay) else None
     if key is not None:
         hit = ws.cache.load_pickle("rulesfacts", key)
@@ -534,7 +535,7 @@ class Engine:
         sha = None
         loc = idx.locate(name)
         if loc is not None and loc.kind == "py":
-            real = os.path.realpath(loc.path)
+            real = realpath(loc.path)
             overlays = getattr(idx, "_overlays", {})
             if real in overlays:
                 sha = hashlib.sha256(overlays[real].encode("utf-8", "surrogatepass")).hexdigest()
@@ -566,7 +567,7 @@ class Engine:
         return True
 
     def _has_overlay(self, path: str) -> bool:
-        return os.path.realpath(path) in getattr(self.ws.index, "_overlays", {})
+        return realpath(path) in getattr(self.ws.index, "_overlays", {})
 
     def global_deps(self) -> dict:
         """Load what every module's checks share (platform profile, patches, registry)."""
@@ -590,7 +591,7 @@ class Engine:
     def _module_name(self, path: str) -> str | None:
         idx = self.ws.index
         p2n = getattr(idx, "_path_to_name", {})
-        name = p2n.get(os.path.realpath(path)) or p2n.get(path)
+        name = p2n.get(realpath(path)) or p2n.get(path)
         if name is None:
             mod = idx.module_for_path(path)
             name = mod.name if mod is not None else None
@@ -713,15 +714,15 @@ class Engine:
             if target is None:
                 self.errors.append(f"{p}: no such file or folder")
                 continue
-            real = os.path.realpath(target)
+            real = realpath(target)
             if os.path.isdir(real):
-                chosen.extend(f for f in all_files if os.path.realpath(f).startswith(real + os.sep))
+                chosen.extend(f for f in all_files if realpath(f).startswith(real + os.sep))
             elif real.endswith(".py"):
-                chosen.append(real if real in {os.path.realpath(f) for f in all_files} else str(target))
+                chosen.append(real if real in {realpath(f) for f in all_files} else str(target))
         seen = set()
         out = []
         for f in chosen:
-            r = os.path.realpath(f)
+            r = realpath(f)
             if r not in seen:
                 seen.add(r)
                 out.append(f)
@@ -743,6 +744,7 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
         ws.resolver.ops.cpp()
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
         pass
+    ws.cache.flush()  # the parent reads the C++ index back from the cache once signalled
     if debug:
         print(f"[prefetch] cpp {time.perf_counter() - t0:.2f}s", file=sys.stderr)
     try:
@@ -783,6 +785,7 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
         if loc is None or loc.kind != "py":
             continue
         idx.module(name)
+    ws.cache.flush()
     if debug:
         print(f"[prefetch] upstream done {time.perf_counter() - t0:.2f}s", file=sys.stderr)
 

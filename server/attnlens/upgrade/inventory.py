@@ -777,6 +777,7 @@ def prewarm(ws) -> None:
         try:
             for p in child:
                 ws.index.module_for_path(p)
+            ws.cache.flush()  # the parent reads these summaries back from the cache
         finally:
             os._exit(0)
     try:
