@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 from attnlens.rules.engine import Engine, Finding, check_module, check_paths, suppressed
@@ -70,6 +71,36 @@ def test_overlay_is_checked_without_cache(tmp_path):
     assert check_module(ws, path)
     ws.index.set_overlay(path, "def f(query, num_reqs):\n    return query.reshape(-1, 8)\n")
     assert check_module(ws, path) == []
+
+
+def test_prepared_buffer_checks_the_same(tmp_path):
+    """prepare_module (run by the server while the debounce runs) changes no finding: each edited
+    version gives what a fresh workspace over the same text gives, and reuses the prepared facts."""
+    from attnlens.rules import engine as E
+
+    root = tmp_path / "platform"
+    shutil.copytree(FIXTURES / "platform", root)
+    path = str(root / "fxplat" / "shapes.py")
+    original = (root / "fxplat" / "shapes.py").read_text()
+    ws = make_workspace(root, tmp_path / "cache")
+    seen: list = []
+    versions = [original, original + "\n\ndef g(q, n):\n    return q.view(n, -1, 8)\n",
+                "def f(query, num_reqs):\n    return query.reshape(-1, 8)\n", "def broken(:\n"]
+    for k, text in enumerate(versions):
+        ws.index.set_overlay(path, text)
+        E.prepare_module(ws, path)
+        sha = ws.index.module_for_path(path).summary.sha
+        assert (os.path.realpath(path), sha) in E._OVERLAY_FACTS  # prepared, not written to the cache
+        got = [(f.rule, f.line, f.message) for f in check_module(ws, path)]
+        fresh_root = tmp_path / f"fresh{k}"
+        shutil.copytree(root, fresh_root)
+        (fresh_root / "fxplat" / "shapes.py").write_text(text)
+        fresh = make_workspace(fresh_root, None)
+        want = [(f.rule, f.line, f.message) for f in check_module(fresh, str(fresh_root / "fxplat" / "shapes.py"))]
+        assert got == want, k
+        seen.append(got)
+    assert any(r == "AL114" for r, _l, _m in seen[1]) and seen[3] == []  # real findings compared; broken: none
+    E.prepare_module(ws, str(tmp_path / "not-in-workspace.py"))  # outside: nothing to prepare, no error
 
 
 def test_broken_and_unusual_inputs(tmp_path):

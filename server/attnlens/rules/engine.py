@@ -256,6 +256,17 @@ def module_facts(ws, name: str, path: str, sha: str, use_cache: bool) -> F.AstFa
     from .checks_claims import CLAIM_PREFILTER
 
     overlay = realpath(path) in getattr(ws.index, "_overlays", {})
+    if overlay and sha:
+        # an unsaved buffer: never on disk (a pickle per keystroke would only fill the cache),
+        # but kept in memory for the few latest versions (prepared before the debounce ends)
+        okey = (realpath(path), sha)
+        hit = _OVERLAY_FACTS.get(okey)
+        if hit is None:
+            hit = F.collect(ws.index.source_text(path) or "", CLAIM_PREFILTER)
+            while len(_OVERLAY_FACTS) >= 8:
+                _OVERLAY_FACTS.pop(next(iter(_OVERLAY_FACTS)), None)
+            _OVERLAY_FACTS[okey] = hit
+        return hit
     key = _facts_key(sha) if (use_cache and sha and not overlay) else None
     if key is not None:
         hit = ws.cache.load_pickle("rulesfacts", key)
@@ -265,6 +276,9 @@ def module_facts(ws, name: str, path: str, sha: str, use_cache: bool) -> F.AstFa
     if key is not None:
         ws.cache.store_pickle("rulesfacts", key, facts)
     return facts
+
+
+_OVERLAY_FACTS: dict = {}  # (real path, sha) -> facts of recent unsaved buffers
 
 
 # --------------------------------------------------------------------------- the engine
@@ -812,6 +826,21 @@ def _engine_for(ws) -> Engine:
 
 def check_module(ws, path: str) -> list[Finding]:
     return engine_for(ws).check_module(path)
+
+
+def prepare_module(ws, path: str) -> None:
+    """Compute what a check of ``path`` starts with (its summary, its expression facts, the
+    shared global state) without running the rules. An editor calls this shortly after the last
+    keystroke, while the diagnostics debounce is still running; the check that follows when it
+    ends then only runs the rules."""
+    e = engine_for(ws)
+    with e._lock:
+        name = e._module_name(path)
+        mod = ws.index.module(name) if name else None
+        if mod is None or not mod.workspace:
+            return
+        module_facts(ws, mod.name, mod.path, mod.summary.sha, e.use_cache)
+        e.global_deps()
 
 
 def check_paths(ws, paths: Iterable[str] | None = None) -> list[Finding]:

@@ -104,11 +104,41 @@ def to_diagnostic(conv, path: str, f: Any) -> T.Diagnostic:
     )
 
 
+PREPARE_AFTER_S = 0.1  # quiet time after a keystroke before the edited buffer is prepared
+
+
 def schedule(ls: AttnLensServer, uri: str) -> None:
-    """Recompute and publish a file's diagnostics after the debounce delay (push clients)."""
-    if ls.caps.pull_diagnostics or not ls.settings.diagnostics or engine() is None:
+    """After an edit: prepare the buffer's analysis once typing pauses (``PREPARE_AFTER_S``), then
+    recompute and publish its diagnostics when the debounce ends (push clients; pull clients ask
+    themselves and find the buffer prepared)."""
+    if not ls.settings.diagnostics or engine() is None:
         return
-    ls.debouncer.schedule(("diagnostics", uri), ls.settings.diagnostics_debounce_ms / 1000.0, lambda: publish(ls, uri))
+    debounce = ls.settings.diagnostics_debounce_ms / 1000.0
+    if debounce > PREPARE_AFTER_S:
+        ls.debouncer.schedule(("prepare", uri), PREPARE_AFTER_S, lambda: prepare(ls, uri))
+    if ls.caps.pull_diagnostics:
+        return
+    ls.debouncer.schedule(("diagnostics", uri), debounce, lambda: publish(ls, uri))
+
+
+async def prepare(ls: AttnLensServer, uri: str) -> None:
+    """Summary, rule facts and shared state of the edited buffer, ahead of the rules (worker thread,
+    background priority: a request that arrives meanwhile goes first)."""
+    path = uri_to_path(uri)
+    if path is None or not path.endswith(".py"):
+        return
+    try:
+        from ...rules.engine import prepare_module
+    except Exception:  # noqa: BLE001 - rules part optional
+        return
+
+    def job(a):
+        try:
+            prepare_module(a.ws, path)
+        except Exception:  # noqa: BLE001 - the check itself reports problems
+            log.debug("preparing %s failed", path, exc_info=True)
+
+    await ls.call(job, priority=IDLE)
 
 
 async def publish(ls: AttnLensServer, uri: str) -> None:
@@ -135,6 +165,7 @@ async def publish(ls: AttnLensServer, uri: str) -> None:
 
 
 def forget(ls: AttnLensServer, uri: str) -> None:
+    ls.debouncer.cancel(("prepare", uri))
     ls.debouncer.cancel(("diagnostics", uri))
     if not ls.caps.pull_diagnostics and engine() is not None:
         ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
