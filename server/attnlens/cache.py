@@ -10,10 +10,12 @@ Layout (all under one folder per workspace root)::
         evidence/<id>.json      probe evidence records
 
 Every write goes through :func:`atomic_write_bytes`: the data is written to a
-temporary file in the same folder, flushed, fsync'ed and renamed over the
-destination, so a kill at any moment leaves either the old or the new file.
-Readers validate what they read (pickles carry a format tag, JSON must parse);
-a torn or foreign file is treated as a miss and rebuilt.
+temporary file in the same folder and renamed over the destination (evidence
+records are also fsync'ed), so a kill at any moment leaves either the old or
+the new file. Derived pickles are written by a background thread
+(:class:`_WriteBehind`); until one is on disk, readers in the same process get
+it from memory. Readers validate what they read (pickles carry a format tag,
+JSON must parse); a torn or foreign file is treated as a miss and rebuilt.
 """
 
 from __future__ import annotations
