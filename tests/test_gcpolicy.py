@@ -47,6 +47,18 @@ def test_settle_freezes_survivors_and_reclaims_cycles():
         gc.unfreeze()
 
 
+def test_settle_skips_when_little_is_new():
+    try:
+        settle()
+        assert settle(min_unfrozen=10**9) is None  # nothing much allocated since: skipped
+        keep = [[i] for i in range(5000)]
+        gc.collect()  # survivors reach the oldest generation
+        assert isinstance(settle(min_unfrozen=1000), float)
+        assert keep
+    finally:
+        gc.unfreeze()
+
+
 def test_cli_pauses_collector_except_for_the_server(monkeypatch):
     serve = cli.build_parser("serve").parse_args(["serve"])
     assert getattr(serve, "long_lived", False) is True  # the server settles the collector itself

@@ -11,10 +11,11 @@ off).
 
 Two tools, both standard practice for large long-lived Python heaps:
 
-* :func:`settle` for the language server: after indexing (and after each background
-  refresh) collect once, then ``gc.freeze()`` the survivors into the permanent generation,
-  so later collections only walk objects created since. Unfreezing first lets cycles among
-  previously frozen objects be reclaimed, so nothing accumulates.
+* :func:`settle` for the language server: after indexing (and after a background refresh
+  that left many new long-lived objects) collect once, then ``gc.freeze()`` the survivors
+  into the permanent generation, so later collections only walk objects created since.
+  Unfreezing first lets cycles among previously frozen objects be reclaimed, so nothing
+  accumulates.
 * :func:`batch` for one-shot CLI commands: the collector is paused for the command (a
   command's lifetime is bounded; its peak memory is measured equal) and stays off until the
   process exits.
@@ -27,8 +28,12 @@ import gc
 import time
 
 
-def settle() -> float:
-    """Collect once and freeze the survivors; returns the seconds it took."""
+def settle(min_unfrozen: int = 0) -> float | None:
+    """Collect once and freeze the survivors; returns the seconds it took. With ``min_unfrozen``,
+    only when at least that many objects have reached the oldest generation since the last
+    freeze (counting them is cheap: frozen objects are not listed); None when skipped."""
+    if min_unfrozen and len(gc.get_objects(generation=2)) < min_unfrozen:
+        return None
     t0 = time.perf_counter()
     gc.unfreeze()
     gc.collect()
