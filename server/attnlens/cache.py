@@ -150,6 +150,11 @@ class _WriteBehind:
 
 _WRITER = _WriteBehind()
 atexit.register(_WRITER.flush)
+
+
+def flush_all() -> None:
+    """Put every pending derived pickle on disk (before a process leaves with ``os._exit``)."""
+    _WRITER.flush()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_WRITER.after_fork_in_child)
 

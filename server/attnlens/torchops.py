@@ -29,6 +29,16 @@ from .model import Final, Hop, Registration
 
 
 
+class CppNotReady(BaseException):
+    """The C++ index is being built by a worker process and is not ready yet.
+
+    Raised by :meth:`TorchOps.cpp` only while a caller has set ``cpp_pending`` (the CLI's rules
+    engine, which then checks the module again once the worker is done). A BaseException, so
+    that no ``except Exception`` on the way turns it into a wrong answer: analysis state is
+    only memoised after a computation completes, so an interrupted one leaves nothing behind.
+    """
+
+
 class OpRegistry:
     def __init__(self, resolver):
         self.r = resolver
@@ -75,9 +85,14 @@ class OpRegistry:
             pass
         self._prefetch = None
 
+    cpp_pending = None  # set by a caller whose worker is building the C++ index (see CppNotReady)
+
     def cpp(self):
         if self._cpp is not None:
             return self._cpp
+        pending = self.cpp_pending
+        if pending is not None and pending():
+            raise CppNotReady()
         self._join_prefetch()
         try:
             from . import cppindex

@@ -152,3 +152,26 @@ def test_rules_command(capsys):
     rules = json.loads(capsys.readouterr().out)
     assert [r["id"] for r in rules] == sorted(r["id"] for r in rules)
     assert all(r["severity"] in ("error", "warning", "info") for r in rules)
+
+
+def test_real_process_leaves_fast_with_output_and_cache_complete(tmp_path):
+    """The console entry point leaves with os._exit after analysis-only commands: the output is
+    whole, the exit code kept, and every pending cache write is on disk."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    argv = [sys.executable, "-m", "attnlens", "check", "--root", str(CALLS), "--python", PYTHON,
+            "--format", "json", "--cache-dir", str(cache)]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr  # errors in the fixture
+    data = json.loads(p.stdout)
+    assert any(d["rule"] == "AL101" for d in data)
+    folder = next(cache.iterdir())
+    rules = list((folder / "rules").glob("*.pickle"))
+    assert len(rules) >= 2 and not list(folder.rglob("*.tmp"))  # findings stored, no torn writes
+    assert list((folder / "py").glob("*.pickle"))
+    # a second process finds every module in the cache and gives the same answer
+    p2 = subprocess.run(argv + ["--timing"], capture_output=True, text=True, timeout=300)
+    assert p2.returncode == 1 and json.loads(p2.stdout) == data
+    assert "modules checked 0" in p2.stderr, p2.stderr

@@ -123,3 +123,32 @@ def test_broken_and_unusual_inputs(tmp_path):
     assert not eng.errors, eng.errors
     # no platform profile: capability checks are not judged; the reshape still is
     assert {f.rule for f in found} == {"AL114"}
+
+
+def test_modules_that_need_the_cpp_index_early_are_checked_again(tmp_path):
+    """In the CLI a worker builds the C++ index; a module whose checks need it first is deferred
+    (CppNotReady), nothing of the attempt is kept, and the final findings equal a normal run."""
+    from attnlens.rules.engine import Engine
+
+    for name in ("a", "b"):
+        shutil.copytree(FIXTURES / "calls", tmp_path / name)
+    want = Engine(make_workspace(tmp_path / "a", tmp_path / "cache-a")).check_paths()
+    assert any(f.rule == "AL113" for f in want)  # a torch-op schema finding needs the C++ index
+
+    ws = make_workspace(tmp_path / "b", tmp_path / "cache-b")
+    eng = Engine(ws)
+    asked = []
+    ws.resolver.ops.cpp_pending = lambda: asked.append(1) or True  # the worker is still building
+
+    def worker_done():
+        ws.resolver.ops.cpp_pending = None
+
+    eng.join_prefetch = worker_done
+    got = eng.check_paths()
+    assert asked and eng.stats.get("deferred", 0) >= 1
+    import json
+
+    def norm(findings, root):
+        return json.dumps([f.to_json(root) for f in findings], sort_keys=True).replace(str(root), "ROOT")
+
+    assert norm(got, tmp_path / "b") == norm(want, tmp_path / "a")

@@ -507,8 +507,7 @@ def op_schemas(engine, ns: str, op: str) -> list:
 
         out = []
         ops = engine.ws.resolver.ops
-        engine.join_prefetch()
-        try:
+        try:  # while the CLI's worker builds the C++ index this raises CppNotReady: checked again later
             info = ops.cpp().op(f"{ns}::{op}")
         except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
             info = None

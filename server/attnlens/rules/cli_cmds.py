@@ -26,11 +26,11 @@ def add_subparsers(sub) -> None:
 
     add_subject_argument(c)
     c.add_argument("--timing", action="store_true", help="print timing and cache statistics to stderr")
-    c.set_defaults(func=cmd_check)
+    c.set_defaults(func=cmd_check, fast_exit=True)
 
     r = sub.add_parser("rules", help="list the contract rules")
     r.add_argument("--format", choices=("text", "json"), default="text")
-    r.set_defaults(func=cmd_rules)
+    r.set_defaults(func=cmd_rules, fast_exit=True)
 
 
 def _ids(text):

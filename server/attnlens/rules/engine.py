@@ -460,6 +460,24 @@ class Engine:
         os.close(wfd)
         self.prefetch_pid = pid
         self._prefetch_fd = rfd
+        # checks that need the C++ index before the worker stored it are retried at the end
+        self.ws.resolver.ops.cpp_pending = self.cpp_pending
+
+    def cpp_pending(self) -> bool:
+        """Is the worker still building the C++ index? (A non-blocking look at its pipe.)"""
+        fd = self._prefetch_fd
+        if fd is None:
+            return False
+        import select
+
+        try:
+            ready, _, _ = select.select([fd], [], [], 0)
+        except (OSError, ValueError):
+            ready = [fd]
+        if ready:
+            self.join_prefetch()
+            return False
+        return True
 
     def join_prefetch(self) -> None:
         """Wait until the worker has stored the C++ index (or gave up)."""
@@ -477,6 +495,8 @@ class Engine:
         self._prefetch_fd = None
 
     def stop_prefetch(self) -> None:
+        if getattr(self.ws.resolver.ops, "cpp_pending", None) == self.cpp_pending:
+            self.ws.resolver.ops.cpp_pending = None
         if self._prefetch_fd is not None:
             try:
                 os.close(self._prefetch_fd)
@@ -635,6 +655,18 @@ class Engine:
         with self._lock:
             return self._check_module(path)
 
+    def _check_module_or_defer(self, path: str) -> list[Finding] | None:
+        """Check a module; None when a check needed the C++ index before the prefetch worker
+        stored it (nothing of the attempt is kept: the caller checks the module again later)."""
+        from ..torchops import CppNotReady
+
+        with self._lock:
+            try:
+                return self._check_module(path)
+            except CppNotReady:
+                self.stats["deferred"] = self.stats.get("deferred", 0) + 1
+                return None
+
     def _check_module(self, path: str) -> list[Finding]:
         from . import (  # noqa: F401
             checks_calls,
@@ -705,8 +737,17 @@ class Engine:
     def check_paths(self, paths: Iterable[str] | None = None) -> list[Finding]:
         files = self.files_for(paths)
         out: list[Finding] = []
+        deferred = []
         for p in files:
-            out.extend(self.check_module(p))
+            got = self._check_module_or_defer(p)
+            if got is None:
+                deferred.append(p)
+            else:
+                out.extend(got)
+        if deferred:
+            self.join_prefetch()  # the worker has stored the C++ index: check those modules now
+            for p in deferred:
+                out.extend(self.check_module(p))
         try:
             self.ws.index.flush()
         except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
@@ -753,7 +794,30 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
     t0 = time.perf_counter()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     idx = ws.index
-    # the C++ index first: the parent's first torch-op check waits for it
+    # 1. workspace summaries and rule facts (one parse each) from the end of the module list,
+    #    while the parent summarises them from the front, until we meet
+    met = 0
+    for name in sorted(idx.ws_files, reverse=True):
+        path = idx.ws_files[name]
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            continue
+        sha = hashlib.sha256(data).hexdigest()
+        if ws.cache.load_pickle("py", sha) is not None:
+            if data.strip():  # empty files share one content sha: they say nothing about the parent
+                met += 1
+                if met >= 3:
+                    break
+            continue
+        met = 0
+        idx.module(name)
+        if ws.cache.load_pickle("rulesfacts", _facts_key(sha)) is None:
+            module_facts(ws, name, path, sha, True)
+    ws.cache.flush()
+    if debug:
+        print(f"[prefetch] workspace {time.perf_counter() - t0:.2f}s", file=sys.stderr)
+    # 2. the C++ index (modules whose checks need it earlier are checked again after the signal)
     try:
         ws.resolver.ops.cpp()
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
@@ -766,8 +830,7 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
         os.close(wfd)
     except OSError:
         pass
-    # expression facts of the workspace modules, from the end of the list: the parent checks
-    # them from the front (computing what is not cached yet), so the two meet in the middle
+    # 3. the remaining rule facts, from the end: the parent computes what it reaches first
     for name in sorted(idx.ws_files, reverse=True) if os.environ.get("ATTNLENS_PREFETCH_FACTS", "1") != "0" else ():
         path = idx.ws_files[name]
         try:

@@ -57,7 +57,7 @@ def add_subparsers(sub) -> None:
                    help="files to cover (default: <package>/v1/attention/**)")
     i.add_argument("--format", choices=("md", "json"), default="md")
     i.add_argument("--no-rules", action="store_true", help="do not run the rules engine")
-    i.set_defaults(func=cmd_inventory)
+    i.set_defaults(func=cmd_inventory, fast_exit=True)
 
     u = sub.add_parser("upstream", help="upstream versions in the cache (fetch one with pip download)")
     usub = u.add_subparsers(dest="upstream_command", metavar="ACTION")
