@@ -203,7 +203,9 @@ def test_background_warm_steps_give_the_same_registry(tmp_path):
     ws = example_ws(tmp_path / "b")
     cpp_steps = list(ws.resolver.ops.cpp_warm_steps(0.0))
     assert cpp_steps and cpp_steps == list(range(1, len(cpp_steps) + 1))  # one file per step
-    assert list(ws.resolver.ops.cpp_warm_steps(0.0)) == cpp_steps  # cached now: the same files, read back
+    assert list(ws.resolver.ops.cpp_warm_steps(0.0)) == []  # the steps built the index: nothing left
+    again = example_ws(tmp_path / "b")  # a new process over the same cache: the whole index is read back
+    assert list(again.resolver.ops.cpp_warm_steps(0.0)) == [] and sorted(again.resolver.ops.cpp().ops()) == want_ops
     steps = list(Registry(ws.resolver).warm_steps(0.0))  # budget 0: a yield after every call site
     assert len(steps) > 10 and set(steps) == {5}  # 4 attention backends + 1 custom op, as registered
     assert list(ws.resolver.ops.cpp_warm_steps(0.0)) == []  # the index is built: nothing left to warm

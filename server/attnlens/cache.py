@@ -95,7 +95,6 @@ class _WriteBehind:
     def __init__(self) -> None:
         self.pending: dict[Path, bytes] = {}
         self._reinit()
-        self.sync = False
 
     def _reinit(self) -> None:
         self.lock = threading.Lock()
@@ -110,7 +109,7 @@ class _WriteBehind:
         self._reinit()
 
     def put(self, path: Path, data: bytes) -> None:
-        if self.sync or self.pid != os.getpid():
+        if self.pid != os.getpid():  # forked without the at-fork hook: no thread of our own
             atomic_write_bytes(path, data)
             return
         with self.lock:
@@ -150,13 +149,13 @@ class _WriteBehind:
 
 _WRITER = _WriteBehind()
 atexit.register(_WRITER.flush)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WRITER.after_fork_in_child)
 
 
 def flush_all() -> None:
     """Put every pending derived pickle on disk (before a process leaves with ``os._exit``)."""
     _WRITER.flush()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_WRITER.after_fork_in_child)
 
 
 class Cache:
@@ -207,19 +206,13 @@ class Cache:
             return
         try:
             data = pickle.dumps((FORMAT_VERSION, value), protocol=pickle.HIGHEST_PROTOCOL)
-            path = self.path(kind, f"{key}.pickle")
-            if self.write_behind:
-                _WRITER.put(path, data)
-            else:
-                atomic_write_bytes(path, data)
+            _WRITER.put(self.path(kind, f"{key}.pickle"), data)
         except OSError:
             pass  # a read-only or full disk must not break analysis
 
-    write_behind = True  # derived pickles are written by a background thread (see _WriteBehind)
-
     def flush(self) -> None:
         """Wait until every pickle stored so far is on disk."""
-        _WRITER.flush()
+        flush_all()
 
     # -- json --------------------------------------------------------------
     def load_json(self, kind: str, name: str) -> Any | None:

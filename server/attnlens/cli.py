@@ -201,15 +201,9 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
-_FAST_EXIT = False  # set by main() for analysis-only commands (``fast_exit=True`` in their parser)
-
-
 def run() -> None:
     """The ``attnlens`` console script and ``python -m attnlens``: one command, then exit."""
-    code = main(one_shot=True)
-    if _FAST_EXIT:
-        _leave(code)
-    sys.exit(code)
+    sys.exit(main(one_shot=True))
 
 
 def _leave(code: int) -> None:
@@ -238,22 +232,24 @@ def _leave(code: int) -> None:
 def main(argv: list[str] | None = None, one_shot: bool = False) -> int:
     """Run one command. ``one_shot``: the process exits afterwards, so the cyclic collector,
     paused for the command, is not switched back on (its first run would walk the whole heap
-    just before exit: 0.3 s after a check of the real vLLM-MetaX checkout)."""
+    just before exit: 0.3 s after a check of the real vLLM-MetaX checkout), and an
+    analysis-only command (``fast_exit`` in its parser) leaves through :func:`_leave`."""
     argv = sys.argv[1:] if argv is None else argv
     p = build_parser(_command_of(argv))
     args = p.parse_args(argv)
     if not getattr(args, "func", None):
         p.print_help()
         return 2
-    global _FAST_EXIT
-    _FAST_EXIT = one_shot and bool(getattr(args, "fast_exit", False))
     try:
         if getattr(args, "long_lived", False):  # the server manages the collector itself
             return int(args.func(args) or 0)
         from .gcpolicy import batch
 
         with batch(restore=not one_shot):  # a bounded command: no full collections over the index
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+        if one_shot and getattr(args, "fast_exit", False):
+            _leave(code)
+        return code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

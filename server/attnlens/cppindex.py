@@ -1451,21 +1451,17 @@ def iter_cpp_files(root: Path) -> Iterator[Path]:
     yield from walk(root)
 
 
-def build_index(
+def iter_file_summaries(
     paths: Iterable[Path],
     load: Callable[[str], FileSummary | None] | None = None,
     store: Callable[[str, FileSummary], None] | None = None,
     extension_name: str = "_C",
-) -> CppIndex:
-    """Summarise ``paths`` (files, or folders walked with :func:`iter_cpp_files`) and
-    build a :class:`CppIndex`.  ``load(sha256)`` may return a cached summary for that
-    content; ``store(sha256, summary)`` is called after each fresh parse.  Cache errors
-    are ignored; unreadable files are skipped.  A cached summary is re-pathed when the
-    same content is found at a different path.
-
-    Note: summaries depend on ``extension_name``; callers caching across different
-    extension names should fold it into the key."""
-    summaries: list[FileSummary] = []
+) -> Iterator[FileSummary]:
+    """One :class:`FileSummary` per file of ``paths`` (files, or folders walked with
+    :func:`iter_cpp_files`), in order. ``load(sha256)`` may return a cached summary for that
+    content; ``store(sha256, summary)`` is called after each fresh parse. Cache errors are
+    ignored; unreadable files are skipped. A cached summary is re-pathed when the same content
+    is found at a different path."""
     seen: set[str] = set()
     for p in paths:
         p = Path(p)
@@ -1495,5 +1491,17 @@ def build_index(
                         store(sha, summary)
                     except Exception:  # noqa: BLE001
                         pass
-            summaries.append(summary.with_path(spath))
-    return CppIndex(summaries)
+            yield summary.with_path(spath)
+
+
+def build_index(
+    paths: Iterable[Path],
+    load: Callable[[str], FileSummary | None] | None = None,
+    store: Callable[[str, FileSummary], None] | None = None,
+    extension_name: str = "_C",
+) -> CppIndex:
+    """A :class:`CppIndex` over :func:`iter_file_summaries` of ``paths``.
+
+    Note: summaries depend on ``extension_name``; callers caching across different
+    extension names should fold it into the key."""
+    return CppIndex(iter_file_summaries(paths, load, store, extension_name))

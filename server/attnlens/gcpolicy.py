@@ -30,9 +30,9 @@ import time
 
 def settle(min_unfrozen: int = 0) -> float | None:
     """Collect once and freeze the survivors; returns the seconds it took. With ``min_unfrozen``,
-    only when at least that many objects have reached the oldest generation since the last
-    freeze (counting them is cheap: frozen objects are not listed); None when skipped."""
-    if min_unfrozen and len(gc.get_objects(generation=2)) < min_unfrozen:
+    only when at least that many tracked objects were created since the last freeze (counting
+    them is cheap after a freeze: frozen objects are not listed); None when skipped."""
+    if min_unfrozen and len(gc.get_objects()) < min_unfrozen:
         return None
     t0 = time.perf_counter()
     gc.unfreeze()

@@ -309,6 +309,10 @@ class Index:
     def has_overlays(self) -> bool:
         return bool(self._overlays)
 
+    def is_loaded(self, modname: str) -> bool:
+        """Has ``modname`` been summarised already (so reading its summary costs nothing)?"""
+        return self._modules.get(modname) is not None
+
     def loaded_modules(self) -> list[Module]:
         return [m for m in self._modules.values() if m is not None]
 

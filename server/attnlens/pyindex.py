@@ -29,6 +29,7 @@ convert between code points and UTF-16).
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from dataclasses import dataclass, field
 
@@ -185,6 +186,21 @@ class ModuleSummary:
 
     def module_calls(self):
         return [c for c in self.calls if not c.scope]
+
+    def binding_of(self, scope: str, name: str) -> tuple[str, list]:
+        """How ``name`` is bound for code running in function ``scope``: ``("param", [])`` for a
+        parameter of an enclosing function, ``("local", bindings)`` for an enclosing function's
+        local, else ``("module", bindings)`` (empty when unbound). Class bodies do not enclose."""
+        q = scope
+        while q:
+            f = self.functions.get(q)
+            if f is not None:
+                if any(p.name == name for p in f.params):
+                    return "param", []
+                if name in f.locals:
+                    return "local", f.locals[name]
+            q = q.rpartition(".")[0]
+        return "module", self.bindings.get(name, [])
 
     def scope_at(self, line: int) -> str:
         """Innermost function qualname containing ``line`` ('' for module level)."""
@@ -830,24 +846,12 @@ def _walk_own(fn: ast.AST):
         stack.extend(ast.iter_child_nodes(n))
 
 
-_PARSED: dict[str, ast.Module] = {}  # source text -> tree of the most recent parses (read-only users)
-_PARSED_MAX = 2
-
-
-def parse_module(text: str, filename: str = "<unknown>") -> ast.Module:
-    """``ast.parse`` with a two-entry memo keyed by the text: the index summary and the
-    rules' expression facts of an edited buffer share one parse. Callers must not mutate
-    the tree. Raises what ``ast.parse`` raises (failures are not memoised)."""
-    tree = _PARSED.get(text)
-    if tree is None:
-        tree = ast.parse(text, filename=filename, type_comments=False)
-        while len(_PARSED) >= _PARSED_MAX:
-            try:
-                del _PARSED[next(iter(_PARSED))]
-            except (StopIteration, KeyError, RuntimeError):
-                break
-        _PARSED[text] = tree
-    return tree
+@functools.lru_cache(maxsize=2)
+def parse_module(text: str) -> ast.Module:
+    """``ast.parse`` memoised on the text for the two latest texts: the index summary and the
+    rules' expression facts of an edited buffer share one parse. Callers must not mutate the
+    tree. Raises what ``ast.parse`` raises (failures are not memoised)."""
+    return ast.parse(text, type_comments=False)
 
 
 def summarize(text: str, path: str, sha: str, refs: bool = False) -> ModuleSummary:
@@ -859,7 +863,7 @@ def summarize(text: str, path: str, sha: str, refs: bool = False) -> ModuleSumma
     b = _Builder(text, path, sha)
     b.want_refs = refs
     try:
-        tree = parse_module(text, path)
+        tree = parse_module(text)
     except SyntaxError as e:
         b.s.error = f"syntax error: {e.msg}"
         b.s.error_line = e.lineno or 0

@@ -13,11 +13,12 @@ class body.
 from __future__ import annotations
 
 import ast
-import os
 import re
+import time
 from dataclasses import asdict, dataclass, field
 
 from . import model as M
+from .index import realpath
 from .resolver import Val, Walk
 
 REGISTRAR = re.compile(r"^register_\w*backend$")
@@ -247,10 +248,10 @@ class Registry:
                 if changed is not None and not (changed & touched):
                     return chain
         chain = self.r.trace_call(mod, cs)
-        touched = {os.path.realpath(h.path) for h in chain.hops if h.path}
+        touched = {realpath(h.path) for h in chain.hops if h.path}
         if chain.final.path:
-            touched.add(os.path.realpath(chain.final.path))
-        touched.add(os.path.realpath(mod.path))
+            touched.add(realpath(chain.final.path))
+        touched.add(realpath(mod.path))
         if len(memo) > 20000:
             memo.clear()
         memo[key] = (index.generation, mod.summary.sha, chain, touched)
@@ -261,17 +262,9 @@ class Registry:
         root = cs.func.split(".", 1)[0]
         if root in ("self", "cls"):
             return False
-        q = cs.scope
-        while q:
-            f = mod.summary.functions.get(q)
-            if f is not None:
-                if any(p.name == root for p in f.params):
-                    return False
-                if root in f.locals:
-                    return all(b.kind in ("import", "from") or (b.kind == "call" and (b.target or "").rpartition(".")[2] in ("import_module", "getattr")) for b in f.locals[root])
-            q = q.rpartition(".")[0]
-        bs = mod.summary.bindings.get(root, [])
-        return bool(bs) and all(b.kind in ("import", "from", "assign") or (b.kind == "call" and (b.target or "").rpartition(".")[2] in ("import_module", "getattr")) for b in bs)
+        where, bs = mod.summary.binding_of(cs.scope, root)
+        kinds = ("import", "from") if where == "local" else ("import", "from", "assign")  # module aliases count
+        return bool(bs) and all(b.kind in kinds or (b.kind == "call" and (b.target or "").rpartition(".")[2] in ("import_module", "getattr")) for b in bs)
 
     def _class_sites(self, cv: Val):
         """(module, call site) of every call in the workspace-defined methods of a class."""
@@ -299,22 +292,13 @@ class Registry:
         """Trace the backend classes' call sites a little at a time (yields after each
         ``budget_s``): the chains land in the resolver's site memo, so a following
         ``entries()`` only assembles them. For background indexing in the server."""
-        import time
-
         entries = self.entries(with_call_sites=False)
         t0 = time.perf_counter()
         yield len(entries)
         for e in entries:
-            v = self.r.resolve_symbol(e.cls)
-            if v.kind != "class" or v.module is None:
-                continue
-            classes = [v]
-            if e.kind != "custom_op":
-                for _attr, meth in PART_METHODS:
-                    cv = self._part(v, meth)[1]
-                    if cv is not None:
-                        classes.append(cv)
-            for cv in classes:
+            # the classes _fill collects call sites from: the entry's own and its parts
+            refs = [e.cls] + [ref.cls for attr, _m in PART_METHODS if (ref := getattr(e, attr, None)) and ref.cls]
+            for cv in (v for v in map(self.r.resolve_symbol, refs) if v.kind == "class"):
                 for mod, cs in self._class_sites(cv):
                     self.kernel_call(mod, cs)
                     if time.perf_counter() - t0 >= budget_s:

@@ -94,17 +94,31 @@ class OpRegistry:
         if pending is not None and pending():
             raise CppNotReady()
         self._join_prefetch()
+        for _ in self._build_cpp(None):
+            pass
+        return self._cpp
+
+    def cpp_warm_steps(self, budget_s: float = 0.05):
+        """Build the C++ index a few files at a time (yields the number of files done after each
+        ``budget_s`` of work): background indexing in the server never holds its one analysis
+        thread for the whole C++ tree. Afterwards :meth:`cpp` returns the index at once."""
+        if self._cpp is None:
+            yield from self._build_cpp(budget_s)
+
+    def _build_cpp(self, budget_s: float | None):
+        """Set ``self._cpp``: the whole index from the cache when no C++ file changed, else from
+        per-file summaries (cached by content). Yields progress every ``budget_s`` (never when None)."""
         try:
             from . import cppindex
         except Exception:  # pragma: no cover - tree-sitter missing
             self._cpp = _EmptyCpp()
-            return self._cpp
+            return
+        import hashlib
+        import time
+
         cache = self.r.index.cache
-        load, store = self._cpp_load, self._cpp_store
         files = list(cppindex.iter_cpp_files(self.r.index.root))
         self._cpp_files = files
-        import hashlib
-
         h = hashlib.sha1()
         for f in sorted(files):
             try:
@@ -116,13 +130,21 @@ class OpRegistry:
         whole = cache.load_pickle("derived", f"cpp-{fp}")
         if whole is not None:
             self._cpp = whole
-            return whole
+            return
+        summaries = []
+        t0 = time.perf_counter()
         try:
-            self._cpp = cppindex.build_index(files, load=load, store=store)
-            cache.store_pickle("derived", f"cpp-{fp}", self._cpp)
-        except Exception:
+            for s in cppindex.iter_file_summaries(files, load=self._cpp_load, store=self._cpp_store):
+                summaries.append(s)
+                if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+                    yield len(summaries)
+                    t0 = time.perf_counter()
+            index = cppindex.CppIndex(summaries)
+        except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
             self._cpp = _EmptyCpp()
-        return self._cpp
+            return
+        self._cpp = index
+        cache.store_pickle("derived", f"cpp-{fp}", index)
 
     def _cpp_load(self, sha: str):
         from . import cppindex
@@ -132,41 +154,11 @@ class OpRegistry:
             return None
         try:
             return cppindex.FileSummary.from_json(data)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a torn or foreign entry is a miss
             return None
 
     def _cpp_store(self, sha: str, summ) -> None:
         self.r.index.cache.store_json("cpp", f"{sha}.json", summ.to_json())
-
-    def cpp_warm_steps(self, budget_s: float = 0.05):
-        """Summarise the C++ files into the cache a few at a time (yields the count done after
-        each ``budget_s`` of work), so that :meth:`cpp` then only loads them: background
-        indexing in the server never holds its one analysis thread for the whole C++ tree."""
-        if self._cpp is not None:
-            return
-        try:
-            from . import cppindex
-        except Exception:  # pragma: no cover - tree-sitter missing
-            return
-        import hashlib
-        import time
-
-        if not self.r.index.cache.enabled:
-            return
-        t0 = time.perf_counter()
-        done = 0
-        for f in cppindex.iter_cpp_files(self.r.index.root):
-            try:
-                data = f.read_bytes()
-            except OSError:
-                continue
-            sha = hashlib.sha256(data).hexdigest()
-            if self._cpp_load(sha) is None:
-                self._cpp_store(sha, cppindex.summarize_cpp(data, str(f)))
-            done += 1
-            if time.perf_counter() - t0 >= budget_s:
-                yield done
-                t0 = time.perf_counter()
 
     def invalidate_cpp(self) -> None:
         self._cpp = None

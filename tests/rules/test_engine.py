@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 
 from attnlens.rules.engine import Engine, Finding, check_module, check_paths, suppressed
@@ -90,8 +89,11 @@ def test_prepared_buffer_checks_the_same(tmp_path):
         ws.index.set_overlay(path, text)
         E.prepare_module(ws, path)
         sha = ws.index.module_for_path(path).summary.sha
-        assert (os.path.realpath(path), sha) in E._OVERLAY_FACTS  # prepared, not written to the cache
+        hits = E.overlay_facts.cache_info().hits
         got = [(f.rule, f.line, f.message) for f in check_module(ws, path)]
+        assert E.overlay_facts.cache_info().hits > hits  # the check used the prepared facts
+        ws.cache.flush()
+        assert ws.cache.load_pickle("rulesfacts", E._facts_key(sha)) is None  # an unsaved buffer: never on disk
         fresh_root = tmp_path / f"fresh{k}"
         shutil.copytree(root, fresh_root)
         (fresh_root / "fxplat" / "shapes.py").write_text(text)

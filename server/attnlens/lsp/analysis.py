@@ -172,9 +172,9 @@ class Analysis(CallsMixin, SymbolsMixin):
         return self._roles[1].get(dotted)
     # -- indexing (background, in small steps) --------------------------------
     def indexing_steps(self) -> Iterator[tuple[str, int]]:
-        # each step holds the one analysis thread for about STEP_BUDGET_S: a request or a
-        # diagnostics run that arrives meanwhile waits at most that long
-        """Warm everything requests need; yields (message, percentage) per step."""
+        """Warm everything requests need; yields (message, percentage) per step. Each step holds
+        the one analysis thread for about ``STEP_BUDGET_S``: a request or a diagnostics run that
+        arrives meanwhile waits at most that long."""
         names = sorted(self.ws.index.ws_files)
         n = len(names) or 1
         t0 = time.perf_counter()
@@ -191,9 +191,8 @@ class Analysis(CallsMixin, SymbolsMixin):
         ops = getattr(self.ws.resolver, "ops", None)
         if ops is not None:
             try:
-                for done in ops.cpp_warm_steps(STEP_BUDGET_S):  # a few files per step: requests never wait long
+                for done in ops.cpp_warm_steps(STEP_BUDGET_S):  # a few files per step
                     yield f"C++ files: {done}", 70
-                ops.cpp()
             except Exception:  # noqa: BLE001
                 log.warning("C++ index failed", exc_info=True)
         yield "C++ registrations", 75

@@ -367,19 +367,9 @@ def _head_binding_kind(ctx, cs) -> str:
     head = cs.func.split(".", 1)[0]
     r = ctx.r
     idx = ctx.ws.index
-    bs = None
-    q = cs.scope
-    while q:
-        f = ctx.s.functions.get(q)
-        if f is not None:
-            if any(p.name == head for p in f.params):
-                return "local"
-            if head in f.locals:
-                bs = f.locals[head]
-                break
-        q = q.rpartition(".")[0]
-    if bs is None:
-        bs = ctx.s.bindings.get(head)
+    where, bs = ctx.s.binding_of(cs.scope, head)
+    if where == "param":
+        return "local"
     if not bs:
         return "other"
     kinds = set()
@@ -607,19 +597,7 @@ def _may_reach_op(ctx, cs) -> bool:
     head = cs.func.split(".", 1)[0]
     if head in ("self", "cls"):
         return False
-    bs = None
-    q = cs.scope
-    while q:
-        f = ctx.s.functions.get(q)
-        if f is not None:
-            if any(p.name == head for p in f.params):
-                return False
-            if head in f.locals:
-                bs = f.locals[head]
-                break
-        q = q.rpartition(".")[0]
-    if bs is None:
-        bs = ctx.s.bindings.get(head)
+    _where, bs = ctx.s.binding_of(cs.scope, head)  # a parameter has no bindings: False below
     if not bs:
         return False
     for b in bs:

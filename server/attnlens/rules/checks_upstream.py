@@ -14,8 +14,7 @@ from ..resolver import Val, Walk
 from .checks_calls import _loc, _rel, _short
 from .classes import mro as full_mro
 from .classes import mro_complete
-from .engine import Rule, check, rule
-from .engine import content_memo as engine_content
+from .engine import Rule, check, content_memo, rule
 
 AL108 = rule(Rule(
     "AL108", "missing-upstream-name", "error",
@@ -131,7 +130,7 @@ def upstream_defines(ctx, target: str, name: str) -> bool:
     this question); otherwise the summary decides (star imports, guarded definitions, ...)."""
     engine = ctx.engine
     idx = ctx.ws.index
-    if idx._modules.get(target) is None and name:
+    if not idx.is_loaded(target) and name:
         sha = engine.current_sha(target)
         loc = idx.locate(target)
         if sha is not None and loc is not None:
@@ -141,7 +140,7 @@ def upstream_defines(ctx, target: str, name: str) -> bool:
                 text = idx.source_text(loc.path)
                 return col0_bindings(text) if text is not None else frozenset()
 
-            if name in engine_content(("col0", loc.path, sha), scan):
+            if name in content_memo(("col0", loc.path, sha), scan):
                 return True
     m = idx.module(target)
     return m is None or m.workspace or module_has(ctx.r, m, name)

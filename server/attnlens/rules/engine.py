@@ -253,32 +253,28 @@ def _facts_key(sha: str) -> str:
 
 def module_facts(ws, name: str, path: str, sha: str, use_cache: bool) -> F.AstFacts:
     """Expression-level facts of a module (cached by content hash when the cache is on)."""
-    from .checks_claims import CLAIM_PREFILTER
-
-    overlay = realpath(path) in getattr(ws.index, "_overlays", {})
-    if overlay and sha:
+    if realpath(path) in getattr(ws.index, "_overlays", {}):
         # an unsaved buffer: never on disk (a pickle per keystroke would only fill the cache),
-        # but kept in memory for the few latest versions (prepared before the debounce ends)
-        okey = (realpath(path), sha)
-        hit = _OVERLAY_FACTS.get(okey)
-        if hit is None:
-            hit = F.collect(ws.index.source_text(path) or "", CLAIM_PREFILTER)
-            while len(_OVERLAY_FACTS) >= 8:
-                _OVERLAY_FACTS.pop(next(iter(_OVERLAY_FACTS)), None)
-            _OVERLAY_FACTS[okey] = hit
-        return hit
-    key = _facts_key(sha) if (use_cache and sha and not overlay) else None
+        # but memoised in memory for the latest versions (prepared before the debounce ends)
+        return overlay_facts(ws.index.source_text(path) or "")
+    key = _facts_key(sha) if (use_cache and sha) else None
     if key is not None:
         hit = ws.cache.load_pickle("rulesfacts", key)
         if hit is not None:
             return hit
-    facts = F.collect(ws.index.source_text(path) or "", CLAIM_PREFILTER)
+    facts = _collect(ws.index.source_text(path) or "")
     if key is not None:
         ws.cache.store_pickle("rulesfacts", key, facts)
     return facts
 
 
-_OVERLAY_FACTS: dict = {}  # (real path, sha) -> facts of recent unsaved buffers
+def _collect(text: str) -> F.AstFacts:
+    from .checks_claims import CLAIM_PREFILTER
+
+    return F.collect(text, CLAIM_PREFILTER)
+
+
+overlay_facts = functools.lru_cache(maxsize=8)(_collect)  # facts of the latest unsaved buffer texts
 
 
 # --------------------------------------------------------------------------- the engine
@@ -787,6 +783,17 @@ class Engine:
 _IMPORT_RE = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.MULTILINE)
 
 
+def _ws_files_from_the_end(idx):
+    """(module name, path, content, content sha) of the workspace modules, last name first."""
+    for name in sorted(idx.ws_files, reverse=True):
+        path = idx.ws_files[name]
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            continue
+        yield name, path, data, hashlib.sha256(data).hexdigest()
+
+
 def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forked worker
     import signal
 
@@ -797,13 +804,7 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
     # 1. workspace summaries and rule facts (one parse each) from the end of the module list,
     #    while the parent summarises them from the front, until we meet
     met = 0
-    for name in sorted(idx.ws_files, reverse=True):
-        path = idx.ws_files[name]
-        try:
-            data = Path(path).read_bytes()
-        except OSError:
-            continue
-        sha = hashlib.sha256(data).hexdigest()
+    for name, path, data, sha in _ws_files_from_the_end(idx):
         if ws.cache.load_pickle("py", sha) is not None:
             if data.strip():  # empty files share one content sha: they say nothing about the parent
                 met += 1
@@ -831,12 +832,7 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
     except OSError:
         pass
     # 3. the remaining rule facts, from the end: the parent computes what it reaches first
-    for name in sorted(idx.ws_files, reverse=True) if os.environ.get("ATTNLENS_PREFETCH_FACTS", "1") != "0" else ():
-        path = idx.ws_files[name]
-        try:
-            sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        except OSError:
-            continue
+    for name, path, _data, sha in _ws_files_from_the_end(idx):
         if ws.cache.load_pickle("rulesfacts", _facts_key(sha)) is None:
             module_facts(ws, name, path, sha, True)
     if debug:

@@ -31,12 +31,12 @@ SEVERITY = {"error": T.DiagnosticSeverity.Error, "warning": T.DiagnosticSeverity
 
 
 def engine():
-    """The rules engine's ``check_module`` or None when it is not installed."""
+    """The rules engine module (``check_module``, ``prepare_module``) or None when it is not installed."""
     try:
-        from ...rules.engine import check_module  # type: ignore[import-not-found]
+        from ...rules import engine as rules_engine  # type: ignore[import-not-found]
     except Exception:  # noqa: BLE001 - optional feature, may be mid-development
         return None
-    return check_module
+    return rules_engine
 
 
 def register(ls: AttnLensServer) -> None:
@@ -67,13 +67,13 @@ def check(a: Analysis, ls: AttnLensServer, path: str, uri: str | None = None) ->
 
 
 def _rule_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
-    check_module = engine()
-    if check_module is None or not path.endswith(".py"):
+    rules = engine()
+    if rules is None or not path.endswith(".py"):
         return []
     conv = ls.positions(a)
     out = []
     try:
-        findings = check_module(a.ws, path) or []
+        findings = rules.check_module(a.ws, path) or []
     except Exception as e:  # noqa: BLE001 - a rules bug must not take the server down
         key = f"{type(e).__name__}: {e}"
         if key not in _reported:
@@ -125,16 +125,13 @@ async def prepare(ls: AttnLensServer, uri: str) -> None:
     """Summary, rule facts and shared state of the edited buffer, ahead of the rules (worker thread,
     background priority: a request that arrives meanwhile goes first)."""
     path = uri_to_path(uri)
-    if path is None or not path.endswith(".py"):
-        return
-    try:
-        from ...rules.engine import prepare_module
-    except Exception:  # noqa: BLE001 - rules part optional
+    rules = engine()
+    if path is None or not path.endswith(".py") or rules is None:
         return
 
     def job(a):
         try:
-            prepare_module(a.ws, path)
+            rules.prepare_module(a.ws, path)
         except Exception:  # noqa: BLE001 - the check itself reports problems
             log.debug("preparing %s failed", path, exc_info=True)
 
