@@ -66,3 +66,59 @@ def have_vllm() -> bool:
         if os.path.isfile(os.path.join(p, "vllm", "v1", "attention", "backends", "registry.py")):
             return True
     return False
+
+
+# -- LSP payloads ---------------------------------------------------------------------------
+def plain(obj):
+    """pygls hands unknown JSON objects over as namedtuples: back to dicts/lists."""
+    if hasattr(obj, "_asdict"):
+        return {k: plain(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    return obj
+
+
+def utf16_len(s: str) -> int:
+    return sum(2 if ord(c) > 0xFFFF else 1 for c in s)
+
+
+# -- processes (from /proc) -----------------------------------------------------------------
+def pid_alive(pid: int | None) -> bool:
+    """Is ``pid`` running? A zombie still answers kill(0): it counts as dead."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (ppid, pgid, state) of every process, from /proc."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after the command: state ppid pgrp ...
+        except OSError:
+            continue
+        out[int(d)] = (int(fields[1]), int(fields[2]), fields[0])
+    return out
+
+
+def group_members(pgid: int | None) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``."""
+    if not pgid:
+        return []
+    return [p for p, (_pp, g, s) in proc_table().items() if g == pgid and s != "Z"]

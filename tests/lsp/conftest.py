@@ -18,6 +18,8 @@ import pytest_asyncio
 from lsprotocol import types as T
 from pytest_lsp import ClientServerConfig, client_capabilities
 
+from tests.helpers import plain, utf16_len  # noqa: F401 - re-exported
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "mini-metax"
 PYTHON = str(REPO / ".venv" / "bin" / "python")
@@ -45,10 +47,6 @@ def readme_text(kind: str) -> tuple[Path, str]:
     raise KeyError(f"no README row {kind!r}")
 
 
-def utf16_len(s: str) -> int:
-    return sum(2 if ord(c) > 0xFFFF else 1 for c in s)
-
-
 def position_in(text: str, needle: str, offset: int = 0, nth: int = 0) -> T.Position:
     """LSP (UTF-16) position of ``needle`` (+``offset`` code points) inside ``text``."""
     lines = text.split("\n")
@@ -65,17 +63,6 @@ def position_in(text: str, needle: str, offset: int = 0, nth: int = 0) -> T.Posi
 
 def position_of(path: Path, needle: str, offset: int = 0, nth: int = 0) -> T.Position:
     return position_in(path.read_text(encoding="utf-8"), needle, offset, nth)
-
-
-def plain(obj):
-    """pygls hands unknown JSON objects over as namedtuples: back to dicts/lists."""
-    if hasattr(obj, "_asdict"):
-        return {k: plain(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, dict):
-        return {k: plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    return obj
 
 
 def uri(path: Path | str) -> str:

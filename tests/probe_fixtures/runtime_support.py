@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from attnlens.runtime.agent import AgentPool
+from tests.helpers import group_members, pid_alive  # noqa: F401 - re-exported
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "probe_fixtures"
@@ -85,42 +86,6 @@ def shared_pool(config) -> AgentPool:
 
         config.add_cleanup(cleanup)
     return _STATE["pool"]
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie still answers kill(0); treat it as dead
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def group_members(pgid: int | None) -> list[int]:
-    """Live (non-zombie) processes whose process group is ``pgid`` (read from /proc)."""
-    if not pgid:
-        return []
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        # fields after the command: state ppid pgrp ...
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(d))
-    return out
 
 
 def group_alive(pgid: int | None) -> bool:

@@ -42,6 +42,8 @@ from lsprotocol import types as T
 from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 
+from tests.helpers import group_members, pid_alive, plain, proc_table, utf16_len  # noqa: F401 - re-exported
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "mini-metax"
 PYTHON = str(REPO / ".venv" / "bin" / "python")
@@ -452,17 +454,6 @@ def default_capabilities() -> T.ClientCapabilities:
     )
 
 
-def plain(obj):
-    """pygls hands unknown JSON objects over as namedtuples: back to dicts/lists."""
-    if hasattr(obj, "_asdict"):
-        return {k: plain(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, dict):
-        return {k: plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    return obj
-
-
 def summarize(params: Any) -> str:
     try:
         from pygls.protocol import default_converter
@@ -481,10 +472,6 @@ def frame(body: bytes | dict | list) -> bytes:
 
 # -- the client's copy of a document ---------------------------------------------------
 _NEWLINE = re.compile(r"\r\n|\r|\n")
-
-
-def utf16_len(s: str) -> int:
-    return sum(2 if ord(c) > 0xFFFF else 1 for c in s)
 
 
 class TextModel:
@@ -530,37 +517,6 @@ class TextModel:
 
 
 # -- processes ----------------------------------------------------------------------------
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def proc_table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (ppid, pgid, state) of every process, from /proc."""
-    out = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[int(d)] = (int(fields[1]), int(fields[2]), fields[0])
-    return out
-
-
 def descendants(pid: int) -> list[int]:
     """Live (non-zombie) descendants of ``pid``."""
     table = proc_table()
@@ -574,10 +530,6 @@ def descendants(pid: int) -> list[int]:
                 out.append(c)
             todo.append(c)
     return out
-
-
-def group_members(pgid: int) -> list[int]:
-    return [p for p, (_pp, g, s) in proc_table().items() if g == pgid and s != "Z"]
 
 
 def cmdline(pid: int) -> str:
