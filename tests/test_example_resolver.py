@@ -117,9 +117,15 @@ def test_reexport_through_package_init(ws):
 
 def test_merge_wrapper_skips_dead_cuda_branch(ws):
     c = at(ws, FA, "merge_attn_states(output")
-    assert c.final.kind == M.PYTHON_FUNCTION
-    assert any("merge_attn_states_kernel" in x for x in c.final.calls)
-    assert not any("_C::merge_attn_states" in x for x in c.final.calls)  # is_cuda() branch is dead here
+    assert c.final.kind == M.FORK and c.final.fork.kind == M.FORK_CALLS
+    leaves = [(lf.final.kind, lf.final.symbol, lf.conditions, lf.reachable) for lf in c.leaves()]
+    assert leaves == [
+        # the is_cuda() branch stays in the tree, marked dead on this platform
+        (M.TORCH_OP, "_C::merge_attn_states", ["current_platform.is_cuda()"], False),
+        (M.TRITON_KERNEL, "mini_metax.attention.ops.merge_attn_states.merge_attn_states_kernel",
+         ["not (current_platform.is_cuda())"], True),
+    ]
+    assert c.single_leaf().symbol.endswith("merge_attn_states_kernel")
 
 
 def test_monkey_patch_redirects_upstream(ws):

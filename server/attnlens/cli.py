@@ -118,14 +118,23 @@ def cmd_sites(args) -> int:
         return 0
     from collections import Counter
 
-    counts = Counter(s.chain.final.kind for s in sites)
+    from . import model as M
+    from .render import site_leaves_text
+
+    runtime_kinds = set(M.RUNTIME_LEAF_KINDS)
+    counts: Counter = Counter()
+    all_runtime = 0
     for s in sites:
-        f = s.chain.final
+        leaves = s.chain.leaves()
         rel = os.path.relpath(s.path, ws.root)
-        extra = f"  ({f.reason})" if f.kind == "unresolved" else ""
-        print(f"{rel}:{s.line}:{s.col + 1}  {s.call} -> {f.kind} {f.symbol}{extra}")
+        print(f"{rel}:{s.line}:{s.col + 1}  {s.call} -> {site_leaves_text(s.chain)}")
+        counts["+".join(sorted({lf.final.kind for lf in leaves})) or "none"] += 1
+        live = [lf for lf in leaves if lf.reachable is not False]
+        if live and all(lf.final.kind in runtime_kinds for lf in live):
+            all_runtime += 1
     print()
-    print(f"{len(sites)} kernel call sites: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()))
+    print(f"{len(sites)} kernel call sites by leaf kinds: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()))
+    print(f"{all_runtime} of {len(sites)} sites have every live leaf in {{{', '.join(M.RUNTIME_LEAF_KINDS)}}}")
     return 0
 
 

@@ -44,7 +44,16 @@ only count the remaining ``ERROR``/``MISSING`` nodes and are informational.
 **Preprocessor caveat.**  No preprocessing happens: both sides of every
 ``#if``/``#ifdef``/``#else`` are indexed, so an op defined differently for ROCm
 and CUDA has two ``OpDef`` entries and a function may have several
-definitions.  Commented-out code is ignored.  Macro-generated registrations
+definitions.  Each registration (``OpDef``, ``OpImpl``, ``RegistrationBlock``) carries
+the build-flag ``condition`` it sits under, read from the tree-sitter
+``preproc_ifdef``/``preproc_if``/``preproc_elif``/``preproc_elifdef``/``preproc_else``
+nodes around it (inside the block or around the whole block), in C preprocessor
+syntax, outermost first, joined by ``&&``: ``#ifndef USE_ROCM`` gives
+``!defined(USE_ROCM)``, the ``#else`` of ``#ifdef USE_ROCM`` gives
+``!defined(USE_ROCM)``, an ``#elif B`` after ``#if A`` gives ``!A && B``.  Include
+guards (``#ifndef X`` directly followed by ``#define X``) are not conditions.  Where
+the tree lost the directive structure (an ``ERROR`` node on the way up), the
+directives are read from the text instead.  Commented-out code is ignored.  Macro-generated registrations
 (a macro that expands to ``m.def``) are not seen.
 
 Positions: ``line`` and ``col`` are 1-based; ``col`` counts Unicode code points
@@ -89,7 +98,7 @@ __all__ = [
 ]
 
 #: Bump when the extraction logic or the JSON layout changes (stale caches are refused).
-SUMMARY_FORMAT = 1
+SUMMARY_FORMAT = 2
 
 CPP_SUFFIXES = frozenset(
     {".cpp", ".cc", ".cxx", ".c++", ".cu", ".cuh", ".hip", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp"}
@@ -167,6 +176,7 @@ class OpDef(_Json):
     line: int
     col: int
     block_line: int
+    condition: str | None = None  # build-flag condition around it (``!defined(USE_ROCM)``), None: always
 
 
 @dataclass
@@ -178,6 +188,7 @@ class OpImpl(_Json):
     line: int
     col: int
     block_line: int
+    condition: str | None = None  # build-flag condition around it, None: always
 
 
 @dataclass
@@ -201,6 +212,7 @@ class RegistrationBlock(_Json):
     path: str
     line: int
     end_line: int
+    condition: str | None = None  # build-flag condition around the whole block, None: always
 
 
 @dataclass
@@ -822,6 +834,165 @@ def _function_ref(node, src: _Src) -> tuple[bool, str | None, str | None]:
     return False, None, None
 
 
+# --------------------------------------------------------------------------- preprocessor conditions
+
+_PP_COND_TYPES = frozenset({"preproc_if", "preproc_ifdef", "preproc_elif", "preproc_elifdef"})
+_PP_DIRECTIVE_RE = re.compile(rb"^[ \t]*#[ \t]*(ifdef|ifndef|if|elifdef|elifndef|elif|else|endif)\b(.*)$")
+_PP_DEFINE_RE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
+_PP_SIMPLE_RE = re.compile(r"!?(?:defined\s*\(\s*[A-Za-z_][A-Za-z0-9_]*\s*\)|[A-Za-z_][A-Za-z0-9_]*|\d+)")
+
+
+def _pp_clean(text: str) -> str:
+    return _WS_RE.sub(" ", _COMMENT_RE.sub(" ", text.replace("\\\n", " "))).strip()
+
+
+def _pp_defined(name: str, negated: bool) -> str:
+    return ("!" if negated else "") + f"defined({name.strip()})"
+
+
+def _pp_negate(cond: str) -> str:
+    c = cond.strip()
+    if _PP_SIMPLE_RE.fullmatch(c):
+        return c[1:] if c.startswith("!") else "!" + c
+    return f"!({c})"
+
+
+def _pp_join(parts: list[str]) -> str | None:
+    """Conditions, outermost first, as one ``&&`` expression (None when there are none)."""
+    parts = [p.strip() for p in parts if p and p.strip()]
+    if len(parts) == 1:
+        return parts[0]
+    out = []
+    for p in parts:
+        wrapped = p.startswith("!(") and _matching(p, 1) == len(p) - 1
+        if wrapped or ("||" not in p and "?" not in p):
+            out.append(p)
+        else:
+            out.append(f"({p})")
+    return " && ".join(out) if out else None
+
+
+def _pp_node_condition(node, src: _Src) -> str | None:
+    """The condition a ``preproc_if``/``preproc_ifdef``/``preproc_elif``/``preproc_elifdef``
+    node tests, in C syntax (``defined(X)``, ``!defined(X)``, the ``#if`` expression)."""
+    t = node.type
+    if t in ("preproc_ifdef", "preproc_elifdef"):
+        name = node.child_by_field_name("name")
+        if name is None:
+            return None
+        head = node.children[0].type if node.child_count else ""
+        return _pp_defined(src.text(name), head in ("#ifndef", "#elifndef"))
+    cond = node.child_by_field_name("condition")
+    return _pp_clean(src.text(cond)) if cond is not None else None
+
+
+def _is_include_guard(node, src: _Src) -> bool:
+    """``#ifndef X`` whose first item is ``#define X``: an include guard, not a build flag."""
+    if node.type != "preproc_ifdef" or not node.child_count or node.children[0].type != "#ifndef":
+        return False
+    name = node.child_by_field_name("name")
+    if name is None:
+        return False
+    for c in node.named_children:
+        if c == name or c.type == "comment":
+            continue
+        if c.type == "preproc_def":
+            dn = c.child_by_field_name("name")
+            return dn is not None and src.text(dn) == src.text(name)
+        return False
+    return False
+
+
+def _preproc_condition(node, src: _Src) -> str | None:
+    """Build-flag condition around ``node``: every enclosing ``#if``/``#ifdef``/``#elif``/
+    ``#else`` branch, outermost first (see the module docstring). Read from the text instead
+    when an ``ERROR`` node on the way up may have lost the directive structure."""
+    parts: list[str] = []  # innermost first
+    child = node
+    q = node.parent
+    while q is not None:
+        t = q.type
+        if t == "ERROR":
+            return _text_condition(src, node.start_byte)
+        if t in _PP_COND_TYPES and not _is_include_guard(q, src):
+            cond = _pp_node_condition(q, src) or "?"
+            alt = q.child_by_field_name("alternative")
+            if alt is not None and alt == child:
+                parts.append(_pp_negate(cond))  # in the #else / #elif that follows this test
+            else:
+                parts.append(cond)
+        child = q
+        q = q.parent
+    parts.reverse()
+    return _pp_join(parts)
+
+
+def _pp_directives(src: _Src) -> list[tuple[int, str, str]]:
+    """(byte offset of the line, directive, argument text) of every conditional directive,
+    from the text (continuation lines joined); include guards are dropped."""
+    cached = getattr(src, "_pp_dirs", None)
+    if cached is not None:
+        return cached
+    out: list[tuple[int, str, str]] = []
+    data = src.data
+    if b"#" not in data:
+        src._pp_dirs = out
+        return out
+    lines = data.split(b"\n")
+    pos = 0
+    i = 0
+    pending_guard: tuple[int, str] | None = None  # index in `out` and name of an `#ifndef X`
+    while i < len(lines):
+        start = pos
+        line = lines[i]
+        while line.endswith(b"\\") and i + 1 < len(lines):
+            pos += len(lines[i]) + 1
+            i += 1
+            line = line[:-1] + b" " + lines[i]
+        pos += len(lines[i]) + 1
+        i += 1
+        m = _PP_DIRECTIVE_RE.match(line.rstrip(b"\r"))
+        if m:
+            d = m.group(1).decode()
+            arg = _pp_clean(m.group(2).decode("utf-8", "replace"))
+            out.append((start, d, arg))
+            pending_guard = (len(out) - 1, arg) if d == "ifndef" else None
+            continue
+        if pending_guard is not None:
+            dm = _PP_DEFINE_RE.match(line)
+            if dm and dm.group(1).decode() == pending_guard[1]:
+                out[pending_guard[0]] = (out[pending_guard[0]][0], "guard", pending_guard[1])
+            if line.strip() and not line.strip().startswith((b"//", b"/*")):
+                pending_guard = None
+    src._pp_dirs = out
+    return out
+
+
+def _text_condition(src: _Src, byte: int) -> str | None:
+    """:func:`_preproc_condition` from the directives in the text before ``byte``."""
+    frames: list[list[str] | None] = []  # per open #if: [earlier tests negated..., current test]; None: guard
+    for off, d, arg in _pp_directives(src):
+        if off >= byte:
+            break
+        if d == "guard":
+            frames.append(None)
+        elif d == "ifdef":
+            frames.append([_pp_defined(arg, False)])
+        elif d == "ifndef":
+            frames.append([_pp_defined(arg, True)])
+        elif d == "if":
+            frames.append([arg])
+        elif d in ("elif", "elifdef", "elifndef") and frames and frames[-1] is not None:
+            f = frames[-1]
+            f[-1] = _pp_negate(f[-1])
+            f.append(arg if d == "elif" else _pp_defined(arg, d == "elifndef"))
+        elif d == "else" and frames and frames[-1] is not None:
+            frames[-1][-1] = _pp_negate(frames[-1][-1])
+        elif d == "endif" and frames:
+            frames.pop()
+    return _pp_join([c for f in frames if f for c in f])
+
+
 # --------------------------------------------------------------------------- extraction
 
 
@@ -869,6 +1040,7 @@ def _extract_blocks(root, src: _Src, path: str, extension_name: str, summary: Fi
                 macro=macro, kind=kind, namespace=ns, namespace_expr=_WS_RE.sub(" ", args[0]),
                 dispatch_key=key, module_var=var, path=path,
                 line=src.line_of(m.start(1)), end_line=src.line_of(max(end - 1, 0)),
+                condition=_preproc_condition(node, src) if node is not None else _text_condition(src, m.start(1)),
             )
             summary.blocks.append(block)
             _extract_calls(root, src, brace, end, block, summary)
@@ -945,13 +1117,15 @@ def _handle_def(call, pos_node, src: _Src, block: RegistrationBlock, summary: Fi
     name = schema.split("(", 1)[0].strip()
     op = _qualify(block.namespace, name)
     col = src.col_of(pos_node)
-    summary.defs.append(OpDef(op=op, schema=schema, path=block.path, line=line, col=col, block_line=block.line))
+    cond = _preproc_condition(call, src)
+    summary.defs.append(OpDef(op=op, schema=schema, path=block.path, line=line, col=col, block_line=block.line,
+                              condition=cond))
     for extra in args[1:]:
         ok, key, fn = _function_ref(extra, src)
         if ok:
             summary.impls.append(
                 OpImpl(op=op, dispatch_key=key or block.dispatch_key or CATCH_ALL_KEY, function=fn,
-                       path=block.path, line=line, col=col, block_line=block.line)
+                       path=block.path, line=line, col=col, block_line=block.line, condition=cond)
             )
             break
 
@@ -987,6 +1161,7 @@ def _handle_impl(call, pos_node, src: _Src, block: RegistrationBlock, summary: F
             op=_qualify(block.namespace, name),
             dispatch_key=key or block.dispatch_key or CATCH_ALL_KEY,
             function=fn, path=block.path, line=line, col=src.col_of(pos_node), block_line=block.line,
+            condition=_preproc_condition(call, src),
         )
     )
 

@@ -13,8 +13,29 @@ EXTENSION_FUNCTION = "extension_function"
 DUMMY = "dummy"
 NOT_INSTALLED = "not_installed"
 UNRESOLVED = "unresolved"
+FORK = "fork"  # not a leaf: a choice point whose branches are chains of their own (Final.fork)
 FINAL_KINDS = (PYTHON_FUNCTION, PYTHON_CLASS, TORCH_OP, TRITON_KERNEL, EXTENSION_FUNCTION, DUMMY, NOT_INSTALLED, UNRESOLVED)
 KERNEL_KINDS = (TORCH_OP, TRITON_KERNEL, EXTENSION_FUNCTION)
+# leaves that end a branch in something worth showing as "what runs"
+RUNTIME_LEAF_KINDS = (TORCH_OP, TRITON_KERNEL, EXTENSION_FUNCTION, DUMMY, NOT_INSTALLED)
+
+# fork kinds: how a choice point decides
+FORK_CALLS = "calls"  # a function body runs these calls, each under its own guard (if/else inside the body)
+FORK_IFEXP = "conditional_expression"  # `f if c else g`
+FORK_DICT = "dict_key"  # `{"a": f, "b": g}[key]`
+FORK_FACTORY = "factory_return"  # `x = make()` where make returns one of several classes/callables
+FORK_RETURNS = "multiple_returns"  # a function with several `return` statements of callables/classes
+FORK_DISPATCH_KEY = "dispatch_key"  # a torch op with several kernels, one per dispatch key
+FORK_KINDS = (FORK_CALLS, FORK_IFEXP, FORK_DICT, FORK_FACTORY, FORK_RETURNS, FORK_DISPATCH_KEY)
+
+# reachability of a branch (JSON spelling)
+LIVE = "live"
+DEAD = "dead"
+RUNTIME = "runtime"
+
+# bounds of one tree: deeper forks or more leaves end in a `truncated` marker, never a silent cut
+MAX_FORK_DEPTH = 8
+MAX_LEAVES = 32
 
 # hop kinds
 HOP_KINDS = (
@@ -49,6 +70,7 @@ class Registration:
     function_path: str | None = None
     function_line: int | None = None
     schema: str | None = None
+    condition: str | None = None  # build-flag condition around the registration (`#ifdef X`, `not defined(X)`)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -67,13 +89,68 @@ class Final:
     schema: str | None = None
     params: list[str] = field(default_factory=list)
     constexprs: list[str] = field(default_factory=list)
-    calls: list[str] = field(default_factory=list)  # kernels reached inside a multi-call python function
     providers: list[str] = field(default_factory=list)
+    fork: "Fork | None" = None  # set when kind == FORK
 
     def to_json(self) -> dict:
-        d = asdict(self)
+        d = {k: getattr(self, k) for k in ("kind", "path", "line", "symbol", "package", "reason", "detail", "schema",
+                                             "params", "constexprs", "providers")}
+        d["params"] = list(self.params)
+        d["constexprs"] = list(self.constexprs)
+        d["providers"] = list(self.providers)
         d["registrations"] = [r.to_json() for r in self.registrations]
+        if self.fork is not None:
+            d["fork"] = self.fork.header_json()
         return d
+
+
+def reach_word(v: bool | None) -> str:
+    return LIVE if v is True else DEAD if v is False else RUNTIME
+
+
+@dataclass
+class Branch:
+    """One alternative of a fork: the condition that selects it and the chain that follows."""
+
+    condition: str | None  # the deciding expression for this branch, verbatim (None: always taken)
+    reachable: bool | None  # the condition under the platform profile: True live, False dead, None runtime
+    label: str  # what the branch is (`line 42: kernel_a[grid]`, `"fp8" -> CacheFp8`, `returns A`)
+    chain: "Chain"
+    path: str | None = None  # where the branch is decided (the call, the dict entry, the return)
+    line: int | None = None
+
+
+@dataclass
+class Fork:
+    """A choice point among statically visible alternatives."""
+
+    kind: str  # one of FORK_KINDS
+    decided_by: str | None  # the expression that decides (verbatim), when there is one
+    path: str | None
+    line: int | None
+    symbol: str  # the dispatcher (function, name or op) that forks
+    branches: list[Branch] = field(default_factory=list)
+    truncated: str | None = None  # why branches were left out (depth / width bound), when they were
+
+    def header_json(self) -> dict:
+        return {"kind": self.kind, "decided_by": self.decided_by, "path": self.path, "line": self.line,
+                "symbol": self.symbol, "truncated": self.truncated}
+
+
+@dataclass
+class Leaf:
+    """A flat view of one leaf of a tree: the final, the conditions from the root, the reachability."""
+
+    final: Final
+    conditions: list[str]
+    reachable: bool | None  # False when any branch on the way is dead; None when any is decided at run time
+    branch_path: list[str]  # the labels of the branches taken from the root
+
+    def to_json(self) -> dict:
+        f = self.final
+        return {"kind": f.kind, "symbol": f.symbol, "path": f.path, "line": f.line, "package": f.package,
+                "reason": f.reason, "conditions": list(self.conditions), "branches": list(self.branch_path),
+                "reachability": reach_word(self.reachable)}
 
 
 @dataclass
@@ -84,16 +161,83 @@ class Chain:
     partial: bool = False
     upstream: dict | None = None  # upstream counterpart of the first resolved symbol, when known
 
+    # -- the tree -------------------------------------------------------------
+    def leaves(self) -> list[Leaf]:
+        """Every leaf of the tree, depth first, with the conditions and reachability from the root."""
+        out: list[Leaf] = []
+        _collect_leaves(self, [], [], True, out, 0)
+        return out
+
+    def live_leaves(self) -> list[Leaf]:
+        """Leaves that can run on this platform (live or decided at run time)."""
+        return [lf for lf in self.leaves() if lf.reachable is not False]
+
+    def single_leaf(self) -> Final | None:
+        """The leaf when exactly one can run, else None."""
+        live = self.live_leaves()
+        return live[0].final if len(live) == 1 else None
+
+    def is_tree(self) -> bool:
+        return self.final.fork is not None
+
+    def truncated(self) -> bool:
+        return any(f.truncated for f in self.forks())
+
+    def forks(self) -> list[Fork]:
+        out: list[Fork] = []
+        stack = [self]
+        while stack:
+            c = stack.pop()
+            if c.final.fork is not None:
+                out.append(c.final.fork)
+                stack.extend(b.chain for b in c.final.fork.branches)
+        return out
+
+    def tree_json(self) -> dict:
+        d: dict = {"hops": [h.to_json() for h in self.hops]}
+        f = self.final
+        if f.fork is None:
+            d["leaf"] = f.to_json()
+        else:
+            fk = f.fork
+            d["fork"] = fk.header_json()
+            d["fork"]["detail"] = f.detail
+            d["branches"] = [{"condition": b.condition, "reachability": reach_word(b.reachable), "label": b.label,
+                              "path": b.path, "line": b.line, "node": b.chain.tree_json()} for b in fk.branches]
+        return d
+
     def to_json(self) -> dict:
+        leaves = self.leaves()
+        live = [lf for lf in leaves if lf.reachable is not False]
         d = {
             "hops": [h.to_json() for h in self.hops],
-            "final": self.final.to_json(),
+            "final": (live[0].final.to_json() if len(live) == 1 else self.final.to_json()),
             "reachable": self.reachable,
             "partial": self.partial,
+            "tree": self.tree_json(),
+            "leaves": [lf.to_json() for lf in leaves],
+            "truncated": self.truncated(),
         }
         if self.upstream:
             d["upstream"] = self.upstream
         return d
+
+
+def _collect_leaves(chain: "Chain", conds: list, labels: list, reach, out: list, depth: int) -> None:
+    f = chain.final
+    reach = combine_reachability([reach, chain.reachable])
+    # guards on the trunk that the profile does not prove true are part of the path's conditions
+    conds = list(conds)
+    for h in chain.hops:
+        if h.condition and h.reachable is not True and h.condition not in conds:
+            conds.append(h.condition)
+    if f.fork is None:
+        out.append(Leaf(f, list(conds), reach, list(labels)))
+        return
+    for b in f.fork.branches:
+        r = combine_reachability([reach, b.reachable])
+        sub = conds + ([b.condition] if b.condition and b.condition not in conds else [])
+        _collect_leaves(b.chain, sub, labels + [b.label], r, out, depth + 1)
 
 
 def combine_reachability(values) -> bool | None:

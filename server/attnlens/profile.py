@@ -159,12 +159,8 @@ class PlatformProfile:
         classes = []
         for p in info.class_paths:
             v = self.r.resolve_symbol(p)
-            alts = v.extra.get("alternatives") if v.kind == "class" else None
-            if alts:
-                for a in alts:
-                    av = self.r.resolve_symbol(a)
-                    if av.kind == "class":
-                        classes.append(av)
+            if v.kind == "alts":  # `Platform = A if cond else B`: every candidate class
+                classes.extend(a.val for a in v.extra["alts"] if a.val.kind == "class")
             elif v.kind == "class":
                 classes.append(v)
         info.classes = classes
@@ -304,11 +300,13 @@ class PlatformProfile:
         if isinstance(node, ast.Name):
             if node.id == "TYPE_CHECKING":
                 return False
-            return None
+            return self._fold_name(mod, scope, node.id, depth)
         if isinstance(node, ast.Attribute):
             d = _dotted(node)
             if d and d.endswith("TYPE_CHECKING"):
                 return False
+            if d and d.count(".") == 1 and d.startswith("self.") and scope:
+                return self._fold_self_attr(mod, scope, d[5:], depth)
             return None
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             v = self._eval(mod, scope, node.operand, depth + 1)
@@ -364,6 +362,47 @@ class PlatformProfile:
                     except (ValueError, SyntaxError, IndexError, TypeError, KeyError):
                         return None
             return None
+        return None
+
+    # -- constant folding of names ----------------------------------------------
+    def _fold_binding(self, mod, scope, b, depth):
+        """The constant a single binding holds: a literal, or a call of a constant-returning function."""
+        if b.guards or b.scope:
+            return None
+        if b.kind == "other" and b.target:
+            try:
+                val = ast.literal_eval(b.target)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                return None
+            return val if isinstance(val, (bool, int, str)) else None
+        if b.kind == "call" and b.target and not b.alternatives:
+            return self._eval_call(mod, scope, b.target, ast.Call(func=ast.Name(id="_"), args=[], keywords=[]))
+        return None
+
+    def _fold_name(self, mod, scope, name, depth):
+        how, bindings = mod.summary.binding_of(scope, name)
+        if how != "module" or len(bindings) != 1:
+            return None  # locals are not folded: loops and augmented assignments rebind them
+        return self._fold_binding(mod, "", bindings[0], depth)
+
+    def _fold_self_attr(self, mod, scope, name, depth):
+        """``self.x`` assigned exactly once (in ``__init__``) to a constant, in the class or its bases."""
+        cls_q = self.r.enclosing_class(mod, scope)
+        if cls_q is None:
+            return None
+        for cv in self.r.mro(mod, cls_q):
+            c = cv.cls
+            if c is None or cv.module is None:
+                continue
+            if name in c.reassigned:
+                return None
+            b = c.inst_attrs.get(name)
+            if b is not None:
+                if not (b.attr or "").endswith("__init__"):
+                    return None
+                return self._fold_binding(cv.module, b.attr or "", b, depth)
+            if name in c.attrs:
+                return self._fold_binding(cv.module, "", c.attrs[name], depth)
         return None
 
     def _eval_call(self, mod, scope, d: str, node: ast.Call):

@@ -53,6 +53,7 @@ class Binding:
     alternatives: tuple = ()  # ifexp alternatives (dotted texts)
     str_args: tuple = ()  # literal string args of an assigned call
     end_col: int = 0
+    scope: str = ""  # for a module global assigned inside a function (`global x`): that function
 
 
 @dataclass(slots=True)
@@ -98,6 +99,7 @@ class CallSite:
     forwards: bool = False  # passes *vararg / **kwarg of the enclosing function
     in_return: bool = False
     assigned_to: str | None = None
+    subscript: str = ""  # `f[<this>](...)`: the subscript's source text (a grid, or a dict key)
 
 
 @dataclass(slots=True)
@@ -124,6 +126,8 @@ class FunctionInfo:
     inner_defs: tuple = ()  # qualnames of nested functions
     returns_names: tuple = ()  # bare names returned (decorator factories)
     wraps: str | None = None  # functools.wraps(<text>) on this function
+    return_alts: tuple = ()  # (text, guards, line) of each `return`, text as in `returns`
+    globals_: frozenset = frozenset()  # names declared `global` in the body
 
 
 @dataclass(slots=True)
@@ -142,6 +146,7 @@ class ClassInfo:
     fields: tuple = ()  # (name, annotation, has_default, line)
     is_dataclass: bool = False
     docstring: str | None = None
+    reassigned: frozenset = frozenset()  # instance attributes assigned more than once (never folded)
 
 
 @dataclass(slots=True)
@@ -251,6 +256,20 @@ def _literal_text(node: ast.AST) -> str:
         return repr([e.value for e in node.elts])
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
         return repr(-node.operand.value)  # type: ignore[operator]
+    return ""
+
+
+def _call_text(node: ast.AST) -> str:
+    """``f()`` for a call of a dotted callee (any arguments), ``@import:mod`` for
+    ``importlib.import_module("mod")``, else ''."""
+    if isinstance(node, ast.Call):
+        fd = dotted(node.func)
+        if fd is None:
+            return ""
+        if fd.rpartition(".")[2] == "import_module" and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            return "@import:" + node.args[0].value
+        return fd + "()"
     return ""
 
 
@@ -364,7 +383,11 @@ class _Builder:
 
     # -- bindings ------------------------------------------------------------
     def bind(self, b: Binding) -> None:
-        if self.scope:
+        if self.scope and b.name in self.scope[-1].globals_:
+            # `global x; x = ...` inside a function: a lazily filled module global
+            b.scope = self.scope[-1].qualname
+            self.s.bindings.setdefault(b.name, []).append(b)
+        elif self.scope:
             self.scope[-1].locals.setdefault(b.name, []).append(b)
         elif self.cls:
             pass  # class attributes handled by the class visitor
@@ -376,8 +399,17 @@ class _Builder:
 
     # -- statements ------------------------------------------------------------
     def body(self, stmts: list[ast.stmt]) -> None:
+        pushed = 0
         for st in stmts:
             self.stmt(st)
+            if type(st) is ast.If and not st.orelse and st.body and _terminates(st.body[-1]):
+                # `if c: return ...` (or raise/continue/break): what follows in this block runs only when not c
+                text = " ".join((self.seg(st.test) or dotted(st.test) or "<condition>").split())
+                if text not in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                    self.guards.append(("else", text, st.lineno))
+                    pushed += 1
+        for _ in range(pushed):
+            self.guards.pop()
 
     def stmt(self, st: ast.stmt) -> None:
         g = tuple(self.guards)
@@ -454,9 +486,17 @@ class _Builder:
                 c.fields = c.fields + ((st.target.id, " ".join((ann or "").split()), st.value is not None, st.lineno),)
         elif isinstance(st, ast.Return):
             if self.scope:
-                self._rets[-1].append(st.value)
+                self._rets[-1].append((st.value, tuple(self.guards), st.lineno))
             if st.value is not None:
                 self.expr(st.value, in_return=True)
+        elif isinstance(st, ast.AugAssign):
+            self.expr(st.value)
+            if isinstance(st.target, ast.Name) and not self.cls:
+                line, col = self.pos(st.target)
+                self.bind(Binding(st.target.id, "other", line, col, guards=tuple(self.guards)))
+        elif isinstance(st, ast.Global):
+            if self.scope:
+                self.scope[-1].globals_ = self.scope[-1].globals_ | frozenset(st.names)
         elif hasattr(ast, "Match") and isinstance(st, getattr(ast, "Match")):
             self.expr(st.subject)
             for case in st.cases:
@@ -510,7 +550,10 @@ class _Builder:
                     b = self._binding_for_value(d.split(".", 1)[1], value, line, col, g)
                     b = Binding(b.name, b.kind, b.line, b.col, target=b.target, attr=self.cur_scope(),
                                 guards=b.guards, alternatives=b.alternatives, str_args=b.str_args)
-                    self.cls[-1].inst_attrs.setdefault(b.name, b)
+                    c = self.cls[-1]
+                    if b.name in c.inst_attrs:
+                        c.reassigned = c.reassigned | {b.name}
+                    c.inst_attrs.setdefault(b.name, b)
                 elif not self.scope and not self.cls and "." in d:
                     line, col = self.pos(t)
                     self.s.attr_patches.append(AttrPatch(d, dotted(value) or "", line, col, g))
@@ -537,12 +580,24 @@ class _Builder:
         if isinstance(value, ast.Call):
             fd = dotted(value.func) or ""
             sargs = tuple(a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None for a in value.args)
-            alts = tuple(_literal_text(a) for a in value.args)
+            alts = tuple(_literal_text(a) or _call_text(a) for a in value.args)
             return Binding(name, "call", line, col, target=fd, guards=g, str_args=sargs, alternatives=alts)
         if isinstance(value, ast.IfExp):
-            alts = tuple(x for x in (dotted(value.body), dotted(value.orelse)) if x)
+            # alternatives in order (body, orelse): a dotted name, or `C()` for a constructor call, '' otherwise;
+            # a nested `a if c1 else b if c2 else d` keeps the first test only (the rest is the orelse text)
+            alts = (_literal_text(value.body) or _call_text(value.body), _literal_text(value.orelse) or _call_text(value.orelse))
             cond = self.seg(value.test)
             return Binding(name, "ifexp", line, col, target=" ".join((cond or "").split()), guards=g, alternatives=alts)
+        if isinstance(value, ast.Dict) and value.keys and all(k is not None for k in value.keys):
+            pairs = tuple((" ".join((self.seg(k) or "?").split()), _literal_text(v) or _call_text(v))
+                          for k, v in zip(value.keys, value.values))
+            if any(v for _k, v in pairs):
+                return Binding(name, "dict", line, col, target=None, guards=g, alternatives=pairs)
+        if isinstance(value, ast.Subscript):
+            base = dotted(value.value)
+            if base is not None:
+                return Binding(name, "subscript", line, col, target=base, guards=g,
+                               str_args=(" ".join((self.seg(value.slice) or "").split()),))
         if isinstance(value, ast.Lambda):
             return Binding(name, "lambda", line, col, guards=g)
         return Binding(name, "other", line, col, target=_literal_text(value) or None, guards=g)
@@ -631,7 +686,8 @@ class _Builder:
         const_ok = True
         kw_reads = set()
         kwarg = a.kwarg.arg if a.kwarg else None
-        for rv in ret_nodes:
+        alts = []
+        for rv, rguards, rline in ret_nodes:
             if rv is None:
                 rets.append("None")
                 consts.add(("const", None))
@@ -642,6 +698,7 @@ class _Builder:
                     const_ok = False
                 else:
                     consts.add(c)
+            alts.append((rets[-1] or (_call_text(rv) if rv is not None else ""), rguards, rline))
         if kwarg:
             for sub in _walk_own(node):
                 if isinstance(sub, ast.Call):
@@ -657,6 +714,7 @@ class _Builder:
                     if dotted(sub.comparators[0]) == kwarg and isinstance(sub.left, ast.Constant):
                         kw_reads.add(str(sub.left.value))
         fi.returns = tuple(rets)
+        fi.return_alts = tuple(alts)
         if const_ok and len(consts) == 1 and rets:
             fi.returns_const = next(iter(consts))
         fi.names_read = frozenset(names)
@@ -813,6 +871,9 @@ class _Builder:
             for k in kws:
                 if k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kw:
                     forwards = True
+        sub = ""
+        if isinstance(f, ast.Subscript):
+            sub = " ".join((self.seg(f.slice) or "").split())
         cs = CallSite(
             line, col, el, ec, fl, fc, fel, fec, fd or "", self.cur_scope(), launch,
             nargs=len(args) - n_starred,
@@ -823,6 +884,7 @@ class _Builder:
             arg_texts=tuple(_literal_text(a) for a in args),
             kw_texts=tuple((k.arg, _literal_text(k.value)) for k in kws if k.arg),
             guards=tuple(self.guards), forwards=forwards, in_return=in_return, assigned_to=assigned_to,
+            subscript=sub,
         )
         idx = len(self.s.calls)
         self.s.calls.append(cs)
@@ -833,6 +895,10 @@ class _Builder:
             if tgt:
                 self.s.attr_patches.append(AttrPatch(f"{tgt}.{n.args[1].value}", dotted(n.args[2]) or "", line, col, tuple(self.guards)))
         return None if isinstance(f, ast.Subscript) else fd
+
+
+def _terminates(st: ast.stmt) -> bool:
+    return type(st) in (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 
 def _walk_own(fn: ast.AST):

@@ -47,9 +47,11 @@ class CallSiteResult:
     chain: M.Chain
 
     def to_json(self) -> dict:
+        single = self.chain.single_leaf()
         return {"path": self.path, "line": self.line, "col": self.col + 1, "call": self.call, "scope": self.scope,
-                "final": self.chain.final.to_json(), "reachable": self.chain.reachable,
-                "hops": len(self.chain.hops)}
+                "final": (single or self.chain.final).to_json(), "reachable": self.chain.reachable,
+                "hops": len(self.chain.hops), "leaves": [lf.to_json() for lf in self.chain.leaves()],
+                "truncated": self.chain.truncated()}
 
 
 @dataclass
@@ -353,8 +355,8 @@ def is_kernel_chain(chain: M.Chain) -> bool:
         return True
     if any(h.kind in ("torch_op", "patch") for h in chain.hops):
         return True
-    if k == M.PYTHON_FUNCTION and chain.final.calls:
-        return True  # a python function that launches kernels itself
+    if k == M.FORK:
+        return True  # a choice point whose branches reach kernel-like code (forks keep only those)
     if k == M.UNRESOLVED:
         # only unresolved calls that came through an import of kernel-ish code
         return any(h.kind in ("import", "conditional_import", "lazy_import", "dynamic_import", "alias") for h in chain.hops) and not any(

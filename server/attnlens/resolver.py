@@ -82,6 +82,24 @@ class Val:
         return self.qual
 
 
+@dataclass
+class Alt:
+    """One alternative of a value that is chosen at run time among visible candidates."""
+
+    val: Val
+    condition: str | None
+    reachable: bool | None
+    label: str
+    path: str | None = None
+    line: int | None = None
+
+
+def alts_value(fork_kind: str, decided_by: str | None, mod: Module | None, name: str, line: int | None, arms: list) -> Val:
+    """A value that is one of ``arms`` (a fork when followed)."""
+    return Val("alts", mod, name, mod.path if mod is not None else None, line,
+               extra={"alts": arms, "fork_kind": fork_kind, "decided_by": decided_by})
+
+
 class Walk:
     """Mutable state of one resolution: hops so far, depth, visited."""
 
@@ -93,6 +111,23 @@ class Walk:
         self.deadline = time.perf_counter() + budget_s if budget_s else None
         self.partial = False
         self.receiver = None  # (module, class qualname) of the object a method was looked up on
+        self.fork_depth = 0  # forks above this walk in the tree
+        self.tree = {"leaves": 0}  # shared by every branch of one tree: leaves made so far
+
+    def branch(self) -> "Walk":
+        """A walk for one branch of a fork: same deadline, cancel, receiver and tree budget; its own hops;
+        the visited set of the path so far (a cycle through a branch still ends as a cycle)."""
+        b = Walk.__new__(Walk)
+        b.cancel = self.cancel
+        b.hops = []
+        b.depth = self.depth
+        b.seen = set(self.seen)
+        b.deadline = self.deadline
+        b.partial = False
+        b.receiver = self.receiver
+        b.fork_depth = self.fork_depth + 1
+        b.tree = self.tree
+        return b
 
     def add(self, hop: Hop) -> None:
         self.hops.append(hop)
@@ -169,6 +204,9 @@ class Resolver:
         live = [b for b in cands if self.guard_value(mod, b.guards, scope) is not False]
         if not live:
             return cands[-1]
+        filled = [b for b in live if not (b.kind == "other" and b.target == "None")]
+        if filled and len(filled) < len(live) and any(b.scope for b in filled):
+            live = filled  # `x = None` at module level, filled by a function that declares `global x`
         # try/except ImportError alternatives: the try branch wins when its import resolves
         tried = [b for b in live if any(k == "try" for k, _, _ in b.guards) and not any(k == "except" for k, _, _ in b.guards)]
         excepts = [b for b in live if any(k == "except" for k, _, _ in b.guards)]
@@ -263,15 +301,30 @@ class Resolver:
         if b.kind == "call":
             return self.call_value(mod, scope, b, w)
         if b.kind == "ifexp":
-            alts = [self.resolve_dotted(mod, scope, a, Walk(), line=b.line) for a in b.alternatives]
-            first, last = (b.alternatives[0], b.alternatives[-1]) if b.alternatives else ("?", "?")
+            first, last = (b.alternatives[0] or "...", b.alternatives[-1] or "...") if b.alternatives else ("?", "?")
             w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {first} if {b.target or '?'} else {last}", cond, reach, b.col))
-            good = [a for a in alts if a.kind not in ("unknown",)]
-            if good:
-                v = good[0]
-                v.extra = dict(v.extra, alternatives=[a.dotted for a in good])
-                return v
-            return Val("unknown", mod, b.name, reason=f"`{b.name}` is a conditional expression")
+            test = b.target or "?"
+            tv = self.profile.evaluate(mod, scope, test) if b.target else None
+            arms = []
+            for i, text in enumerate(b.alternatives[:2]):
+                c = test if i == 0 else f"not ({test})"
+                r = tv if i == 0 else (None if tv is None else not tv)
+                if not text:
+                    av = Val("unknown", mod, b.name, mod.path, b.line, reason=f"arm {i + 1} of the conditional expression at "
+                             f"{os.path.basename(mod.path)}:{b.line} is not a name, attribute chain or constructor call")
+                else:
+                    av = self.value_text(mod, scope, text, Walk(), b.line)
+                arms.append(Alt(av, c, r, f"{text or '...'} ({'if' if i == 0 else 'else'})", mod.path, b.line))
+            return alts_value(M.FORK_IFEXP, test, mod, b.name, b.line, arms)
+        if b.kind == "dict":
+            return Val("dict", mod, b.name, mod.path, b.line, extra={"pairs": b.alternatives, "scope": scope})
+        if b.kind == "subscript":
+            base = self.resolve_dotted(mod, scope, b.target or "", w, line=b.line)
+            key = b.str_args[0] if b.str_args else "?"
+            if base.kind == "dict":
+                w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {b.target}[{key}]", cond, reach, b.col))
+                return self.dict_choice(base, key, mod, scope)
+            return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is an item of `{b.target}` at {os.path.basename(mod.path)}:{b.line}")
         if b.kind == "star":
             return Val("unknown", mod, b.name, reason="star import")
         if b.kind == "lambda":
@@ -279,6 +332,17 @@ class Resolver:
         return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is bound to a computed value at {os.path.basename(mod.path)}:{b.line}")
 
     def call_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
+        key = ("call", mod.name, scope, b.name, b.line)
+        if key in self._active:
+            return Val("unknown", mod, b.name, mod.path, b.line,
+                       reason=f"cycle: `{b.name}` at {os.path.basename(mod.path)}:{b.line} is bound to a call that reaches itself")
+        self._active.add(key)
+        try:
+            return self._call_value(mod, scope, b, w)
+        finally:
+            self._active.discard(key)
+
+    def _call_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
         callee = b.target or ""
         last = callee.rpartition(".")[2]
         if last == "import_module" and b.str_args and b.str_args[0]:
@@ -287,23 +351,87 @@ class Resolver:
             return self.module_value(name, w)
         if callee in ("getattr", "builtins.getattr") and len(b.str_args) >= 2 and b.str_args[1]:
             base_text = b.alternatives[0] if b.alternatives else ""
+            if base_text.startswith("@import:"):
+                name = base_text[len("@import:"):]
+                w.add(Hop("dynamic_import", mod.path, b.line, name, f'{b.name} = getattr(importlib.import_module("{name}"), '
+                          f'"{b.str_args[1]}")' + (f" (filled lazily in {b.scope})" if b.scope else ""), self.guard_text(b.guards)))
+                return self.attr(self.module_value(name, w), b.str_args[1], w)
             base = self.resolve_dotted(mod, scope, base_text, w, line=b.line) if base_text else Val("unknown", mod, "?")
             w.add(Hop("dynamic_import", mod.path, b.line, b.str_args[1], f'{b.name} = getattr({base_text}, "{b.str_args[1]}")', self.guard_text(b.guards)))
             return self.attr(base, b.str_args[1], w)
         if callee in ("getattr", "builtins.getattr"):
             return Val("unknown", mod, b.name, mod.path, b.line, reason=f"getattr with a non-literal name at {os.path.basename(mod.path)}:{b.line}")
+        last = callee.rpartition(".")[2]
+        if (callee in ("torch.compile", "functools.partial", "partial") or (last == "partial" and "functools" in callee)) \
+                and b.alternatives and b.alternatives[0] and not b.alternatives[0].endswith("()"):
+            # the result calls its first argument
+            w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {callee}({b.alternatives[0]}, ...): calls {b.alternatives[0]}",
+                      self.guard_text(b.guards)))
+            return self.resolve_dotted(mod, scope, b.alternatives[0], w, line=b.line)
         target = self.resolve_dotted(mod, scope, callee, Walk(), line=b.line) if callee else Val("unknown")
+        return self.result_of_call(mod, scope, b.name, b.line, callee, target, w, self.guard_text(b.guards), b.alternatives)
+
+    def result_of_call(self, mod: Module, scope: str, name: str, line: int, callee: str, target: Val, w: Walk,
+                       cond: str | None = None, args: tuple = ()) -> Val:
+        """The value ``callee(...)`` returns: an instance of a class, a factory's return (a fork over several
+        returns), a decorator's wrapped argument, or unknown."""
+        b_line = line
+        if target.kind == "alts":
+            arms = [Alt(self.result_of_call(mod, scope, name, line, callee, a.val, Walk(), cond, args), a.condition,
+                        a.reachable, a.label, a.path, a.line) for a in target.extra["alts"]]
+            return alts_value(target.extra["fork_kind"], target.extra.get("decided_by"), mod, name, line, arms)
         if target.kind == "class":
-            w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {callee}(...) (instance)", self.guard_text(b.guards)))
+            w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...) (instance)", cond))
             return Val("instance", target.module, target.qual, target.path, target.line)
-        if target.kind == "function":
+        if target.kind == "function" and target.func is not None and target.module is not None:
             f = target.func
-            if f is not None and f.returns_names and len(set(f.returns_names)) == 1 and target.module is not None:
-                inner = self.lookup_name(target.module, f.qualname, f.returns_names[0], Walk())
-                if inner.kind in ("function", "class"):
-                    w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {callee}(...) returns {f.returns_names[0]}", self.guard_text(b.guards)))
+            tm = target.module
+            # a decorator applied by call (`g = deco(f)`): an inner def that calls the decorated argument
+            if f.inner_defs and f.returns_names and set(f.returns_names) <= {q.rpartition(".")[2] for q in f.inner_defs} \
+                    and args and args[0] and not args[0].endswith("()") and f.params:
+                w.add(Hop("wrapper", tm.path, f.line, target.dotted, f"{name} = {callee}({args[0]}): the wrapper calls {args[0]}", cond))
+                return self.resolve_dotted(mod, scope, args[0], w, line=b_line)
+            rets = [(t, g, ln) for t, g, ln in f.return_alts if t and t != "None"]
+            texts = {t for t, _g, _ln in rets}
+            if len(texts) == 1:
+                text = next(iter(texts))
+                inner = self.value_text(tm, f.qualname, text, Walk(), rets[0][2])
+                if inner.kind in ("function", "class", "instance", "alts", "not_installed", "torch_op", "ext_attr", "dict"):
+                    w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...) returns {text}", cond))
                     return inner
-        return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is the result of calling `{callee or '...'}` at {os.path.basename(mod.path)}:{b.line}")
+            elif len(texts) > 1:
+                arms = []
+                for t, g, ln in rets:
+                    av = self.value_text(tm, f.qualname, t, Walk(), ln)
+                    arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname) if g else True,
+                                    f"returns {t}", tm.path, ln))
+                if any(a.val.kind != "unknown" for a in arms):
+                    w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...): one of {len(arms)} returns", cond))
+                    return alts_value(M.FORK_FACTORY, None, tm, target.dotted, f.line, arms)
+        return Val("unknown", mod, name, mod.path, b_line, reason=f"`{name}` is the result of calling `{callee or '...'}` at {os.path.basename(mod.path)}:{b_line}")
+
+    def value_text(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
+        """A value from a binding's recorded text: a dotted name, ``C()`` (a call's result), ``@import:mod``."""
+        if text.startswith("@import:"):
+            return self.module_value(text[len("@import:"):], w)
+        if text.endswith("()"):
+            callee = text[:-2]
+            tv = self.resolve_dotted(mod, scope, callee, Walk(), line=line)
+            return self.result_of_call(mod, scope, callee, line or 0, callee, tv, w)
+        return self.resolve_dotted(mod, scope, text, w, line=line)
+
+    def dict_choice(self, dv: Val, key: str, mod: Module, scope: str) -> Val:
+        """``d[key]`` of a literal dict of callables: one branch per entry, decided by ``key``."""
+        dm = dv.module
+        arms = []
+        for k, text in dv.extra.get("pairs", ()):
+            if not text:
+                av = Val("unknown", dm, f"{dv.qual}[{k}]", dv.path, dv.line, reason=f"the value for {k} is not a name or constructor call")
+            else:
+                av = self.value_text(dm, dv.extra.get("scope", ""), text, Walk(), dv.line)  # type: ignore[arg-type]
+            c = f"{key} == {k}"
+            arms.append(Alt(av, c, self.profile.evaluate(mod, scope, c), f"{k}: {text or '...'}", dv.path, dv.line))
+        return alts_value(M.FORK_DICT, key, dm, dv.qual, dv.line, arms)
 
     def module_value(self, name: str, w: Walk, quiet: bool = False) -> Val:
         if name == "torch" or name.startswith("torch."):
@@ -391,6 +519,14 @@ class Resolver:
     # ------------------------------------------------------------------
     def attr(self, v: Val, name: str, w: Walk) -> Val:
         k = v.kind
+        if k == "alts":
+            arms = [Alt(self.attr(a.val, name, Walk()), a.condition, a.reachable, a.label, a.path, a.line) for a in v.extra["alts"]]
+            if all(a.val.kind == "unknown" for a in arms):
+                return Val("unknown", v.module, f"{v.qual}.{name}", v.path, v.line,
+                           reason=f"`{name}` is found on none of the {len(arms)} candidates of `{v.qual}`")
+            return alts_value(v.extra["fork_kind"], v.extra.get("decided_by"), v.module, f"{v.qual}.{name}", v.line, arms)
+        if k == "dict":
+            return Val("unknown", v.module, f"{v.qual}.{name}", v.path, v.line, reason=f"`.{name}` of the dict `{v.qual}`")
         if k == "module":
             return self.attr_of_module(v.module, name, w)  # type: ignore[arg-type]
         if k == "namespace":
@@ -598,6 +734,10 @@ class Resolver:
             return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle in the chain")
         w.seen.add(key)
         k = v.kind
+        if k == "alts":
+            return self.fork_final(v, w, launch)
+        if k == "dict":
+            return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason=f"`{v.qual}` is a dict of callables: call one of its items")
         if k in ("function", "class"):
             p = self.patched(v)
             if p is not None:
@@ -648,6 +788,112 @@ class Resolver:
             return Final(M.PYTHON_CLASS, v.path, v.line, v.qual, detail="the current platform")
         return Final(M.UNRESOLVED, v.path, v.line, v.qual or "?", reason=v.reason or "could not resolve")
 
+    # ------------------------------------------------------------------
+    # forks
+    # ------------------------------------------------------------------
+    def fork_final(self, v: Val, w: Walk, launch: bool = False) -> Final:
+        arms: list[Alt] = v.extra["alts"]
+        fk = M.Fork(v.extra["fork_kind"], v.extra.get("decided_by"), v.path, v.line, v.dotted)
+        if w.fork_depth >= M.MAX_FORK_DEPTH:
+            fk.truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): {len(arms)} branches not expanded"
+        else:
+            for i, a in enumerate(arms):
+                if w.tree["leaves"] >= M.MAX_LEAVES:
+                    fk.truncated = f"leaf limit ({M.MAX_LEAVES}): {len(arms) - i} branches not expanded"
+                    break
+                bw = w.branch()
+                fin = self.follow(a.val, bw, launch)
+                fk.branches.append(M.Branch(a.condition, a.reachable, a.label, self._chain(bw, fin, a.val.module), a.path, a.line))
+                if bw.partial:
+                    w.partial = True
+        return Final(M.FORK, v.path, v.line, v.dotted, detail=f"one of {len(arms)} candidates ({fk.kind})", fork=fk)
+
+    def callee_value(self, mod: Module, cs: CallSite, w: Walk) -> tuple[Val, bool]:
+        """The value of a call site's callee and whether it is a kernel launch; ``d[key](...)`` of a
+        literal dict of callables becomes a fork (a call of an item, not a launch)."""
+        v = self.resolve_dotted(mod, cs.scope, cs.func, w, line=cs.line)
+        if cs.launch and v.kind == "dict":
+            w.add(Hop("alias", mod.path, cs.line, f"{cs.func}[{cs.subscript}]", f"{cs.func}[{cs.subscript}](...): an item of a dict of callables",
+                      None, None, cs.col))
+            return self.dict_choice(v, cs.subscript or "?", mod, cs.scope), False
+        return v, cs.launch
+
+    def body_branches(self, v: Val, f: FunctionInfo, w: Walk) -> list:
+        """The calls of ``f`` whose chains reach kernel-like code, each as a branch under its guard
+        (dead ones included, marked dead). Memoised per function, receiver and generation."""
+        mod = v.module
+        assert mod is not None
+        recv = w.receiver
+        key = (mod.path, mod.summary.sha, f.qualname, (recv[0].name, recv[1]) if recv else None, self.index.generation)
+        memo = self._reach_memo
+        if self._reach_gen != self.index.generation:
+            memo.clear()
+            self._reach_gen = self.index.generation
+        if key in memo:
+            w.tree["leaves"] += sum(len(b.chain.leaves()) for b in memo[key][0])
+            return memo[key]
+        out = []
+        partial = False
+        truncated = None
+        for cs in mod.summary.calls_in(f.qualname):
+            if cs.scope != f.qualname or not cs.func:
+                continue
+            root = cs.func.split(".", 1)[0]
+            if root in TRIVIAL_ROOTS or cs.func in TRIVIAL_ROOTS:
+                continue
+            if w.tree["leaves"] >= M.MAX_LEAVES:
+                truncated = f"leaf limit ({M.MAX_LEAVES}): calls from line {cs.line} on not expanded"
+                break
+            if w.fork_depth >= M.MAX_FORK_DEPTH:
+                truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): calls not expanded"
+                break
+            bw = w.branch()
+            cond = self.guard_text(cs.guards)
+            reach = self.guard_value(mod, cs.guards, f.qualname) if cs.guards else True
+            sym = cs.func + ("[grid]" if cs.launch else "")
+            bw.add(Hop("triton_launch" if cs.launch else "call", mod.path, cs.line, sym, f"call in {f.qualname}", cond,
+                       reach if cs.guards else None, cs.col))
+            tv, launch = self.callee_value(mod, cs, bw)
+            if any(h.kind == "platform" for h in bw.hops) and tv.kind != "torch_op":
+                continue  # platform queries are not kernels
+            if tv.kind in ("unknown", "builtin", "module", "namespace", "torch", "torch_ops"):
+                # a kernel handed to a launcher the resolver cannot see (`ctx.call_kernel(kernel, grid, ...)`)
+                kv = self._kernel_argument(mod, f.qualname, cs)
+                if kv is None:
+                    continue
+                bw.add(Hop("triton_launch", mod.path, cs.line, kv.dotted, f"{kv.qual} is passed to {cs.func}(...), which launches it", cond,
+                           reach if cs.guards else None, cs.col))
+                tv, launch, sym = kv, True, f"{cs.func}({kv.qual}, ...)"
+            fin = self.follow(tv, bw, launch=launch)
+            ch = self._chain(bw, fin, mod)
+            partial = partial or bw.partial
+            if not _reaches_runtime(ch):
+                kv = self._kernel_argument(mod, f.qualname, cs) if fin.kind == M.PYTHON_FUNCTION else None
+                if kv is None:
+                    continue
+                # the callee launches what it is given: the kernel argument is what runs
+                bw.hops = bw.hops[:1]
+                bw.add(Hop("triton_launch", fin.path or mod.path, fin.line or cs.line, kv.dotted,
+                           f"{kv.qual} is passed to {fin.symbol}, which launches it"))
+                ch = self._chain(bw, self.follow(kv, bw, launch=True), mod)
+                sym = f"{cs.func}({kv.qual}, ...)"
+            out.append(M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line))
+        if partial:
+            w.partial = True
+        elif truncated is None:
+            memo[key] = (out, None)
+        return out, truncated
+
+    def _kernel_argument(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
+        for text in cs.arg_texts:
+            if not text or text[0] in "'\"[(-0123456789" or text in ("None", "True", "False"):
+                continue
+            av = self.resolve_dotted(mod, scope, text, Walk(), line=cs.line)
+            af = av.func if av.kind == "function" else None
+            if af is not None and any(d.func.rpartition(".")[2] in TRITON_JIT_NAMES + TRITON_WRAPPERS for d in af.decorators):
+                return av
+        return None
+
     def follow_function(self, v: Val, w: Walk, launch: bool) -> Final:
         mod = v.module
         f = v.func
@@ -690,72 +936,40 @@ class Resolver:
             w.add(Hop("dummy", mod.path, f.line, v.dotted, f.dummy))
             return Final(M.DUMMY, mod.path, f.line, v.dotted, package=_pkg(v), reason=f"{v.dotted} {f.dummy}", detail=f.docstring or "")
         nxt = self.wrapper_target(v, f, w)
+        if nxt is not None and nxt[0].forwards:
+            return self._follow_call(v, f, nxt[0], nxt[1], w)
+        branches, truncated = self.body_branches(v, f, w)
+        if len(branches) == 1 and branches[0].condition is None and truncated is None:
+            # one unconditional call reaches kernel code: the function is a pass-through to it
+            b = branches[0]
+            first = b.chain.hops[0] if b.chain.hops else None
+            if first is not None:
+                w.add(Hop(first.kind, first.path, first.line, first.symbol, f"{f.name} runs {first.symbol}(...)", None, None, first.col))
+            w.hops.extend(b.chain.hops[1:])
+            return b.chain.final
+        if branches or truncated:
+            fk = M.Fork(M.FORK_CALLS, "; ".join(dict.fromkeys(b.condition for b in branches if b.condition)) or None,
+                        mod.path, f.line, v.dotted, branches, truncated)
+            return Final(M.FORK, mod.path, f.line, v.dotted, package=_pkg(v), detail=f.docstring or "",
+                         params=[p.name for p in f.params], fork=fk)
         if nxt is not None:
-            cs, why = nxt
-            w.add(Hop("wrapper" if cs.forwards else "call", mod.path, cs.line, cs.func or "?", why,
-                      self.guard_text(cs.guards), self.guard_value(mod, cs.guards, f.qualname) if cs.guards else None, cs.col))
-            tv = self.resolve_dotted(mod, f.qualname, cs.func, w, line=cs.line)
-            return self.follow(tv, w, launch=cs.launch)
+            return self._follow_call(v, f, nxt[0], nxt[1], w)
         return self.python_final(v, f)
+
+    def _follow_call(self, v: Val, f: FunctionInfo, cs: CallSite, why: str, w: Walk) -> Final:
+        mod = v.module
+        assert mod is not None
+        w.add(Hop("wrapper" if cs.forwards else "call", mod.path, cs.line, cs.func or "?", why,
+                  self.guard_text(cs.guards), self.guard_value(mod, cs.guards, f.qualname) if cs.guards else None, cs.col))
+        tv, launch = self.callee_value(mod, cs, w)
+        return self.follow(tv, w, launch=launch)
 
     def python_final(self, v: Val, f: FunctionInfo) -> Final:
         mod = v.module
         assert mod is not None
         params = [p.name for p in f.params]
         return Final(M.PYTHON_FUNCTION, mod.path, f.line, v.dotted, package=_pkg(v), detail=f.docstring or "",
-                     params=params, calls=self.kernels_reached(v)[:16])
-
-    def kernels_reached(self, v: Val, depth: int = 3) -> list[str]:
-        """Kernels a multi-call Python function reaches (live branches, bounded depth, memoised)."""
-        mod, f = v.module, v.func
-        if mod is None or f is None:
-            return []
-        key = (mod.path, mod.summary.sha, f.qualname, depth, self.index.generation)
-        memo = self._reach_memo
-        if self._reach_gen != self.index.generation:
-            memo.clear()  # keyed by generation: older entries can never hit again
-            self._reach_gen = self.index.generation
-        if key in memo:
-            return memo[key]
-        memo[key] = []  # cycle guard
-        out: list[str] = []
-        for cs in mod.summary.calls_in(f.qualname):
-            if cs.scope != f.qualname or not cs.func:
-                continue
-            if cs.guards and self.guard_value(mod, cs.guards, f.qualname) is False:
-                continue
-            root = cs.func.split(".", 1)[0]
-            if root in TRIVIAL_ROOTS:
-                continue
-            if cs.launch or cs.func.startswith("torch.ops."):
-                w = Walk()
-                tv = self.resolve_dotted(mod, f.qualname, cs.func, w, line=cs.line)
-                fin = self.follow(tv, w, launch=cs.launch)
-                out.append(f"{fin.kind} {fin.symbol} (line {cs.line})")
-                continue
-            w = Walk()
-            tv = self.resolve_dotted(mod, f.qualname, cs.func, w, line=cs.line)
-            if any(h.kind == "platform" for h in w.hops):
-                continue  # platform queries are not kernels
-            if tv.kind == "not_installed":
-                out.append(f"not_installed {tv.qual} (line {cs.line})")
-            elif tv.kind in ("torch_op", "ext_attr"):
-                fin = self.follow(tv, w)
-                out.append(f"{fin.kind} {fin.symbol} (line {cs.line})")
-            elif tv.kind == "function" and depth > 0 and tv.func is not None:
-                sub = Walk()
-                sub.depth = MAX_DEPTH - 12
-                fin = self.follow(tv, sub)
-                if fin.kind in M.KERNEL_KINDS or fin.kind in (M.DUMMY, M.NOT_INSTALLED):
-                    out.append(f"{fin.kind} {fin.symbol} (line {cs.line})")
-                elif fin.kind == M.PYTHON_FUNCTION and fin.calls:
-                    out.extend(c for c in fin.calls if c not in out)
-        seen = []
-        for c in out:
-            if c not in seen:
-                seen.append(c)
-        memo[key] = seen
-        return seen
+                     params=params)
 
     def triton_final(self, v: Val, f: FunctionInfo, wrappers: list[str]) -> Final:
         params = []
@@ -814,18 +1028,22 @@ class Resolver:
                 continue
             probe = Walk()
             tv = self.resolve_dotted(mod, scope, c.func, probe, line=c.line)
+            if any(h.kind == "platform" for h in probe.hops) and tv.kind != "torch_op":
+                continue  # a platform query decides a branch; it is not the work
             if tv.kind in ("function", "class", "torch_op", "ext_attr", "ext_module", "not_installed", "instance") and not (tv.kind == "class" and not c.launch):
                 score = 2 if tv.kind in ("torch_op", "ext_attr", "not_installed") else 1
                 interesting.append((c, score))
         if not interesting:
             return None
-        kernels = [c for c, s in interesting if s == 2]
         pick = None
+        returns_value = any(t not in ("None", "") for t, _g, _l in f.return_alts) or any(
+            t == "" for t, _g, _l in f.return_alts)
         if len(interesting) == 1:
-            pick = interesting[0][0]
-        elif len(kernels) == 1 and (f.significant <= 8 or len(self.kernels_reached(v)) <= 1):
-            pick = kernels[0]
-        elif len(interesting) > 1:
+            c = interesting[0][0]
+            # a pass-through only when what it returns is the callee's, or the call is the work it exists for
+            if c.in_return or not returns_value:
+                pick = c
+        else:
             rets = [c for c, _ in interesting if c.in_return]
             if len(rets) == 1 and f.significant <= 2:
                 pick = rets[0]
@@ -848,28 +1066,42 @@ class Resolver:
         if not cs.func:
             final = Final(M.UNRESOLVED, mod.path, cs.line, "?", reason="dynamic call: the callee is not a plain name or attribute chain")
         else:
-            v = self.resolve_dotted(mod, cs.scope, cs.func, w, line=cs.line)
-            final = self.follow(v, w, launch=cs.launch)
+            try:
+                v, launch = self.callee_value(mod, cs, w)
+                final = self.follow(v, w, launch=launch)
+            except RecursionError:
+                self._active.clear()
+                final = Final(M.UNRESOLVED, mod.path, cs.line, cs.func, reason="cycle: resolution recursed without end")
         return self._chain(w, final, mod)
 
     def trace_text(self, mod: Module, scope: str, text: str, line: int, budget_s: float | None = None, col: int = 0,
                    cancel=None) -> Chain:
         w = Walk(budget_s, cancel)
         w.add(Hop("call", mod.path, line, text, f"reference in {mod.name}{'.' + scope if scope else ''}", None, None, col))
-        v = self.resolve_dotted(mod, scope, text, w, line=line)
-        final = self.follow(v, w)
+        try:
+            v = self.resolve_dotted(mod, scope, text, w, line=line)
+            final = self.follow(v, w)
+        except RecursionError:
+            self._active.clear()
+            final = Final(M.UNRESOLVED, mod.path, line, text, reason="cycle: resolution recursed without end")
         return self._chain(w, final, mod)
 
     def trace_value(self, v: Val, first: Hop | None = None, budget_s: float | None = None, cancel=None) -> Chain:
         w = Walk(budget_s, cancel)
         if first is not None:
             w.add(first)
-        final = self.follow(v, w)
+        try:
+            final = self.follow(v, w)
+        except RecursionError:
+            self._active.clear()
+            final = Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle: resolution recursed without end")
         return self._chain(w, final, v.module)
 
     def _chain(self, w: Walk, final: Final, mod: Module | None) -> Chain:
         if final.kind == M.UNRESOLVED and w.hops and w.hops[-1].kind != "unresolved":
             w.hops.append(Hop("unresolved", final.path or "", final.line or 0, final.symbol, final.reason or ""))
+        if final.fork is None:
+            w.tree["leaves"] += 1
         reach = M.combine_reachability(h.reachable for h in w.hops if h.reachable is not None or h.condition)
         return Chain(w.hops, final, reach, w.partial)
 
@@ -897,6 +1129,21 @@ class Resolver:
 
 
 _STDLIB = frozenset(getattr(__import__("sys"), "stdlib_module_names", ()))
+
+
+def _reaches_runtime(ch: Chain) -> bool:
+    """Does a branch's chain end in (or pass through) kernel-like code?"""
+    for lf in ch.leaves():
+        if lf.final.kind in M.RUNTIME_LEAF_KINDS:
+            return True
+    stack = [ch]
+    while stack:
+        c = stack.pop()
+        if any(h.kind in ("torch_op", "patch") for h in c.hops):
+            return True
+        if c.final.fork is not None:
+            stack.extend(b.chain for b in c.final.fork.branches)
+    return False
 
 
 def _pkg(v: Val) -> str | None:

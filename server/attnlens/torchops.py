@@ -9,20 +9,39 @@ Sources, all static (nothing is loaded):
 2. Python registrations in the workspace and in installed packages reached by
    the op's namespace: ``direct_register_custom_op(op_name=..., op_func=...)``
    (vLLM's helper, namespace ``vllm`` unless ``target_lib`` says otherwise),
-   ``@torch.library.custom_op("ns::op")``, ``@torch.library.triton_op``,
-   ``Library("ns", ...).define/impl``. Installed packages are pre-filtered by
-   a byte search for the op name, so only a handful of files are parsed.
+   ``@torch.library.custom_op("ns::op")`` / ``@torch.library.triton_op`` (the op's
+   default implementation), the decorator forms ``@torch.library.impl("ns::op",
+   "CUDA")`` (also spelled through ``from torch.library import impl`` or
+   ``import torch.library as tl``), ``@torch.library.impl(lib, "op", key)``,
+   ``@lib.impl("op", key)`` on a ``Library("ns", ...)`` object,
+   ``@<op>.register_kernel("cuda")`` (the decorated function is the kernel for that
+   key), the call forms ``torch.library.impl("ns::op", "CUDA", fn)`` and
+   ``Library("ns", ...).define/impl``. Fake/abstract impls (``register_fake``,
+   ``impl_abstract``, ``@<op>.register_fake``) are recorded (kind ``python_fake``,
+   key ``Meta``) and never followed; ``define`` gives a ``python_def`` schema. Of
+   several kernels the one that runs on the device is followed (:func:`_run_rank`),
+   and every registration stays in ``Final.registrations``. Installed packages are
+   pre-filtered by a byte search for the op name, so only a handful of files are
+   parsed.
 3. Schemas baked into native extensions (``.so`` ``.rodata``) when no source
    declares the op (:mod:`attnlens.elfscan`, cached by file stamp).
 
 The *provider* of compiled ops is read from the platform's ``import_kernels``
 (the modules it imports, with their guards): e.g. a workspace extension that
 is not built in this checkout, or a precompiled package that is not installed.
+When nothing in reach registers an op and a package that would provide it is not
+installed (a platform kernel import, or an extension-like import of the calling
+module), the final names it instead of claiming an exhaustive search; otherwise
+"no registration found" comes with the list of what was searched.
+
+C++ registrations carry the build-flag ``condition`` (``#ifdef``/``#if``/``#else``
+around them, see :mod:`attnlens.cppindex`) into ``Registration.condition``.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from . import model as M
 from .model import Final, Hop, Registration
@@ -50,6 +69,8 @@ class OpRegistry:
         self._prefetch = None
         self._providers_gen = -1
         self._providers = None
+        self._searched: dict = {}  # (ns, op) -> what the Python scan looked at (for "no registration found")
+        self._ext_searched = 0  # .so files the last extension-schema search read
 
     # -- C++ ---------------------------------------------------------------
     def prefetch_cpp(self) -> None:
@@ -120,6 +141,7 @@ class OpRegistry:
         files = list(cppindex.iter_cpp_files(self.r.index.root))
         self._cpp_files = files
         h = hashlib.sha1()
+        h.update(f"format={cppindex.SUMMARY_FORMAT}\n".encode())
         for f in sorted(files):
             try:
                 st = os.stat(f)
@@ -199,53 +221,137 @@ class OpRegistry:
 
     # -- python registrations ----------------------------------------------------
     def python_registrations(self, ns: str, op: str) -> list[tuple]:
-        """[(module, callsite-or-decorator, function text, dispatch key)]."""
+        """[(module, line, scope, function text, dispatch key, registration text)] of the Python
+        functions registered as kernels of ``ns::op`` (fake/abstract impls and bare ``define``s
+        left out), the one that runs on the device first (see :func:`_run_rank`)."""
+        regs = [r for r in self.python_registrations_all(ns, op) if r.role in ("impl", "default")]
+        regs.sort(key=_run_rank)
+        return [(r.module, r.line, r.scope, r.func, r.key, r.text) for r in regs]
+
+    def python_registrations_all(self, ns: str, op: str) -> list["PyReg"]:
+        """Every Python registration of ``ns::op`` in reach, in source order per module: kernels
+        (``impl``/``default``), fake/abstract impls (``fake``) and schemas (``def``)."""
         key = (ns, op, self.r.index.generation)
         if key in self._py_cache:
             return self._py_cache[key]
         if self._py_cache and next(iter(self._py_cache))[2] != self.r.index.generation:
             self._py_cache.clear()  # entries of older generations can never hit again
-        found = []
+            self._searched.clear()
+        found: list[PyReg] = []
         mods = []
+        seen = set()
+        n_ws = 0
         for name, path in sorted(self.r.index.ws_files.items()):
             text = self.r.index.source_text(path)
             if text is not None and op in text:
                 m = self.r.index.module(name)
                 if m is not None:
                     mods.append(m)
-        mods += self._installed_candidates(ns, op)
+                    seen.add(m.name)
+                    n_ws += 1
+        inst, pkgs, tried = self._installed_candidates(ns, op)
+        mods += [m for m in inst if m.name not in seen]
+        seen.update(m.name for m in inst)
         for m in mods:
             found.extend(self._scan_module(m, ns, op))
+        # `@<op function>.register_kernel/register_fake` in a module that never spells the op name
+        fnames = {r.func.rpartition(".")[2] for r in found if r.api in ("custom_op", "triton_op") and r.func}
+        if fnames:
+            for name, path in sorted(self.r.index.ws_files.items()):
+                if name in seen:
+                    continue
+                text = self.r.index.source_text(path)
+                if text is not None and any(f"{fn}.register_" in text for fn in fnames):
+                    m = self.r.index.module(name)
+                    if m is not None:
+                        seen.add(name)
+                        n_ws += 1
+                        found.extend(self._scan_module(m, ns, op))
+        self._searched[(ns, op)] = {"ws_modules": n_ws, "packages": pkgs, "tried": tried, "installed_modules": len(inst)}
         self._py_cache[key] = found
         return found
 
     def _installed_candidates(self, ns: str, op: str):
-        """Installed modules that mention the op name (byte pre-filter)."""
+        """(installed modules that mention the op name (byte pre-filter), installed packages
+        searched, package names tried)."""
         pkgs = {"vllm"} if ns == "vllm" else set()
         pkgs.add(ns.lstrip("_").split("_")[0])
         out = []
+        searched = []
         needle = op.encode()
         for pkg in sorted(pkgs):
             loc = self.r.index.locate(pkg)
             if loc is None or loc.kind != "py" or not loc.is_package or self.r.index.is_workspace_path(loc.path):
                 continue
+            searched.append(pkg)
             from .index import iter_py_bytes
 
             for p, data in iter_py_bytes(os.path.dirname(loc.path), ("tests", "benchmarks")):
-                if needle in data and (b"register_custom_op" in data or b"custom_op" in data or b"Library(" in data):
+                if needle in data and (b"register_custom_op" in data or b"custom_op" in data or b"Library(" in data
+                                       or b"torch.library" in data):
                     m = self.r.index.module_for_path(p)
                     if m is not None:
                         out.append(m)
-        return out
+        return out, searched, sorted(pkgs)
 
-    def _scan_module(self, m, ns: str, op: str) -> list[tuple]:
-        out = []
+    def _torch_library_api(self, m, dotted: str) -> str | None:
+        """``X`` when the dotted callee ``dotted`` names ``torch.library.X`` in module ``m``
+        (``torch.library.impl``, ``from torch.library import impl``, ``import torch.library as tl``,
+        ``from torch import library``), else None."""
+        if not dotted:
+            return None
+        if dotted.startswith("torch.library.") and dotted.count(".") == 2:
+            return dotted.rpartition(".")[2]
+        head, _, rest = dotted.partition(".")
+        for b in m.summary.bindings.get(head, []):
+            if b.kind == "from" and b.target == "torch.library" and b.attr and not rest:
+                return b.attr
+            if rest and "." not in rest and (
+                    (b.kind == "from" and b.target == "torch" and b.attr == "library")
+                    or (b.kind == "import" and b.target == "torch.library")):
+                return rest
+        return None
+
+    def _custom_op_of(self, m, text: str) -> str | None:
+        """The ``ns::op`` of a function decorated with ``@torch.library.custom_op``/``triton_op``
+        that ``text`` names in module ``m`` (for ``@<fn>.register_kernel(...)``), else None."""
+        f = m.summary.functions.get(text)
+        fm = m
+        if f is None:
+            from .resolver import Walk
+
+            try:
+                v = self.r.resolve_dotted(m, "", text, Walk())
+            except RecursionError:
+                return None
+            if v.kind != "function" or v.module is None:
+                return None
+            fm, f = v.module, v.func
+            if f is None:
+                return None
+        for d in f.decorators:
+            api = self._torch_library_api(fm, d.func) or d.func.rpartition(".")[2]
+            if api in ("custom_op", "triton_op") and d.str_args and d.str_args[0]:
+                return d.str_args[0]
+        return None
+
+    def _scan_module(self, m, ns: str, op: str) -> list["PyReg"]:
+        out: list[PyReg] = []
+        qual = f"{ns}::{op}"
         s = m.summary
+        deco_at = set()
+        for f in s.functions.values():
+            deco_at.update((d.line, d.col) for d in f.decorators)
+        for c in s.classes.values():
+            deco_at.update((d.line, d.col) for d in c.decorators)
         for cs in s.calls:
+            if (cs.line, cs.col) in deco_at:
+                continue  # a decorator: read below with the function it decorates
             last = cs.func.rpartition(".")[2]
+            kw = dict(cs.kw_texts)
+            sargs = cs.str_args
             if last == "direct_register_custom_op":
-                kw = dict(cs.kw_texts)
-                name = (kw.get("op_name") or "").strip("'\"") or (cs.str_args[0] if cs.str_args else None)
+                name = (kw.get("op_name") or "").strip("'\"") or (sargs[0] if sargs else None)
                 func = kw.get("op_func") or (cs.arg_texts[1] if len(cs.arg_texts) > 1 else "")
                 lib_ns = "vllm"
                 tl = kw.get("target_lib")
@@ -253,20 +359,114 @@ class OpRegistry:
                     lib_ns = self._library_ns(m, cs.scope, tl) or "?"
                 key = (kw.get("dispatch_key") or "").strip("'\"") or "CUDA (current_platform.dispatch_key)"
                 if name == op and lib_ns == ns:
-                    out.append((m, cs.line, cs.scope, func, key, f"direct_register_custom_op(op_name=\"{op}\")"))
-            elif last == "impl" and cs.str_args and cs.str_args[0] in (op, f"{ns}::{op}"):
+                    out.append(PyReg(m, cs.line, cs.scope, func, key, f"direct_register_custom_op(op_name=\"{op}\")",
+                                     "default", last))
+                continue
+            api = self._torch_library_api(m, cs.func)
+            if api is None and last in ("custom_op", "register_fake", "impl_abstract", "register_kernel") \
+                    and sargs and sargs[0] == qual:
+                api = last
+            if api is not None and sargs and sargs[0] == qual:
+                # torch.library.X("ns::op", ...) called, not applied as a decorator
+                txt = f"torch.library.{api}(\"{qual}\")"
+                if api in ("custom_op", "triton_op"):
+                    func = cs.arg_texts[1] if len(cs.arg_texts) > 1 else kw.get("fn", "")
+                    if func:
+                        out.append(PyReg(m, cs.line, cs.scope, func, _custom_op_key(api, kw), txt, "default", api))
+                elif api in ("impl", "register_kernel"):
+                    func = cs.arg_texts[2] if len(cs.arg_texts) > 2 else kw.get("func", "")
+                    keys = _keys_of(cs.arg_texts[1] if len(cs.arg_texts) > 1 else kw.get("types") or kw.get("device_types", ""))
+                    if func:
+                        out.extend(PyReg(m, cs.line, cs.scope, func, k, txt, "impl", api) for k in keys)
+                elif api in ("register_fake", "impl_abstract"):
+                    func = cs.arg_texts[1] if len(cs.arg_texts) > 1 else kw.get("func", "")
+                    if func:
+                        out.append(PyReg(m, cs.line, cs.scope, func, "Meta", txt, "fake", api))
+                elif api == "define":
+                    sch = sargs[1] if len(sargs) > 1 and sargs[1] else (kw.get("schema") or "").strip("'\"")
+                    out.append(PyReg(m, cs.line, cs.scope, "", None, txt, "def", api,
+                                     schema=f"{op}{sch}" if sch else None))
+                continue
+            if api is not None:
+                continue
+            if last in ("impl", "define", "_register_fake", "_impl_with_aoti_compile") and sargs and sargs[0]:
                 base = cs.func.rpartition(".")[0]
+                head = sargs[0].split("(", 1)[0].strip() if last == "define" else sargs[0]
+                if head not in (op, qual):
+                    continue
                 lib_ns = self._library_ns(m, cs.scope, base) if base else None
-                if cs.str_args[0] == f"{ns}::{op}" or lib_ns == ns:
+                if head != qual and lib_ns != ns:
+                    continue
+                txt = f"{cs.func}(\"{sargs[0] if last != 'define' else head}\")"
+                if last == "define":
+                    out.append(PyReg(m, cs.line, cs.scope, "", None, txt, "def", "Library.define", schema=sargs[0]))
+                elif last == "_register_fake":
                     func = cs.arg_texts[1] if len(cs.arg_texts) > 1 else ""
-                    key = (cs.str_args[2] if len(cs.str_args) > 2 and cs.str_args[2] else dict(cs.kw_texts).get("dispatch_key", "")).strip("'\"")
-                    out.append((m, cs.line, cs.scope, func, key or "?", f"{cs.func}(\"{cs.str_args[0]}\")"))
+                    out.append(PyReg(m, cs.line, cs.scope, func, "Meta", txt, "fake", "Library._register_fake"))
+                else:  # Library.impl(op_name, fn, dispatch_key="")
+                    func = cs.arg_texts[1] if len(cs.arg_texts) > 1 else kw.get("fn", "")
+                    key = (sargs[2] if len(sargs) > 2 and sargs[2] else kw.get("dispatch_key", "")).strip("'\"")
+                    out.append(PyReg(m, cs.line, cs.scope, func, key or "CompositeImplicitAutograd", txt, "impl",
+                                     "Library.impl"))
         for q, f in s.functions.items():
             for d in f.decorators:
-                last = d.func.rpartition(".")[2]
-                if last in ("custom_op", "triton_op") and d.str_args and d.str_args[0] == f"{ns}::{op}":
-                    out.append((m, d.line, "", q, "CompositeExplicitAutograd" if last == "custom_op" else "triton_op", f"@{d.func}(\"{ns}::{op}\")"))
+                r = self._decorator_reg(m, q, f, d, ns, op)
+                if r:
+                    out.extend(r)
+        out.sort(key=lambda r: r.line)
         return out
+
+    def _decorator_reg(self, m, q: str, f, d, ns: str, op: str) -> list["PyReg"]:
+        """Registrations of ``ns::op`` made by decorator ``d`` on function ``q``: the decorated
+        function is the registered one (never a string argument of the decorator)."""
+        qual = f"{ns}::{op}"
+        last = d.func.rpartition(".")[2]
+        base = d.func.rpartition(".")[0]
+        sargs = d.str_args
+        kw = dict(d.kw_texts)
+        scope = q.rpartition(".")[0]
+        api = self._torch_library_api(m, d.func)
+        if api is None and not base and last in ("custom_op", "triton_op", "register_fake", "impl_abstract",
+                                                 "register_kernel", "impl") and sargs and sargs[0] and "::" in sargs[0]:
+            api = last  # an unbound helper spelled like torch.library's: judged by the qualified op name
+        if api is None and base.endswith(".library") and last in ("custom_op", "triton_op"):
+            api = last
+        text = f"@{d.func}(" + ", ".join(f'"{a}"' if a is not None else (t or "...")
+                                         for a, t in zip(sargs, d.arg_texts)) + ")" if d.is_call else f"@{d.func}"
+        if api in ("custom_op", "triton_op"):
+            if sargs and sargs[0] == qual:
+                return [PyReg(m, d.line, scope, q, _custom_op_key(api, kw), text, "default", api)]
+            return []
+        if api in ("impl", "register_kernel"):
+            if sargs and sargs[0] == qual:  # impl("ns::op", types)
+                keys = _keys_of(d.arg_texts[1] if len(d.arg_texts) > 1 else kw.get("types") or kw.get("device_types", ""))
+                return [PyReg(m, d.line, scope, q, k, text, "impl", api) for k in keys]
+            if api == "impl" and len(sargs) > 1 and sargs[0] is None and sargs[1] in (op, qual):
+                # legacy impl(lib, "op", dispatch_key)
+                if sargs[1] == qual or self._library_ns(m, scope, d.arg_texts[0]) == ns:
+                    keys = _keys_of(d.arg_texts[2] if len(d.arg_texts) > 2 else kw.get("dispatch_key", ""))
+                    return [PyReg(m, d.line, scope, q, k, text, "impl", api) for k in keys]
+            return []
+        if api in ("register_fake", "impl_abstract"):
+            if sargs and sargs[0] == qual:
+                return [PyReg(m, d.line, scope, q, "Meta", text, "fake", api)]
+            return []
+        if api is not None or not base:
+            return []
+        if last == "impl" and sargs and sargs[0] in (op, qual):
+            # @lib.impl("op", "CUDA") on a torch.library.Library("ns", ...) object
+            if sargs[0] == qual or self._library_ns(m, scope, base) == ns:
+                keys = _keys_of(d.arg_texts[1] if len(d.arg_texts) > 1 else kw.get("dispatch_key", ""))
+                return [PyReg(m, d.line, scope, q, k, text, "impl", "Library.impl") for k in keys]
+            return []
+        if last in ("register_kernel", "register_fake") and self._custom_op_of(m, base) == qual:
+            # @<custom op function>.register_kernel("cuda") / .register_fake
+            if last == "register_kernel":
+                keys = _keys_of(d.arg_texts[0] if d.arg_texts else kw.get("device_types", ""))
+                return [PyReg(m, d.line, scope, q, k, text, "impl", "register_kernel") for k in keys]
+            if last == "register_fake":
+                return [PyReg(m, d.line, scope, q, "Meta", text, "fake", "register_fake")]
+        return []
 
     def _library_ns(self, m, scope: str, text: str) -> str | None:
         from .resolver import Walk
@@ -300,6 +500,7 @@ class OpRegistry:
                         cands.append(e.path)
             except OSError:
                 continue
+        self._ext_searched = len(cands)
         for p in sorted(cands):
             info = self._ext_info(p, elfscan)
             if info is None:
@@ -334,45 +535,62 @@ class OpRegistry:
         ns = v.extra.get("ns") or v.qual.split("::")[0]
         op = v.extra.get("op") or v.qual.split("::")[-1]
         qual = f"{ns}::{op}"
+        caller = self._calling_module(w)
         w.add(Hop("torch_op", "", 0, qual, f"torch.ops.{ns}.{op}: dispatched by the torch dispatcher"))
         # Python registrations first: the op then runs Python code we can follow
-        py = self.python_registrations(ns, op)
-        if py:
-            m, line, scope, func, key, text = py[0]
-            w.add(Hop("op_registration", m.path, line, qual, f"{text} in {m.name} (dispatch key {key})"))
-            if func:
-                fv = self.r.resolve_dotted(m, scope, func, w, line=line)
-                fin = self.r.follow(fv, w)
-                fin.registrations.append(Registration(m.path, line, key, "python", func, fv.path, fv.line))
-                if fin.kind == M.UNRESOLVED:
-                    fin.reason = (fin.reason or "") + f" (op_func of {qual})"
-                return fin
+        pyregs = self.python_registrations_all(ns, op)
+        runnable = sorted((r for r in pyregs if r.role in ("impl", "default")), key=_run_rank)
+        if runnable:
+            pick = runnable[0]
+            others = [r for r in pyregs if r is not pick and r.role != "def"]
+            also = "; also " + ", ".join(f"{_role_word(r)} at line {r.line}" + ("" if r.module is pick.module else f" of {r.module.name}")
+                                         for r in others) if others else ""
+            m = pick.module
+            w.add(Hop("op_registration", m.path, pick.line, qual,
+                      f"{pick.text} in {m.name} (dispatch key {pick.key}){also}"))
+            fv = self.r.resolve_dotted(m, pick.scope, pick.func, w, line=pick.line)
+            fin = self.r.follow(fv, w)
+            fin.registrations.extend(self._py_registration(r, fv if r is pick else None) for r in pyregs)
+            if fin.kind == M.UNRESOLVED:
+                fin.reason = (fin.reason or "") + f" (op_func of {qual})"
+            return fin
         cpp = self.cpp()
         info = cpp.op(qual)
-        regs: list[Registration] = []
-        schema = None
+        regs: list[Registration] = [self._py_registration(r, None) for r in pyregs]  # fake impls / schemas only
+        schema = next((r.schema for r in regs if r.schema), None)
         path = line = None
+        if regs:
+            path, line = regs[0].path, regs[0].line
         if info is not None:
+            path = line = None
             for d in info.defs:
-                regs.append(Registration(d.path, d.line, None, "cpp_def", schema=d.schema))
+                regs.append(Registration(d.path, d.line, None, "cpp_def", schema=d.schema,
+                                         condition=getattr(d, "condition", None)))
                 schema = schema or d.schema
                 if path is None:
                     path, line = d.path, d.line
             for im in info.impls:
                 dfn = getattr(im, "definition", None)
                 regs.append(Registration(im.path, im.line, im.dispatch_key, "cpp_impl", im.function,
-                                         getattr(dfn, "path", None), getattr(dfn, "line", None)))
+                                         getattr(dfn, "path", None), getattr(dfn, "line", None),
+                                         condition=getattr(im, "condition", None)))
+            if path is None:
+                first = next((r for r in regs if r.kind == "cpp_impl"), None)
+                if first is not None:
+                    path, line = first.path, first.line
             impl_with_fn = [r for r in regs if r.kind == "cpp_impl" and r.function_path]
             for r in regs:
                 if r.kind == "cpp_def":
-                    w.add(Hop("op_registration", r.path, r.line, qual, f"ops.def schema: {r.schema}"))
+                    w.add(Hop("op_registration", r.path, r.line, qual, f"ops.def schema: {r.schema}{_under(r.condition)}"))
             for r in regs:
                 if r.kind == "cpp_impl":
-                    w.add(Hop("op_registration", r.path, r.line, qual, f"ops.impl for {r.dispatch_key} binds {r.function}"))
+                    w.add(Hop("op_registration", r.path, r.line, qual,
+                              f"ops.impl for {r.dispatch_key} binds {r.function}{_under(r.condition)}"))
             if impl_with_fn:
                 r = impl_with_fn[0]
                 w.add(Hop("definition", r.function_path or "", r.function_line or 0, r.function or "", "C++ function bound by ops.impl"))
-        providers = [f"{m} ({status}{', if ' + g if g else ''})" for m, g, status in self.providers()]
+        provs = self.providers()
+        providers = [f"{m} ({status}{', if ' + g if g else ''})" for m, g, status in provs]
         if not regs:
             ext = self.extension_schema(ns, op)
             if ext is not None:
@@ -381,14 +599,127 @@ class OpRegistry:
                 schema = sch
                 path = p
                 w.add(Hop("extension", p, 0, qual, f"schema found in native extension {os.path.basename(p)} (no source in the workspace)"))
-        detail = "registered in C++" if any(r.kind.startswith("cpp") for r in regs) else (
-            "schema only from a native extension" if regs else "no registration found in the workspace or installed packages")
-        pkg = self.providers()[0][0].split(".", 1)[0] if self.providers() else ns
+        pkg = provs[0][0].split(".", 1)[0] if provs else ns
+        reason = None
+        if any(r.kind.startswith("cpp") for r in regs):
+            detail = "registered in C++"
+        elif any(r.kind == "extension_schema" for r in regs):
+            detail = "schema only from a native extension"
+        elif regs:
+            detail = "only a fake (meta) implementation or a schema is registered in Python"
+        else:
+            missing = self._missing_providers(ns, caller)
+            if missing:
+                names = [t for t, _g, _w in missing]
+                for t, g, where in missing:
+                    entry = f"{t} (not installed{', if ' + g if g else ''}{', imported in ' + where if where else ''})"
+                    if not any(p.startswith(f"{t} (") for p in providers):
+                        providers.append(entry)
+                pkg = names[0].split(".", 1)[0]
+                which = " or ".join(f"`{t}`" for t in names)
+                reason = (f"no registration of {qual} in reach; it would come from {which}, which "
+                          f"{'is' if len(names) == 1 else 'are'} not installed")
+                detail = f"provided by {which} (not installed)"
+            else:
+                searched = self._searched_text(ns, op)
+                reason = f"no registration of {qual} found (searched {searched})"
+                detail = f"no registration found (searched {searched})"
         fin = Final(M.TORCH_OP, path, line, qual, package=pkg, detail=detail, registrations=regs, schema=schema,
                     providers=providers)
-        if not regs:
-            fin.reason = f"no registration of {qual} found (searched workspace C++/Python, installed Python, extension schemas)"
+        if reason:
+            fin.reason = reason
         return fin
+
+    def _py_registration(self, r: "PyReg", fv) -> Registration:
+        """A :class:`Registration` for a Python registration; ``fv``: its function, when resolved."""
+        kind = {"fake": "python_fake", "def": "python_def"}.get(r.role, "python")
+        fpath = fline = None
+        if r.func:
+            if fv is None:
+                f = r.module.summary.functions.get(r.func) if not r.scope else None
+                if f is not None:
+                    fpath, fline = r.module.path, f.line
+                else:
+                    from .resolver import Walk
+
+                    try:
+                        fv = self.r.resolve_dotted(r.module, r.scope, r.func, Walk(), line=r.line)
+                    except RecursionError:
+                        fv = None
+            if fv is not None and fpath is None and fv.kind in ("function", "class"):
+                fpath, fline = fv.path, fv.line
+        return Registration(r.module.path, r.line, r.key, kind, r.func or None, fpath, fline, schema=r.schema)
+
+    def _calling_module(self, w):
+        """The module whose code evaluates ``torch.ops...``: the last hop of the walk in a Python file."""
+        for h in reversed(w.hops):
+            if h.path and h.path.endswith(".py"):
+                m = self.r.index.module_for_path(h.path)
+                if m is not None:
+                    return m, h.line
+        return None
+
+    def _missing_providers(self, ns: str, caller) -> list[tuple[str, str | None, str | None]]:
+        """(module, guard, where imported) of the not-installed extension packages that could
+        provide ops of namespace ``ns``: the platform's ``import_kernels`` imports whose package is
+        not installed, and imports of the calling module (module level, or in the calling
+        function) of a package that is not installed and whose name looks like an op provider (it
+        shares a word with ``ns``, or a part is ``_C``-like / ``*ops*`` / ``*kernel*``). Those
+        sharing a word with ``ns`` come first, then the platform's, then the others."""
+        words = _ns_words(ns)
+        out: list[tuple[int, str, str | None, str | None]] = []
+        seen = set()
+        for t, g, status in self.providers():
+            if status == "not installed" and t not in seen:
+                seen.add(t)
+                out.append((0 if words & _ns_words(t) else 1, t, g, None))
+        if caller is not None:
+            m, line = caller
+            scope = m.summary.scope_at(line) if line else ""
+            binds = [b for bs in m.summary.bindings.values() for b in bs]
+            q = scope
+            while q:
+                f = m.summary.functions.get(q)
+                if f is not None:
+                    binds += [b for bs in f.locals.values() for b in bs]
+                q = q.rpartition(".")[0]
+            for b in sorted(binds, key=lambda b: b.line):
+                if b.kind not in ("import", "from") or b.level:
+                    continue
+                t = b.alternatives[0] if b.kind == "import" and b.alternatives else b.target
+                if b.kind == "from" and b.attr and b.attr != "*":
+                    t = f"{b.target}.{b.attr}"
+                if not t or t in seen:
+                    continue
+                top = t.split(".", 1)[0]
+                if top in _NOT_PROVIDERS or top in self.r.stdlib or self.r.index.locate(top) is not None:
+                    continue
+                if not (words & _ns_words(t) or _looks_like_extension(t)):
+                    continue
+                seen.add(t)
+                out.append((0 if words & _ns_words(t) else 2, t, self.r.guard_text(b.guards), f"{m.name}:{b.line}"))
+        out.sort(key=lambda x: x[0])
+        return [(t, g, where) for _r, t, g, where in out]
+
+    def _searched_text(self, ns: str, op: str) -> str:
+        """What was searched for ``ns::op``, in words (for a "no registration found")."""
+        s = self._searched.get((ns, op)) or {}
+        parts = []
+        n_cpp = len(self._cpp_files)
+        parts.append(f"workspace C++: {n_cpp} file{'s' if n_cpp != 1 else ''}" if not isinstance(self._cpp, _EmptyCpp)
+                     else "workspace C++: index unavailable")
+        n = s.get("ws_modules", 0)
+        parts.append(f"workspace Python: {n} module{'s' if n != 1 else ''} mentioning `{op}`")
+        pk = s.get("packages") or []
+        if pk:
+            k = s.get("installed_modules", 0)
+            parts.append(f"installed Python: {', '.join(pk)} ({k} module{'s' if k != 1 else ''} mentioning `{op}`)")
+        else:
+            tried = ", ".join(f"`{p}`" for p in s.get("tried") or [])
+            parts.append(f"installed Python: none (no installed package {tried} for namespace `{ns}`)")
+        e = self._ext_searched
+        parts.append(f"extension schemas: {e} .so file{'s' if e != 1 else ''}")
+        return "; ".join(parts)
 
 
 class _EmptyCpp:
@@ -397,3 +728,115 @@ class _EmptyCpp:
 
     def ops(self):
         return []
+
+
+@dataclass
+class PyReg:
+    """One Python registration of a torch op (see :meth:`OpRegistry.python_registrations_all`)."""
+
+    module: object  # the index Module it is in
+    line: int  # the call or the decorator
+    scope: str  # enclosing function of the call ('' at module level; for a decorator, the def's)
+    func: str  # the registered function as written ('' for a schema)
+    key: str | None  # dispatch key ("CUDA", "CompositeExplicitAutograd", "Meta" for a fake impl)
+    text: str  # the registration as written, shortened
+    role: str  # impl (a kernel for `key`) | default (custom_op's function) | fake | def (schema only)
+    api: str = ""  # what registered it: custom_op, impl, register_kernel, Library.impl, ...
+    schema: str | None = None
+
+
+# device-type strings of torch.library (`"cuda"`) to dispatch keys
+_DEVICE_TYPES = {"cuda": "CUDA", "cpu": "CPU", "xpu": "XPU", "mps": "MPS", "meta": "Meta", "hip": "HIP",
+                 "hpu": "HPU", "mtia": "MTIA", "privateuseone": "PrivateUse1", "default": "CompositeExplicitAutograd"}
+_DEFAULT_KEYS = frozenset({"CompositeExplicitAutograd", "CompositeImplicitAutograd", "triton_op", "?", ""})
+_HOST_KEYS = frozenset({"CPU", "Meta", "BackendSelect", "Python", "Functionalize", "FuncTorchBatched"})
+# packages imported next to torch ops that never provide them
+_NOT_PROVIDERS = frozenset({"torch", "triton", "numpy", "einops", "transformers", "typing_extensions", "packaging",
+                            "safetensors", "huggingface_hub", "pydantic", "regex", "msgspec", "cloudpickle",
+                            "psutil", "zmq", "vllm"})
+_GENERIC_WORDS = frozenset({"c", "ops", "op", "lib", "libs", "cache", "custom", "kernel", "kernels", "ext", "torch",
+                            "vllm", "py", "cpp", "cuda", "stable", "libtorch", "abi3", "core", "utils"})
+
+
+def _keys_of(text: str | None, default: str = "?") -> list[str]:
+    """Dispatch keys of a ``types``/``device_types``/``dispatch_key`` argument as written:
+    ``'cuda'`` -> ``["CUDA"]``, ``['cuda', 'cpu']`` -> ``["CUDA", "CPU"]``, a name -> itself."""
+    t = (text or "").strip()
+    if not t:
+        return [default]
+    vals: list = []
+    if t[0] in "'\"[(":
+        import ast
+
+        try:
+            v = ast.literal_eval(t)
+        except (ValueError, SyntaxError):
+            v = t
+        vals = list(v) if isinstance(v, (list, tuple)) else [v]
+    else:
+        vals = [t]
+    out = []
+    for x in vals:
+        s = str(x)
+        s = _DEVICE_TYPES.get(s.lower(), s) if s.lower() in _DEVICE_TYPES else s
+        if s and s not in out:
+            out.append(s)
+    return out or [default]
+
+
+def _custom_op_key(api: str, kw: dict) -> str:
+    """The dispatch key of a ``custom_op``/``triton_op`` function: its ``device_types`` when given,
+    else CompositeExplicitAutograd (``triton_op`` for a triton op)."""
+    dt = kw.get("device_types")
+    if dt and dt != "None":
+        return ", ".join(_keys_of(dt))
+    return "CompositeExplicitAutograd" if api == "custom_op" else "triton_op"
+
+
+def _run_rank(r: PyReg) -> tuple[int, int]:
+    """Which registration runs on the accelerator: a device kernel (CUDA, PrivateUse1...) before
+    the op's default (custom_op's function, Composite*), before host (CPU) and autograd ones; for
+    one key, an explicit ``impl``/``register_kernel`` (which overrides) before the op's own function."""
+    k = (r.key or "?").split(" ", 1)[0].split(",", 1)[0]
+    if k.startswith("Autograd"):
+        rank = 3
+    elif k in _HOST_KEYS:
+        rank = 2
+    elif k in _DEFAULT_KEYS:
+        rank = 1
+    else:
+        rank = 0
+    return rank, 0 if r.role == "impl" else 1
+
+
+def _role_word(r: PyReg) -> str:
+    if r.role == "fake":
+        return f"fake impl {r.func}"
+    if r.role == "default":
+        return f"default impl {r.func} ({r.api})"
+    if r.role == "def":
+        return "schema"
+    return f"{r.key} impl {r.func}"
+
+
+def _under(cond: str | None) -> str:
+    return f" (under #if {cond})" if cond else ""
+
+
+def _ns_words(name: str) -> set[str]:
+    import re
+
+    return {w for w in re.split(r"[^A-Za-z0-9]+", name.lower()) if w and w not in _GENERIC_WORDS and len(w) > 1}
+
+
+def _looks_like_extension(module: str) -> bool:
+    """``pkg._C``, ``pkg._kernels``, ``pkg.ops``, ``pkg_kernels``: a module that registers ops."""
+    import re
+
+    parts = module.split(".")
+    for i, p in enumerate(parts):
+        if i and p.startswith("_") and not p.startswith("__"):
+            return True
+        if re.search(r"(?:^|_)(?:ops?|kernels?|C)(?:$|_)", p):
+            return True
+    return False

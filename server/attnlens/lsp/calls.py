@@ -24,7 +24,30 @@ class CallsMixin:
                     {"t": "def", "module": d.module, "qual": d.qual, "path": d.path})
 
     def item_for_final(self, chain: M.Chain) -> Item:
-        f = chain.final
+        """The item of a chain's one final target (a leaf; for a fork, the dispatcher)."""
+        return self.item_for_leaf(chain, chain.final)
+
+    def item_for_leaf(self, chain: M.Chain, f: M.Final, reachable: bool | None = True,
+                      conditions: list[str] | None = None) -> Item:
+        """The item of one leaf of ``chain``'s tree; a dead leaf says so in its detail."""
+        it = self._leaf_item(chain, f)
+        if reachable is False:
+            cond = f" (if {' and '.join(conditions)})" if conditions else ""
+            it.detail = f"DEAD on this platform{cond}: {it.detail}".rstrip(": ")
+            it.data = dict(it.data, dead=True)
+        elif reachable is None and conditions:
+            it.detail = f"decided at run time (if {' and '.join(conditions)}): {it.detail}".rstrip(": ")
+        return it
+
+    def items_for_leaves(self, chain: M.Chain) -> list[Item]:
+        """One item per leaf of the tree (dead leaves marked, never left out)."""
+        return [self.item_for_leaf(chain, lf.final, lf.reachable, lf.conditions) for lf in chain.leaves()]
+
+    def _leaf_item(self, chain: M.Chain, f: M.Final) -> Item:
+        if f.fork is not None and f.fork.path and f.fork.line:
+            d = self.defref_at_line(f.fork.path, f.fork.line)
+            if d is not None:
+                return self.item_for_def(d)
         if f.path and f.line and f.kind in (M.PYTHON_FUNCTION, M.PYTHON_CLASS, M.TRITON_KERNEL, M.DUMMY):
             d = self.defref_at_line(f.path, f.line)
             if d is not None:
@@ -49,7 +72,23 @@ class CallsMixin:
             return [self.item_for_def(d)]
         r = self.resolve(path, line, col, budget_s)
         if r is not None and r.chain.final.kind != M.UNRESOLVED:
-            return [self.item_for_final(r.chain)]
+            f = r.chain.final
+            if f.fork is not None:
+                # the dispatcher when it is a definition (its outgoing calls are the branches), else the leaves
+                if f.fork.path and f.fork.line and self.defref_at_line(f.fork.path, f.fork.line) is not None:
+                    return [self.item_for_final(r.chain)]
+                items, seen = [], set()
+                for lf in r.chain.leaves():
+                    if lf.final.kind == M.UNRESOLVED:
+                        continue
+                    it = self.item_for_leaf(r.chain, lf.final, lf.reachable, lf.conditions)
+                    if it.key() not in seen:
+                        seen.add(it.key())
+                        items.append(it)
+                if items:
+                    return items
+            else:
+                return [self.item_for_final(r.chain)]
         d = self.enclosing_def(path, line)
         return [self.item_for_def(d)] if d is not None else []
 
@@ -83,11 +122,14 @@ class CallsMixin:
                 f = s.functions.get(fq)
                 quals.extend(f.inner_defs if f else ())
             for cs, chain in self._kernel_calls(mod, quals):
-                it = self.item_for_final(chain)
-                groups.setdefault(it.key(), (it, []))[1].append((cs.fline, cs.fcol, cs.fend_col))
+                for it in self.items_for_leaves(chain):
+                    spans = groups.setdefault(it.key(), (it, []))[1]
+                    if (cs.fline, cs.fcol, cs.fend_col) not in spans:
+                        spans.append((cs.fline, cs.fcol, cs.fend_col))
         elif data.get("t") == "final" and data.get("kind") == M.TORCH_OP:
             chain = self.ws.resolver.trace_value(self.ws.resolver.resolve_symbol(data["symbol"]))
-            for r in chain.final.registrations:
+            regs = [r for lf in chain.leaves() if lf.final.kind == M.TORCH_OP for r in lf.final.registrations]
+            for r in regs:
                 if r.function_path and r.function_line:
                     it = Item(r.function or "?", "cpp", f"{r.kind} {r.dispatch_key or ''}".strip(), r.function_path,
                               r.function_line, 0, 0, r.function_line, r.function_line,
@@ -209,8 +251,33 @@ class CallsMixin:
 
 
 def _record(path: str, cs, chain: M.Chain) -> CallRec:
+    """The call site with every hop, branch and leaf of its tree (dead branches included:
+    incoming calls list them too)."""
     f = chain.final
-    waypoints = tuple((h.path, h.line) for h in chain.hops[1:] if h.path)
-    marks = frozenset(h.symbol for h in chain.hops if h.kind in ("torch_op", "not_installed")) | {f.symbol}
+    single = chain.leaves()
+    if len(single) == 1:
+        f = single[0].final
+    hops: list[M.Hop] = []
+    points: list[tuple] = []
+    finals: list[M.Final] = []
+    stack = [chain]
+    while stack:
+        c = stack.pop()
+        hops.extend(c.hops)
+        if c.final.fork is None:
+            finals.append(c.final)
+            continue
+        fk = c.final.fork
+        if fk.path and fk.line:
+            points.append((fk.path, fk.line))
+        for b in fk.branches:
+            if b.path and b.line:
+                points.append((b.path, b.line))
+            stack.append(b.chain)
+    call = chain.hops[0] if chain.hops else None
+    waypoints = [(h.path, h.line) for h in hops if h.path and h is not call] + points
+    waypoints += [(lf.path, lf.line) for lf in finals if lf.path and lf.line]
+    marks = frozenset(h.symbol for h in hops if h.kind in ("torch_op", "not_installed")) | {f.symbol}
+    marks |= {lf.symbol for lf in finals}
     return CallRec(path, cs.line, cs.fline, cs.fcol, cs.fend_col, cs.func, cs.scope, f.kind, f.symbol, f.path,
-                   f.line, waypoints, marks)
+                   f.line, tuple(dict.fromkeys(waypoints)), marks)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import model as M
-from ..render import chain_markdown
+from ..render import chain_markdown, md_code, md_escape
 from .analysis import Analysis, DefRef
 from .convert import link
 
@@ -82,7 +82,7 @@ def chain_section(ctx: HoverContext) -> str | None:
         return None
     title = "### AttnLens" + (" — partial answer (time budget reached; hover again for the full chain)" if ch.partial else "")
     text = chain_markdown(ch, title=title, link=ctx.link)
-    if ch.final.kind == M.TRITON_KERNEL and not ch.final.constexprs:
+    if not ch.is_tree() and ch.final.kind == M.TRITON_KERNEL and not ch.final.constexprs:
         text += "\nconstexpr: none"
     return text
 
@@ -122,16 +122,30 @@ def backend_section(ctx: HoverContext) -> str | None:
         n = len(e.call_sites)
         out.append(f"\n**kernels reached** ({n} call site{'s' if n != 1 else ''}):")
         for c in e.call_sites[: ctx.max_kernels]:
-            f = c.chain.final
-            dead = " — *dead on this platform*" if c.chain.reachable is False else ""
-            out.append(f"- [{os.path.basename(c.path)}:{c.line}]({lk(c.path, c.line)}) `{c.call}` → "
-                       f"{_KIND.get(f.kind, f.kind)} `{f.symbol}`{dead}")
+            out.append(f"- [{md_escape(os.path.basename(c.path))}:{c.line}]({lk(c.path, c.line)}) "
+                       f"{md_code(c.call)} → {_site_leaves_md(c.chain)}")
         if n > ctx.max_kernels:
             out.append(f"- … {n - ctx.max_kernels} more (command `attnlens.backends`)")
     if not a.backends_fresh():
         ctx.cacheable = False
         out.append("\n*registry from the previous index state; refreshing in the background*")
     return "\n".join(out)
+
+
+def _site_leaves_md(chain: M.Chain) -> str:
+    """What a kernel call site reaches: its one leaf, or its leaves with the dead ones marked."""
+    dead_site = " — *dead on this platform*" if chain.reachable is False else ""
+    leaves = chain.leaves()
+    if len(leaves) == 1:
+        f = leaves[0].final
+        return f"{_KIND.get(f.kind, f.kind)} {md_code(f.symbol)}{dead_site}"
+    parts = []
+    for lf in leaves:
+        f = lf.final
+        mark = " *(dead)*" if lf.reachable is False else " *(run time)*" if lf.reachable is None else ""
+        parts.append(f"{_KIND.get(f.kind, f.kind)} {md_code(f.symbol)}{mark}")
+    more = " …truncated" if chain.truncated() else ""
+    return f"{len(leaves)} leaves: " + ", ".join(parts) + more + dead_site
 
 
 def _ref(cls, path, line, note, lk) -> str:
@@ -142,7 +156,8 @@ def _ref(cls, path, line, note, lk) -> str:
 
 
 _KIND = {M.PYTHON_FUNCTION: "Python", M.PYTHON_CLASS: "class", M.TORCH_OP: "torch op", M.TRITON_KERNEL: "Triton",
-         M.EXTENSION_FUNCTION: "extension", M.DUMMY: "DUMMY", M.NOT_INSTALLED: "NOT INSTALLED", M.UNRESOLVED: "unresolved"}
+         M.EXTENSION_FUNCTION: "extension", M.DUMMY: "DUMMY", M.NOT_INSTALLED: "NOT INSTALLED", M.UNRESOLVED: "unresolved",
+         M.FORK: "fork"}
 
 
 def upstream_section(ctx: HoverContext) -> str | None:

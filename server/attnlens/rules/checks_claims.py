@@ -189,24 +189,41 @@ def gather_kernels(ctx, mod, qualnames, depth: int = 0, seen=None, via: str = ""
                 v = r.resolve_dotted(mod, cs.scope, cs.func, Walk(), line=cs.line)
             except RecursionError:
                 continue
-            v = ctx.engine.apply_patch(v)
-            if v.kind == "torch_op":
-                pv = _python_op_func(ctx, v)
-                if pv is not None:
-                    if pv.module is not None and pv.module.workspace and depth < 3:
-                        out.extend(gather_kernels(ctx, pv.module, [pv.qual], depth + 1, seen, via or q))
-                        continue
-                    if pv.module is not None and not pv.module.workspace:
-                        out.append(Kernel(pv.dotted, "python", pv, mod.path, cs.line, cs, via or q))
-                        continue
-            k = _kernel_of(ctx, mod, cs, v, via or q)
-            if k is not None:
-                out.append(k)
-            elif v.kind == "function" and v.module is not None and v.module.workspace and depth < 3:
-                out.extend(_workspace_kernels(ctx, mod, cs, v, depth + 1, seen, via or q))
+            for v in _live_alternatives(v):
+                v = ctx.engine.apply_patch(v)
+                _collect_kernel(ctx, mod, cs, v, q, depth, seen, via, out)
         for inner in f.inner_defs:
             out.extend(gather_kernels(ctx, mod, [inner], depth + 1, seen, via or q))
     return out
+
+
+def _live_alternatives(v: Val, depth: int = 0) -> list[Val]:
+    """A value chosen at run time among candidates (a fork) stands for each candidate that can run here:
+    a claim is backed only if every live candidate backs it; a dead one does not count."""
+    if v.kind != "alts" or depth > 8:
+        return [v]
+    out: list[Val] = []
+    for a in v.extra.get("alts", ()):
+        if a.reachable is not False:
+            out.extend(_live_alternatives(a.val, depth + 1))
+    return out
+
+
+def _collect_kernel(ctx, mod, cs, v: Val, q: str, depth: int, seen, via: str, out: list) -> None:
+    if v.kind == "torch_op":
+        pv = _python_op_func(ctx, v)
+        if pv is not None:
+            if pv.module is not None and pv.module.workspace and depth < 3:
+                out.extend(gather_kernels(ctx, pv.module, [pv.qual], depth + 1, seen, via or q))
+                return
+            if pv.module is not None and not pv.module.workspace:
+                out.append(Kernel(pv.dotted, "python", pv, mod.path, cs.line, cs, via or q))
+                return
+    k = _kernel_of(ctx, mod, cs, v, via or q)
+    if k is not None:
+        out.append(k)
+    elif v.kind == "function" and v.module is not None and v.module.workspace and depth < 3:
+        out.extend(_workspace_kernels(ctx, mod, cs, v, depth + 1, seen, via or q))
 
 
 def _workspace_kernels(ctx, mod, cs, v: Val, depth: int, seen, via: str) -> list[Kernel]:

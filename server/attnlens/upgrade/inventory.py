@@ -557,9 +557,12 @@ class InventoryBuilder:
             mine = scope == qual or scope.startswith(qual + ".")
             if not mine:
                 continue
-            f = s.chain.final
+            f = s.chain.single_leaf() or s.chain.final
             it.kernels.append({"line": s.line, "call": s.call, "final": f.kind, "symbol": f.symbol,
-                               "reachable": s.chain.reachable, "reason": f.reason})
+                               "reachable": s.chain.reachable, "reason": f.reason,
+                               "leaves": [{"kind": lf.final.kind, "symbol": lf.final.symbol,
+                                           "reachability": M.reach_word(lf.reachable),
+                                           "conditions": lf.conditions} for lf in s.chain.leaves()]})
         del q
 
     def _findings(self, it: Item, findings: list, m) -> None:
@@ -618,7 +621,10 @@ class InventoryBuilder:
                 ids = ", ".join(sorted({f["rule"] for f in by_action[a]}))
                 reasons[a].append(f"{len(by_action[a])} finding(s) ({ids})")
                 validate[a].append(f"`attnlens check {{file}}` no longer reports {ids} here")
-        live_kernels = [k for k in it.kernels if k["reachable"] is not False]
+        # one entry per leaf that can run on this platform (a fork's dead branches do not count)
+        live_kernels = [dict(k, final=lf["kind"], symbol=lf["symbol"]) for k in it.kernels if k["reachable"] is not False
+                        for lf in k.get("leaves") or [{"kind": k["final"], "symbol": k["symbol"], "reachability": "live"}]
+                        if lf["reachability"] != "dead"]
         dummies = [k for k in live_kernels if k["final"] == M.DUMMY]
         unresolved = [k for k in live_kernels if k["final"] == M.UNRESOLVED]
         kernel_like = [k for k in live_kernels if k["final"] in (M.TORCH_OP, M.TRITON_KERNEL, M.EXTENSION_FUNCTION,
@@ -870,7 +876,10 @@ def to_markdown(inv: Inventory) -> str:
             if it.kernels:
                 kinds = {}
                 for k in it.kernels:
-                    kinds.setdefault(k["final"], set()).add(k["symbol"].rpartition(".")[2] if "::" not in k["symbol"] else k["symbol"])
+                    for lf in k.get("leaves") or [{"kind": k["final"], "symbol": k["symbol"], "reachability": "live"}]:
+                        if lf["reachability"] == "dead":
+                            continue
+                        kinds.setdefault(lf["kind"], set()).add(lf["symbol"].rpartition(".")[2] if "::" not in lf["symbol"] else lf["symbol"])
                 out.append("  - kernels: " + "; ".join(f"{kk}: {', '.join(sorted(v)[:6])}" for kk, v in sorted(kinds.items())))
             if it.evidence:
                 out.append("  - evidence: " + "; ".join(f"{e['family']} {e['verdict']} ({e['created']}, {e['id']})" for e in it.evidence))

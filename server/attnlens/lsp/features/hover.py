@@ -63,8 +63,9 @@ def compute(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position, budget_
                 return None
             t = res.target
             ctx.chain = res.chain
-            if res.chain.final.kind == M.PYTHON_CLASS:
-                ctx.symbol = res.chain.final.symbol
+            leaves = res.chain.leaves()
+            if len(leaves) == 1 and leaves[0].final.kind == M.PYTHON_CLASS:
+                ctx.symbol = leaves[0].final.symbol
             rng = conv.range(path, t.line, t.col, t.line, t.end_col)
     except Exception as e:  # noqa: BLE001 - show the failure where the user looks
         log.warning("hover at %s:%s:%s failed", path, line, col, exc_info=True)

@@ -2,8 +2,11 @@
 
 definition: where the name is bound or defined, i.e. the first hop after the
 call that sits somewhere else (an import, an alias, the def).
-implementation: the code that finally runs, i.e. the final target; for a torch
-op, the C++ functions its registrations bind.
+implementation: the code that finally runs: one location per leaf of the
+chain's tree that can run on this platform (live or decided at run time); for
+a torch op, the C++ functions its registrations bind; for a not-installed
+leaf, the import statement that binds it. When every leaf is dead, the dead
+leaves' locations (better than nothing: the code the call would reach).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from lsprotocol import types as T
 
 from ... import model as M
+from ...render import leaf_paths
 from ..analysis import Analysis
 from ..convert import name_span, uri_to_path
 from ..server import AttnLensServer
@@ -50,6 +54,8 @@ def _definition(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
             line, col, end = _name_in_statement(a, h)
             return [conv.location(h.path, line, col, end)]
     f = r.chain.final
+    if f.fork is not None and f.fork.path and f.fork.line:
+        return [conv.location(f.fork.path, f.fork.line)]
     if f.path and f.line:
         return [conv.location(f.path, f.line)]
     return None
@@ -77,6 +83,32 @@ def _name_in_statement(a: Analysis, h: M.Hop) -> tuple[int, int, int]:
     return h.line, h.col, h.col
 
 
+def leaf_locations(chain: M.Chain) -> list[M.Hop | tuple[str, int]]:
+    """Implementation targets of a chain (tree): per leaf that can run, where its code is.
+
+    A not-installed leaf has no code here: its target is the import statement hop that binds
+    it (a :class:`model.Hop`, so the caller can land on the bound name). Without any leaf that
+    can run, the dead leaves' targets.
+    """
+    paths = leaf_paths(chain)
+    live = [lp for lp in paths if lp.leaf.reachable is not False] or paths
+    out: list = []
+    seen: set = set()
+    for lp in live:
+        f = lp.final
+        if f.kind == M.NOT_INSTALLED:
+            h = lp.binding_import()
+            targets = [h] if h is not None else final_locations(f)
+        else:
+            targets = final_locations(f)
+        for t in targets:
+            key = (t.path, t.line) if isinstance(t, M.Hop) else t
+            if key not in seen:
+                seen.add(key)
+                out.append(t)
+    return out
+
+
 def final_locations(final: M.Final) -> list[tuple[str, int]]:
     """Where the final target's code is: C++ functions of an op, else the def."""
     out: list[tuple[str, int]] = []
@@ -101,5 +133,11 @@ def _implementation(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position)
         if res is None:
             return None
         chain = res.chain
-    locs = final_locations(chain.final)
-    return [conv.location(p, ln) for p, ln in locs] or None
+    locs = []
+    for t in leaf_locations(chain):
+        if isinstance(t, M.Hop):
+            ln, c0, c1 = _name_in_statement(a, t)
+            locs.append(conv.location(t.path, ln, c0, c1))
+        else:
+            locs.append(conv.location(t[0], t[1]))
+    return locs or None

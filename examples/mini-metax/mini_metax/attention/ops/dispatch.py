@@ -1,0 +1,215 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Choice points: code that picks among visible alternatives at run time.
+
+Each shape here is one a resolver must turn into a fork with every candidate
+and its condition (see docs/resolver.md, "Trees"):
+
+* a literal dict of callables indexed by a run-time key;
+* a conditional expression of callables, and of constructors stored on ``self``;
+* a module-level singleton made by a factory that returns one of several classes;
+* a function with several returns;
+* a lazily filled module global (``global`` + ``importlib``);
+* ``torch.compile`` / ``functools.partial`` results and a decorator without ``functools.wraps``;
+* helpers that are *not* pass-throughs (a platform query, a host synchronise);
+* a name bound to its own call result (must end as a cycle, not a crash).
+"""
+
+import functools
+import importlib
+
+import torch
+
+from vllm.platforms import current_platform
+from vllm.triton_utils import tl, triton
+
+
+@triton.jit
+def _copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def _scale_kernel(src_ptr, dst_ptr, scale, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=mask) * scale, mask=mask)
+
+
+def _write_auto(key, value, key_cache, value_cache, slot_mapping):
+    torch.ops._C_cache_ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, "auto", None, None)
+
+
+def _write_fp8(key, value, key_cache, value_cache, slot_mapping):
+    n = key.numel()
+    _scale_kernel[(triton.cdiv(n, 128),)](key, key_cache, 0.5, n, BLOCK=128)
+
+
+# 1. a literal dict of callables, indexed at run time
+_CACHE_WRITERS = {"auto": _write_auto, "fp8": _write_fp8}
+
+
+def write_cache(kv_cache_dtype, key, value, key_cache, value_cache, slot_mapping):
+    _CACHE_WRITERS[kv_cache_dtype](key, value, key_cache, value_cache, slot_mapping)
+
+
+def _copy_launch(src, dst):
+    _copy_kernel[(triton.cdiv(src.numel(), 256),)](src, dst, src.numel(), BLOCK=256)
+
+
+def _scaled_launch(src, dst):
+    _scale_kernel[(triton.cdiv(src.numel(), 256),)](src, dst, 2.0, src.numel(), BLOCK=256)
+
+
+# 2. a conditional expression of callables
+def copy_or_scale(src, dst, scaled):
+    fn = _scaled_launch if scaled else _copy_launch
+    fn(src, dst)
+
+
+class CacheAuto(torch.nn.Module):
+    def forward(self, key, value, key_cache, value_cache, slot_mapping):
+        _write_auto(key, value, key_cache, value_cache, slot_mapping)
+
+
+class CacheFp8(torch.nn.Module):
+    def forward(self, key, value, key_cache, value_cache, slot_mapping):
+        _write_fp8(key, value, key_cache, value_cache, slot_mapping)
+
+
+class CacheWriter:
+    def __init__(self, kv_cache_dtype: str):
+        # a conditional expression of constructors, called later through nn.Module.__call__
+        self.cache_op = CacheFp8() if kv_cache_dtype.startswith("fp8") else CacheAuto()
+
+    def __call__(self, key, value, key_cache, value_cache, slot_mapping):
+        self.cache_op(key, value, key_cache, value_cache, slot_mapping)
+
+
+# 3. a module-level singleton made by a factory that returns one of several classes
+class _BaseOps:
+    @staticmethod
+    def copy_blocks(src, dst):
+        _copy_launch(src, dst)
+
+
+class _CudaOps(_BaseOps):
+    @staticmethod
+    def copy_blocks(src, dst):
+        torch.ops._C_cache_ops.copy_blocks(src, dst)
+
+
+class _OotOps(_BaseOps):
+    pass  # inherits copy_blocks
+
+
+def get_device_ops():
+    if current_platform.is_cuda():
+        return _CudaOps
+    if current_platform.is_out_of_tree():
+        return _OotOps
+    return _BaseOps
+
+
+DeviceOps = get_device_ops()
+
+
+def copy_blocks(src, dst):
+    DeviceOps.copy_blocks(src, dst)
+
+
+# 4. a function with several returns, each a callable
+def pick_writer(kv_cache_dtype: str):
+    if kv_cache_dtype == "auto":
+        return _write_auto
+    return _write_fp8
+
+
+def write_picked(kv_cache_dtype, key, value, key_cache, value_cache, slot_mapping):
+    writer = pick_writer(kv_cache_dtype)
+    writer(key, value, key_cache, value_cache, slot_mapping)
+
+
+# 5. a lazily filled module global
+_fused_impl = None
+
+
+def _lazy_init():
+    global _fused_impl
+    if _fused_impl is None:
+        _fused_impl = getattr(importlib.import_module("minivendor_ops"), "fused_qk_norm", None)
+
+
+def fused_qk_norm(*args, **kwargs):
+    _lazy_init()
+    return _fused_impl(*args, **kwargs)
+
+
+# 6. compiled and partial callables, and a decorator without functools.wraps
+compiled_copy = torch.compile(_copy_launch, dynamic=True)
+half_scale = functools.partial(_write_fp8)
+
+
+def timed(fn):
+    def inner(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return out
+
+    return inner
+
+
+timed_write = timed(_write_auto)
+
+
+def run_wrapped(src, dst, key, value, key_cache, value_cache, slot_mapping):
+    compiled_copy(src, dst)
+    half_scale(key, value, key_cache, value_cache, slot_mapping)
+    timed_write(key, value, key_cache, value_cache, slot_mapping)
+
+
+# 7. helpers that are not pass-throughs
+_FMT = {}
+
+
+def _use_fnuz(device: int = 0) -> int:
+    """Asks the platform once; what it returns is its own table entry, not the platform's answer."""
+    if device not in _FMT:
+        _FMT[device] = 1 if current_platform.is_rocm() else 0
+    return _FMT[device]
+
+
+def swap_blocks(src, dst, idx):
+    rows = src.index_select(0, idx)
+    dst.index_copy_(0, idx, rows)
+    torch.cuda.synchronize()
+
+
+# 8. a name bound to its own call result
+def collect(t, acc):
+    if t is None:
+        return acc
+    acc = collect(None, acc)
+    return acc
+
+
+def prepare(src, dst, idx):
+    fnuz = _use_fnuz(0)
+    swap_blocks(src, dst, idx)
+    return fnuz
+
+
+# 9. constants that decide branches: a function that always returns one value, `self.x` set once in __init__
+def get_kernel_version():
+    return 2
+
+
+class VersionedLauncher:
+    def __init__(self):
+        self.version = get_kernel_version()
+
+    def launch(self, src, dst):
+        if self.version == 3:
+            _scaled_launch(src, dst)  # never taken: the version is always 2
+        else:
+            _copy_launch(src, dst)

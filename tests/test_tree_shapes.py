@@ -1,0 +1,150 @@
+"""What runs is a tree: every choice point among visible alternatives becomes a fork.
+
+Each test traces one call in ``examples/mini-metax/mini_metax/attention/ops/dispatch.py``
+(the shapes of the tree issue) against the real vllm 0.26.0 and asserts the exact
+leaves: kind, symbol, the conditions from the root and the reachability on the
+example's platform (out of tree: ``is_cuda()`` False, ``is_out_of_tree()`` True).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlens import model as M
+from tests.helpers import EXAMPLE, example_ws, find, have_vllm
+
+pytestmark = pytest.mark.skipif(not have_vllm(), reason="vllm 0.26.0 is not installed in the test interpreter")
+
+D = EXAMPLE / "mini_metax/attention/ops/dispatch.py"
+P = "mini_metax.attention.ops.dispatch."
+RESHAPE = (M.TORCH_OP, "_C_cache_ops::reshape_and_cache_flash")
+SCALE = (M.TRITON_KERNEL, P + "_scale_kernel")
+COPY = (M.TRITON_KERNEL, P + "_copy_kernel")
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    return example_ws(tmp_path_factory.mktemp("tree"))
+
+
+def trace(ws, text, nth=0):
+    p, line, col = find(D, text, nth)
+    c = ws.trace_at(p, line, col)
+    assert c is not None
+    return c
+
+
+def leaves(c):
+    return [(lf.final.kind, lf.final.symbol, lf.conditions, lf.reachable) for lf in c.leaves()]
+
+
+def test_dict_of_callables_forks_on_the_key(ws):
+    c = trace(ws, "_CACHE_WRITERS[kv_cache_dtype](")
+    assert c.final.kind == M.FORK and c.final.fork.kind == M.FORK_DICT
+    assert c.final.fork.decided_by == "kv_cache_dtype"
+    assert leaves(c) == [
+        (*RESHAPE, ['kv_cache_dtype == "auto"'], None),
+        (*SCALE, ['kv_cache_dtype == "fp8"'], None),
+    ]
+    assert c.single_leaf() is None  # two can run: `final` in JSON stays the fork
+
+
+def test_conditional_expression_of_callables(ws):
+    c = trace(ws, "fn(src, dst)")
+    assert c.final.fork.kind == M.FORK_IFEXP and c.final.fork.decided_by == "scaled"
+    assert leaves(c) == [(*SCALE, ["scaled"], None), (*COPY, ["not (scaled)"], None)]
+
+
+def test_conditional_constructors_on_self_called_through_module_call(ws):
+    c = trace(ws, "self.cache_op(key")
+    assert c.final.fork.kind == M.FORK_IFEXP
+    assert leaves(c) == [
+        (*SCALE, ['kv_cache_dtype.startswith("fp8")'], None),
+        (*RESHAPE, ['not (kv_cache_dtype.startswith("fp8"))'], None),
+    ]
+
+
+def test_factory_singleton_forks_over_every_returned_class_with_inherited_methods(ws):
+    c = trace(ws, "DeviceOps.copy_blocks(src")
+    assert c.final.fork.kind == M.FORK_FACTORY
+    got = leaves(c)
+    assert [(k, s, cond, r) for k, s, cond, r in got] == [
+        (M.TORCH_OP, "_C_cache_ops::copy_blocks", ["current_platform.is_cuda()"], False),
+        # _OotOps inherits copy_blocks from _BaseOps: the launcher's kernel
+        (*COPY, ["not (current_platform.is_cuda()) and current_platform.is_out_of_tree()"], True),
+        # the fall-through return runs only when both earlier checks fail: dead out of tree
+        (*COPY, ["not (current_platform.is_cuda()) and not (current_platform.is_out_of_tree())"], False),
+    ]
+    assert c.single_leaf() == c.leaves()[1].final
+
+
+def test_several_returns_are_branches(ws):
+    c = trace(ws, "writer(key")
+    assert c.final.fork.kind == M.FORK_FACTORY
+    assert leaves(c) == [
+        (*RESHAPE, ['kv_cache_dtype == "auto"'], None),
+        (*SCALE, ['not (kv_cache_dtype == "auto")'], None),
+    ]
+
+
+def test_lazily_filled_global_leads_to_the_imported_package(ws):
+    c = trace(ws, "_fused_impl(*args")
+    # the filling import runs under `if _fused_impl is None` in _lazy_init: part of the path
+    assert leaves(c) == [(M.NOT_INSTALLED, "minivendor_ops", ["_fused_impl is None"], None)]
+    dyn = [h for h in c.hops if h.kind == "dynamic_import"]
+    assert dyn and dyn[0].symbol == "minivendor_ops" and "filled lazily in _lazy_init" in dyn[0].detail
+
+
+def test_wrapper_of_lazy_global_follows_the_forwarded_call(ws):
+    c = ws.trace_symbol(P + "fused_qk_norm")
+    assert [(lf.final.kind, lf.final.symbol) for lf in c.leaves()] == [(M.NOT_INSTALLED, "minivendor_ops")]
+
+
+@pytest.mark.parametrize("text, leaf", [
+    ("compiled_copy(src", COPY),  # torch.compile(fn)
+    ("half_scale(key", SCALE),  # functools.partial(fn)
+    ("timed_write(key", RESHAPE),  # a decorator applied by call, without functools.wraps
+])
+def test_compiled_partial_and_decorated_callables(ws, text, leaf):
+    c = trace(ws, text)
+    assert leaves(c) == [(*leaf, [], True)]
+
+
+def test_platform_query_helper_is_not_a_pass_through(ws):
+    c = trace(ws, "_use_fnuz(0)")
+    assert c.final.kind == M.PYTHON_FUNCTION and c.final.symbol == P + "_use_fnuz"
+    assert not any("is_rocm" in h.symbol for h in c.hops)
+
+
+def test_synchronising_helper_is_not_a_pass_through(ws):
+    c = trace(ws, "swap_blocks(src")
+    assert c.final.kind == M.PYTHON_FUNCTION and c.final.symbol == P + "swap_blocks"
+
+
+def test_self_recursive_binding_ends_without_crash(ws):
+    c = trace(ws, "collect(None")
+    assert c.final.kind == M.PYTHON_FUNCTION and c.final.symbol == P + "collect"
+
+
+def test_json_has_tree_leaves_and_final(ws):
+    c = trace(ws, "DeviceOps.copy_blocks(src")
+    d = c.to_json()
+    assert [lf["reachability"] for lf in d["leaves"]] == ["dead", "live", "dead"]
+    assert d["final"]["symbol"] == P + "_copy_kernel"  # exactly one live leaf
+    assert d["tree"]["fork"]["kind"] == M.FORK_FACTORY
+    assert [b["reachability"] for b in d["tree"]["branches"]] == ["dead", "live", "dead"]
+    assert d["truncated"] is False
+
+
+def test_constants_fold_into_branch_reachability(ws):
+    c = ws.trace_symbol(P + "VersionedLauncher.launch")
+    assert leaves(c) == [(*SCALE, ["self.version == 3"], False), (*COPY, ["not (self.version == 3)"], True)]
+
+
+def test_upstream_platform_query_helper_is_its_own_node(ws):
+    # vllm 0.26.0: `_use_fp8_e4b15` asks `current_platform.is_cuda_alike()` inside an `if` and returns its
+    # own table entry; it used to be traced as "delegates to current_platform.is_cuda_alike"
+    sym = "vllm.v1.attention.ops.triton_turboquant_decode._use_fp8_e4b15"
+    c = ws.trace_symbol(sym)
+    assert (c.final.kind, c.final.symbol) == (M.PYTHON_FUNCTION, sym)
+    assert not any(h.kind == "platform" or "is_cuda_alike" in h.symbol for h in c.hops)
