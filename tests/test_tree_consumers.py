@@ -361,8 +361,11 @@ def test_sites_text_counts_leaves(cache, ws):
     mixed = sum(1 for s in sites if {lf.final.kind for lf in s.chain.leaves()} == {M.TORCH_OP, M.TRITON_KERNEL})
     assert int(counted.get("torch_op+triton_kernel", 0)) == mixed >= 1
     good = sum(1 for s in sites if (live := s.chain.live_leaves()) and all(lf.final.kind in M.RUNTIME_LEAF_KINDS for lf in live))
+    dead = sum(1 for s in sites if s.chain.leaves() and not s.chain.live_leaves())
+    assert dead >= 1  # the is_cuda()-only call above
     assert out[-1] == (f"{good} of {len(sites)} sites have every live leaf in "
-                       "{torch_op, triton_kernel, extension_function, dummy, not_installed}")
+                       "{torch_op, triton_kernel, extension_function, dummy, not_installed}; "
+                       f"{dead} are dead on this platform (every leaf)")
     # --json keeps the sites' own JSON
     js = json.loads(cli("sites", "--json", cache=cache).stdout)
     assert len(js) == len(sites) and all("final" in s for s in js)

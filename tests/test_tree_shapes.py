@@ -148,3 +148,12 @@ def test_upstream_platform_query_helper_is_its_own_node(ws):
     c = ws.trace_symbol(sym)
     assert (c.final.kind, c.final.symbol) == (M.PYTHON_FUNCTION, sym)
     assert not any(h.kind == "platform" or "is_cuda_alike" in h.symbol for h in c.hops)
+
+
+def test_flag_expression_in_init_and_gating_decorator_fold(ws):
+    c = ws.trace_symbol(P + "FlaggedLauncher.launch")
+    assert leaves(c) == [
+        (*SCALE, ["self.use_scaled"], False),  # `n == 128 and not is_out_of_tree()` is False out of tree
+        (*SCALE, ["not (self.use_scaled) and fast_path_enabled()"], False),  # @only_on_cuda returns None here
+        (*COPY, ["not (self.use_scaled) and not (fast_path_enabled())"], True),
+    ]

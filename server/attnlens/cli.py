@@ -108,14 +108,34 @@ def cmd_backends(args) -> int:
 
 def cmd_sites(args) -> int:
     ws = _workspace(args)
-    if not args.no_cache:
-        ws.resolver.ops.prefetch_cpp()
     paths = [os.path.abspath(p) if os.path.exists(p) else os.path.join(str(ws.root), p) for p in args.paths] or None
-    sites = ws.kernel_sites(paths)
+    key = ws.derived_key("sites", repr(sorted(paths or [])), "json" if args.json else "text")
+    out = ws.load_derived(key) if not args.no_cache else None
+    if out is None:
+        if not args.no_cache:
+            ws.resolver.ops.prefetch_cpp()
+        out = _sites_output(ws, ws.kernel_sites(paths), args.json)
+        if not args.no_cache and len(out) < 64 << 20:  # huge JSON outputs are cheaper to recompute than to keep
+            ws.store_derived(key, out)
     ws.close()
-    if args.json:
+    sys.stdout.write(out)
+    return 0
+
+
+def _sites_output(ws, sites, as_json: bool) -> str:
+    import io
+    from contextlib import redirect_stdout
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        _print_sites(ws, sites, as_json)
+    return buf.getvalue()
+
+
+def _print_sites(ws, sites, as_json: bool) -> None:
+    if as_json:
         print(json.dumps([s.to_json() for s in sites], indent=1))
-        return 0
+        return
     from collections import Counter
 
     from . import model as M
@@ -124,6 +144,7 @@ def cmd_sites(args) -> int:
     runtime_kinds = set(M.RUNTIME_LEAF_KINDS)
     counts: Counter = Counter()
     all_runtime = 0
+    all_dead = 0
     for s in sites:
         leaves = s.chain.leaves()
         rel = os.path.relpath(s.path, ws.root)
@@ -132,10 +153,12 @@ def cmd_sites(args) -> int:
         live = [lf for lf in leaves if lf.reachable is not False]
         if live and all(lf.final.kind in runtime_kinds for lf in live):
             all_runtime += 1
+        elif leaves and not live:
+            all_dead += 1
     print()
     print(f"{len(sites)} kernel call sites by leaf kinds: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()))
-    print(f"{all_runtime} of {len(sites)} sites have every live leaf in {{{', '.join(M.RUNTIME_LEAF_KINDS)}}}")
-    return 0
+    print(f"{all_runtime} of {len(sites)} sites have every live leaf in {{{', '.join(M.RUNTIME_LEAF_KINDS)}}}; "
+          f"{all_dead} are dead on this platform (every leaf)")
 
 
 def cmd_profile(args) -> int:

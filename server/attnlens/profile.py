@@ -115,6 +115,7 @@ class PlatformProfile:
         self._info: PlatformInfo | None = None
         self._gen = -1
         self._memo: dict = {}
+        self._active_eval: set = set()  # function results being evaluated (recursion guard)
 
     # -- discovery -----------------------------------------------------------
     @property
@@ -366,9 +367,15 @@ class PlatformProfile:
 
     # -- constant folding of names ----------------------------------------------
     def _fold_binding(self, mod, scope, b, depth):
-        """The constant a single binding holds: a literal, or a call of a constant-returning function."""
-        if b.guards or b.scope:
+        """The constant a single binding holds: a literal, or a call of a constant-returning function.
+        A binding under guards is folded only when every guard is the far side of an
+        ``if c: raise`` (the object does not exist otherwise)."""
+        if b.scope:
             return None
+        if b.guards:
+            f = mod.summary.functions.get(scope) if scope else None
+            if f is None or not all(k == "else" and ln in f.raise_ifs for k, _t, ln in b.guards):
+                return None
         if b.kind == "other" and b.target:
             try:
                 val = ast.literal_eval(b.target)
@@ -377,6 +384,9 @@ class PlatformProfile:
             return val if isinstance(val, (bool, int, str)) else None
         if b.kind == "call" and b.target and not b.alternatives:
             return self._eval_call(mod, scope, b.target, ast.Call(func=ast.Name(id="_"), args=[], keywords=[]))
+        if b.kind == "other" and b.str_args and b.str_args[0]:
+            # `self.x = <boolean expression>`: folded when the profile decides the expression
+            return self.evaluate(mod, scope, b.str_args[0])
         return None
 
     def _fold_name(self, mod, scope, name, depth):
@@ -403,7 +413,33 @@ class PlatformProfile:
                 return self._fold_binding(cv.module, b.attr or "", b, depth)
             if name in c.attrs:
                 return self._fold_binding(cv.module, "", c.attrs[name], depth)
-        return None
+        return self._fold_subclass_attr(mod, cls_q, name, depth)
+
+    def _fold_subclass_attr(self, mod, cls_q, name, depth):
+        """``self.x`` read in a base class and set by its subclasses: folded when every workspace
+        subclass sets it exactly once, in ``__init__``, to values that fold to the same constant."""
+        key = ("subattr", mod.name, cls_q, name)
+        if key in self._active_eval:
+            return None
+        self._active_eval.add(key)
+        try:
+            vals = []
+            for m in self.r.index.workspace_modules():
+                for q, c in m.summary.classes.items():
+                    b = c.inst_attrs.get(name)
+                    if b is None or (m.name, q) == (mod.name, cls_q):
+                        continue
+                    if not any(x.module is not None and (x.module.name, x.qual) == (mod.name, cls_q) for x in self.r.mro(m, q)[1:]):
+                        continue
+                    if name in c.reassigned or not (b.attr or "").endswith("__init__"):
+                        return None
+                    v = self._fold_binding(m, b.attr or "", b, depth)
+                    if v is None:
+                        return None
+                    vals.append(v)
+            return vals[0] if vals and all(v == vals[0] for v in vals) else None
+        finally:
+            self._active_eval.discard(key)
 
     def _eval_call(self, mod, scope, d: str, node: ast.Call):
         from .resolver import Walk
@@ -416,11 +452,62 @@ class PlatformProfile:
                 args = tuple(a.value for a in node.args if isinstance(a, ast.Constant))
                 return self.method_value(parts[-1], args)
         v = self.r.resolve_dotted(mod, scope, d, w)
-        if v.kind == "function":
-            f = v.func
-            if f is not None and f.returns_const is not None:
-                val = f.returns_const[1]
-                return val if isinstance(val, (bool, int, str)) or val is None else None
+        if v.kind == "function" and v.func is not None and v.module is not None:
+            key = ("result", v.module.name, v.qual)
+            if key in self._active_eval:
+                return None  # a recursive function: its result is not a constant
+            self._active_eval.add(key)
+            try:
+                return self._function_result(v)
+            finally:
+                self._active_eval.discard(key)
+        return None
+
+    def _function_result(self, v):
+        """The value a call of ``v`` returns when the profile decides it: every return the same
+        literal; the first return whose guards hold (earlier ones proven not taken); or False when a
+        decorator runs the function only under a condition that is false here (it returns None)."""
+        f, m = v.func, v.module
+        for d in f.decorators:
+            if self._decorator_gate(m, d) is False:
+                return False  # the wrapper returns None without calling: falsy
+        if f.returns_const is not None:
+            val = f.returns_const[1]
+            return val if isinstance(val, (bool, int, str)) or val is None else None
+        for text, guards, _line in f.return_alts:
+            gv = self.r.guard_value(m, guards, f.qualname) if guards else True
+            if gv is None:
+                return None
+            if gv is False:
+                continue
+            try:
+                val = ast.literal_eval(text)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                return None
+            return val if isinstance(val, (bool, int, str)) else None
+        return None
+
+    def _decorator_gate(self, m, d):
+        """False when decorator ``d`` wraps the function in a closure that calls it only under a
+        guard the profile proves false (and otherwise returns None); else None (unknown/no gate)."""
+        if not d.func or d.is_call or d.func in ("classmethod", "staticmethod", "property") \
+                or d.func.rpartition(".")[2] in ("cache", "lru_cache", "wraps", "cached_property"):
+            return None
+        from .resolver import Walk
+
+        dv = self.r.resolve_dotted(m, "", d.func, Walk())
+        df = dv.func if dv.kind == "function" else None
+        if df is None or dv.module is None or not df.params or not df.inner_defs:
+            return None
+        param = df.params[0].name
+        for q in df.inner_defs:
+            inner = dv.module.summary.functions.get(q)
+            if inner is None:
+                continue
+            calls = [(g, ln) for t, g, ln in inner.return_alts if t == f"{param}()"]
+            nones = [ln for t, g, ln in inner.return_alts if t == "None"]
+            if len(calls) == 1 and calls[0][0] and nones:
+                return False if self.r.guard_value(dv.module, calls[0][0], inner.qualname) is False else None
         return None
 
     def summary(self) -> dict:

@@ -128,6 +128,7 @@ class FunctionInfo:
     wraps: str | None = None  # functools.wraps(<text>) on this function
     return_alts: tuple = ()  # (text, guards, line) of each `return`, text as in `returns`
     globals_: frozenset = frozenset()  # names declared `global` in the body
+    raise_ifs: frozenset = frozenset()  # lines of `if c: raise ...` (what follows runs only when not c)
 
 
 @dataclass(slots=True)
@@ -408,6 +409,8 @@ class _Builder:
                 if text not in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
                     self.guards.append(("else", text, st.lineno))
                     pushed += 1
+                    if type(st.body[-1]) is ast.Raise and self.scope:
+                        self.scope[-1].raise_ifs = self.scope[-1].raise_ifs | {st.lineno}
         for _ in range(pushed):
             self.guards.pop()
 
@@ -600,6 +603,9 @@ class _Builder:
                                str_args=(" ".join((self.seg(value.slice) or "").split()),))
         if isinstance(value, ast.Lambda):
             return Binding(name, "lambda", line, col, guards=g)
+        if isinstance(value, (ast.BoolOp, ast.Compare, ast.UnaryOp)):
+            # a condition stored for later (`self.use_x = has_x() and not c`): kept verbatim for folding
+            return Binding(name, "other", line, col, guards=g, str_args=(" ".join((self.seg(value) or "").split()),))
         return Binding(name, "other", line, col, target=_literal_text(value) or None, guards=g)
 
     def decorators(self, node) -> tuple:

@@ -112,7 +112,7 @@ class Walk:
         self.partial = False
         self.receiver = None  # (module, class qualname) of the object a method was looked up on
         self.fork_depth = 0  # forks above this walk in the tree
-        self.tree = {"leaves": 0}  # shared by every branch of one tree: leaves made so far
+        self.budget = M.MAX_LEAVES  # leaves this walk's subtree may still have
 
     def branch(self) -> "Walk":
         """A walk for one branch of a fork: same deadline, cancel, receiver and tree budget; its own hops;
@@ -126,7 +126,7 @@ class Walk:
         b.partial = False
         b.receiver = self.receiver
         b.fork_depth = self.fork_depth + 1
-        b.tree = self.tree
+        b.budget = self.budget
         return b
 
     def add(self, hop: Hop) -> None:
@@ -156,6 +156,14 @@ class Resolver:
         self._patches: dict | None = None
         self._patch_gen = -1
         self._active: set = set()
+        # every place that cuts a resolution short (a cycle, a depth or width bound, the time budget)
+        # bumps this counter: a result computed without a cut does not depend on the path that led to
+        # it, so it may be memoised (see resolve_dotted and follow)
+        self.cuts = 0
+        self._val_memo: dict = {}  # (module, sha, scope, text, line) -> (Val, hops it added)
+        self._follow_memo: dict = {}  # (value identity, launch, receiver) -> (Final, hops it added)
+        self._memo_gen = -1
+        self.memo_enabled = True  # off only in tests that prove memoised answers equal fresh ones
         self._reach_memo: dict = {}  # kernels reached by a multi-call function, this generation
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
@@ -334,6 +342,7 @@ class Resolver:
     def call_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
         key = ("call", mod.name, scope, b.name, b.line)
         if key in self._active:
+            self.cuts += 1
             return Val("unknown", mod, b.name, mod.path, b.line,
                        reason=f"cycle: `{b.name}` at {os.path.basename(mod.path)}:{b.line} is bound to a call that reaches itself")
         self._active.add(key)
@@ -465,14 +474,39 @@ class Resolver:
             return Val("unknown", mod, "", reason="the callee is not a plain name or attribute chain")
         key = (mod.name, scope, text, line)
         if key in self._active:
+            self.cuts += 1
             return Val("unknown", mod, text, reason=f"`{text}` is defined in terms of itself")
         if len(self._active) > 80:
+            self.cuts += 1
             return Val("unknown", mod, text, reason="resolution nested too deeply")
+        head = text.partition(".")[0]
+        mkey = None
+        if head not in ("self", "cls") and self.memo_enabled:
+            self._check_memo_gen()
+            # the line matters only for a name local to the scope (bindings before the line)
+            local = scope and mod.summary.binding_of(scope, head)[0] != "module"
+            mkey = (mod.path, mod.summary.sha, scope, text, line if local else None)
+            hit = self._val_memo.get(mkey)
+            if hit is not None:
+                w.hops.extend(hit[1])
+                return hit[0]
         self._active.add(key)
+        cuts, n0 = self.cuts, len(w.hops)
         try:
-            return self._resolve_dotted(mod, scope, text, w, line)
+            v = self._resolve_dotted(mod, scope, text, w, line)
         finally:
             self._active.discard(key)
+        if mkey is not None and self.cuts == cuts and not w.partial:
+            if len(self._val_memo) > 200000:
+                self._val_memo.clear()
+            self._val_memo[mkey] = (v, tuple(w.hops[n0:]))
+        return v
+
+    def _check_memo_gen(self) -> None:
+        if self._memo_gen != self.index.generation:
+            self._val_memo.clear()
+            self._follow_memo.clear()
+            self._memo_gen = self.index.generation
 
     def _resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
         parts = text.split(".")
@@ -569,6 +603,7 @@ class Resolver:
     def attr_of_module(self, m: Module, name: str, w: Walk, from_import: bool = False) -> Val:
         key = ("attr", m.name, name)
         if key in self._active:
+            self.cuts += 1
             return Val("unknown", m, f"{m.name}.{name}", reason=f"`{m.name}.{name}` is defined in terms of itself (import cycle)")
         self._active.add(key)
         try:
@@ -604,6 +639,7 @@ class Resolver:
             if sm is not None and (name in sm.summary.bindings or any(b.kind == "star" for b in sm.summary.bindings.get("*", []))):
                 key = ("star", m.name, target, name)
                 if key in self._active:
+                    self.cuts += 1
                     continue
                 self._active.add(key)
                 try:
@@ -723,16 +759,39 @@ class Resolver:
     # following to the end
     # ------------------------------------------------------------------
     def follow(self, v: Val, w: Walk, launch: bool = False) -> Final:
-        """From a resolved callee value to the final target."""
+        """From a resolved callee value to the final target (memoised when nothing cut it short)."""
         w.depth += 1
         if w.depth > MAX_DEPTH:
+            self.cuts += 1
             return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="chain longer than the depth limit")
         if w.out_of_time():
+            self.cuts += 1
             return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="time budget exhausted (partial answer)")
         key = (v.kind, v.module.name if v.module else None, v.qual)
         if key in w.seen:
+            self.cuts += 1
             return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle in the chain")
+        mkey = None
+        if self.memo_enabled and (v.kind in ("function", "class", "instance") and v.module is not None or v.kind == "torch_op"):
+            self._check_memo_gen()
+            recv = v.extra.get("receiver") or w.receiver
+            mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
+                    v.extra.get("overload") if v.kind == "torch_op" else None)
+            hit = self._follow_memo.get(mkey)
+            if hit is not None:
+                w.hops.extend(hit[1])
+                return hit[0]
         w.seen.add(key)
+        cuts, n0 = self.cuts, len(w.hops)
+        fin = self._follow(v, w, launch)
+        w.seen.discard(key)
+        if mkey is not None and self.cuts == cuts and not w.partial:
+            if len(self._follow_memo) > 100000:
+                self._follow_memo.clear()
+            self._follow_memo[mkey] = (fin, tuple(w.hops[n0:]))
+        return fin
+
+    def _follow(self, v: Val, w: Walk, launch: bool) -> Final:
         k = v.kind
         if k == "alts":
             return self.fork_final(v, w, launch)
@@ -795,15 +854,21 @@ class Resolver:
         arms: list[Alt] = v.extra["alts"]
         fk = M.Fork(v.extra["fork_kind"], v.extra.get("decided_by"), v.path, v.line, v.dotted)
         if w.fork_depth >= M.MAX_FORK_DEPTH:
+            self.cuts += 1
             fk.truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): {len(arms)} branches not expanded"
         else:
+            remaining = w.budget
             for i, a in enumerate(arms):
-                if w.tree["leaves"] >= M.MAX_LEAVES:
+                if remaining <= 0:
+                    self.cuts += 1
                     fk.truncated = f"leaf limit ({M.MAX_LEAVES}): {len(arms) - i} branches not expanded"
                     break
                 bw = w.branch()
+                bw.budget = remaining
                 fin = self.follow(a.val, bw, launch)
-                fk.branches.append(M.Branch(a.condition, a.reachable, a.label, self._chain(bw, fin, a.val.module), a.path, a.line))
+                ch = self._chain(bw, fin, a.val.module)
+                fk.branches.append(M.Branch(a.condition, a.reachable, a.label, ch, a.path, a.line))
+                remaining -= len(ch.leaves())
                 if bw.partial:
                     w.partial = True
         return Final(M.FORK, v.path, v.line, v.dotted, detail=f"one of {len(arms)} candidates ({fk.kind})", fork=fk)
@@ -829,25 +894,26 @@ class Resolver:
         if self._reach_gen != self.index.generation:
             memo.clear()
             self._reach_gen = self.index.generation
-        if key in memo:
-            w.tree["leaves"] += sum(len(b.chain.leaves()) for b in memo[key][0])
+        if self.memo_enabled and key in memo:
             return memo[key]
         out = []
         partial = False
         truncated = None
+        remaining = w.budget
         for cs in mod.summary.calls_in(f.qualname):
             if cs.scope != f.qualname or not cs.func:
                 continue
             root = cs.func.split(".", 1)[0]
             if root in TRIVIAL_ROOTS or cs.func in TRIVIAL_ROOTS:
                 continue
-            if w.tree["leaves"] >= M.MAX_LEAVES:
+            if remaining <= 0:
                 truncated = f"leaf limit ({M.MAX_LEAVES}): calls from line {cs.line} on not expanded"
                 break
             if w.fork_depth >= M.MAX_FORK_DEPTH:
                 truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): calls not expanded"
                 break
             bw = w.branch()
+            bw.budget = remaining
             cond = self.guard_text(cs.guards)
             reach = self.guard_value(mod, cs.guards, f.qualname) if cs.guards else True
             sym = cs.func + ("[grid]" if cs.launch else "")
@@ -878,6 +944,9 @@ class Resolver:
                 ch = self._chain(bw, self.follow(kv, bw, launch=True), mod)
                 sym = f"{cs.func}({kv.qual}, ...)"
             out.append(M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line))
+            remaining -= len(ch.leaves())
+        if truncated is not None:
+            self.cuts += 1
         if partial:
             w.partial = True
         elif truncated is None:
@@ -1100,8 +1169,6 @@ class Resolver:
     def _chain(self, w: Walk, final: Final, mod: Module | None) -> Chain:
         if final.kind == M.UNRESOLVED and w.hops and w.hops[-1].kind != "unresolved":
             w.hops.append(Hop("unresolved", final.path or "", final.line or 0, final.symbol, final.reason or ""))
-        if final.fork is None:
-            w.tree["leaves"] += 1
         reach = M.combine_reachability(h.reachable for h in w.hops if h.reachable is not None or h.condition)
         return Chain(w.hops, final, reach, w.partial)
 

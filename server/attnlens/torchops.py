@@ -40,6 +40,8 @@ around them, see :mod:`attnlens.cppindex`) into ``Registration.condition``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from dataclasses import dataclass
 
@@ -71,6 +73,7 @@ class OpRegistry:
         self._providers = None
         self._searched: dict = {}  # (ns, op) -> what the Python scan looked at (for "no registration found")
         self._ext_searched = 0  # .so files the last extension-schema search read
+        self._reg_files_memo: tuple | None = None  # (generation, files that can register ops from Python)
 
     # -- C++ ---------------------------------------------------------------
     def prefetch_cpp(self) -> None:
@@ -241,9 +244,9 @@ class OpRegistry:
         mods = []
         seen = set()
         n_ws = 0
-        for name, path in sorted(self.r.index.ws_files.items()):
-            text = self.r.index.source_text(path)
-            if text is not None and op in text:
+        reg_files = self._registering_files()
+        for name, path, text in reg_files:
+            if op in text:
                 m = self.r.index.module(name)
                 if m is not None:
                     mods.append(m)
@@ -257,19 +260,37 @@ class OpRegistry:
         # `@<op function>.register_kernel/register_fake` in a module that never spells the op name
         fnames = {r.func.rpartition(".")[2] for r in found if r.api in ("custom_op", "triton_op") and r.func}
         if fnames:
-            for name, path in sorted(self.r.index.ws_files.items()):
+            for name, path, text in reg_files:
                 if name in seen:
                     continue
-                text = self.r.index.source_text(path)
-                if text is not None and any(f"{fn}.register_" in text for fn in fnames):
+                if any(f"{fn}.register_" in text for fn in fnames):
                     m = self.r.index.module(name)
                     if m is not None:
                         seen.add(name)
                         n_ws += 1
                         found.extend(self._scan_module(m, ns, op))
-        self._searched[(ns, op)] = {"ws_modules": n_ws, "packages": pkgs, "tried": tried, "installed_modules": len(inst)}
+        self._searched[(ns, op)] = {"ws_modules": n_ws, "ws_registering": len(reg_files), "packages": pkgs, "tried": tried, "installed_modules": len(inst)}
         self._py_cache[key] = found
         return found
+
+    _REG_MARKERS = ("custom_op", "Library(", "torch.library", "register_kernel", "register_fake", "triton_op",
+                    "library.impl", "impl_abstract", "from torch import library", ".impl(", ".define(")
+
+    def _registering_files(self) -> list:
+        """(module name, path, text) of the workspace files that can register a torch op from Python
+        (they mention a registration API), read once per index generation: the per-op search then
+        scans only these instead of every workspace file."""
+        gen = self.r.index.generation
+        memo = self._reg_files_memo
+        if memo is not None and memo[0] == gen:
+            return memo[1]
+        out = []
+        for name, path in sorted(self.r.index.ws_files.items()):
+            text = self.r.index.source_text(path)
+            if text is not None and any(mk in text for mk in self._REG_MARKERS):
+                out.append((name, path, text))
+        self._reg_files_memo = (gen, out)
+        return out
 
     def _installed_candidates(self, ns: str, op: str):
         """(installed modules that mention the op name (byte pre-filter), installed packages
@@ -550,7 +571,9 @@ class OpRegistry:
                       f"{pick.text} in {m.name} (dispatch key {pick.key}){also}"))
             fv = self.r.resolve_dotted(m, pick.scope, pick.func, w, line=pick.line)
             fin = self.r.follow(fv, w)
-            fin.registrations.extend(self._py_registration(r, fv if r is pick else None) for r in pyregs)
+            # a copy: finals may be shared by the resolver's memo
+            fin = dataclasses.replace(fin, registrations=list(fin.registrations) + [
+                self._py_registration(r, fv if r is pick else None) for r in pyregs])
             if fin.kind == M.UNRESOLVED:
                 fin.reason = (fin.reason or "") + f" (op_func of {qual})"
             return fin
@@ -709,7 +732,9 @@ class OpRegistry:
         parts.append(f"workspace C++: {n_cpp} file{'s' if n_cpp != 1 else ''}" if not isinstance(self._cpp, _EmptyCpp)
                      else "workspace C++: index unavailable")
         n = s.get("ws_modules", 0)
-        parts.append(f"workspace Python: {n} module{'s' if n != 1 else ''} mentioning `{op}`")
+        t = s.get("ws_registering", 0)
+        parts.append(f"workspace Python: {t} module{'s' if t != 1 else ''} using a registration API, "
+                     f"{n} of them mentioning `{op}`")
         pk = s.get("packages") or []
         if pk:
             k = s.get("installed_modules", 0)

@@ -92,6 +92,36 @@ class Workspace:
                     out.append(res)
         return out
 
+    # -- derived results cached on disk (whole command outputs) ------------------------------
+    def derived_key(self, *parts: str) -> str:
+        """A cache key for a result derived from the whole workspace: the workspace fingerprint (every
+        workspace file's stamp and the overlays), the target's search path, the analyser's own code
+        and ``parts``. Installed files the result read are checked separately (see load_derived)."""
+        h = hashlib.sha1()
+        meta = []
+        for name in ("pyproject.toml", "setup.cfg", "setup.py"):  # entry points decide the platform
+            try:
+                st = (self.root / name).stat()
+                meta.append(f"{name}|{st.st_mtime_ns}|{st.st_size}")
+            except OSError:
+                pass
+        for x in (self.index.fingerprint(), repr(self.target.sys_path), _code_stamp(), *meta, *parts):
+            h.update(x.encode("utf-8", "surrogatepass"))
+            h.update(b"\0")
+        return f"{parts[0] if parts else 'derived'}-{h.hexdigest()[:24]}"
+
+    def load_derived(self, key: str):
+        if self.index.has_overlays():
+            return None
+        hit = self.cache.load_pickle("derived", key)
+        if hit is None or not _deps_fresh(hit[0]):
+            return None
+        return hit[1]
+
+    def store_derived(self, key: str, value) -> None:
+        if not self.index.has_overlays():
+            self.cache.store_pickle("derived", key, (self._dependency_stamps(), value))
+
     def _dependency_stamps(self) -> list:
         paths = [m.path for m in self.index.loaded_modules() if not m.workspace]
         cpp = getattr(self.resolver.ops, "_cpp_files", None) or []
@@ -206,6 +236,24 @@ class Workspace:
     def close(self) -> None:
         self.index.flush()
         self.cache.flush()
+
+
+_CODE_STAMP: list = []
+
+
+def _code_stamp() -> str:
+    """Stamps of the analyser's own modules: a result computed by other code is never reused."""
+    if not _CODE_STAMP:
+        h = hashlib.sha1()
+        base = Path(__file__).resolve().parent
+        for p in sorted(base.rglob("*.py")):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            h.update(f"{p}|{st.st_mtime_ns}|{st.st_size}\n".encode())
+        _CODE_STAMP.append(h.hexdigest()[:16])
+    return _CODE_STAMP[0]
 
 
 def _deps_fresh(stamps: list) -> bool:

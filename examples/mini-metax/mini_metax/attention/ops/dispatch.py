@@ -213,3 +213,31 @@ class VersionedLauncher:
             _scaled_launch(src, dst)  # never taken: the version is always 2
         else:
             _copy_launch(src, dst)
+
+
+# 10. a flag computed in __init__ from the platform, and a decorator that runs its function only under a condition
+def only_on_cuda(func):
+    def wrapper(*args, **kwargs):
+        if current_platform.is_cuda():
+            return func(*args, **kwargs)
+        return None
+
+    return wrapper
+
+
+@only_on_cuda
+def fast_path_enabled() -> bool:
+    return True
+
+
+class FlaggedLauncher:
+    def __init__(self, n: int):
+        self.use_scaled = n == 128 and not current_platform.is_out_of_tree()
+
+    def launch(self, src, dst):
+        if self.use_scaled:
+            _scaled_launch(src, dst)
+        elif fast_path_enabled():
+            _scaled_launch(src, dst)
+        else:
+            _copy_launch(src, dst)
