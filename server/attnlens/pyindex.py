@@ -255,6 +255,9 @@ def _literal_text(node: ast.AST) -> str:
         return repr(node.value)
     if isinstance(node, (ast.List, ast.Tuple)) and all(isinstance(e, ast.Constant) for e in node.elts):
         return repr([e.value for e in node.elts])
+    if isinstance(node, ast.List) and node.elts and all(dotted(e) is not None and "." in dotted(e) for e in node.elts):
+        # a list of attribute chains (`[Enum.A, Enum.B]`, a priority list): kept as text
+        return "[" + ", ".join(dotted(e) for e in node.elts) + "]"
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
         return repr(-node.operand.value)  # type: ignore[operator]
     return ""
@@ -270,7 +273,12 @@ def _call_text(node: ast.AST) -> str:
         if fd.rpartition(".")[2] == "import_module" and node.args and isinstance(node.args[0], ast.Constant) \
                 and isinstance(node.args[0].value, str):
             return "@import:" + node.args[0].value
-        return fd + "()"
+        # positional arguments that are names, attribute chains or literals are kept (`?` otherwise), so a
+        # reader can bind the callee's parameters: `self.maybe_compile(self.forward_native)`
+        args = [_literal_text(x) or "?" for x in node.args if not isinstance(x, ast.Starred)]
+        if any("(" in x or ")" in x or ", " in x for x in args):
+            args = ["?" for _ in args]
+        return fd + "(" + ", ".join(args) + ")"
     return ""
 
 
@@ -704,7 +712,11 @@ class _Builder:
                     const_ok = False
                 else:
                     consts.add(c)
-            alts.append((rets[-1] or (_call_text(rv) if rv is not None else ""), rguards, rline))
+            text = rets[-1] or (_call_text(rv) if rv is not None else "")
+            if not text and isinstance(rv, ast.Subscript) and dotted(rv.value) is not None:
+                # `return table[key]`: the item of a name, with the key verbatim
+                text = f"{dotted(rv.value)}[{' '.join((self.seg(rv.slice) or '?').split())}]"
+            alts.append((text, rguards, rline))
         if kwarg:
             for sub in _walk_own(node):
                 if isinstance(sub, ast.Call):

@@ -13,6 +13,7 @@ class body.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -69,6 +70,8 @@ class BackendEntry:
     upstream: ClassRef | None = None
     call_sites: list[CallSiteResult] = field(default_factory=list)
     error: str | None = None
+    selected: list[dict] = field(default_factory=list)  # get_attn_backend_cls returns that name this class
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
@@ -80,6 +83,8 @@ class BackendEntry:
             "upstream": self.upstream.to_json() if self.upstream else None,
             "call_sites": [c.to_json() for c in self.call_sites],
             "error": self.error,
+            "selected": self.selected,
+            "warnings": self.warnings,
         }
 
 
@@ -110,10 +115,24 @@ class Registry:
             return None
         v = self.r.resolve_dotted(mod, scope, func, Walk(), line=line)
         if v.kind == "function" and v.module is not None and REGISTRAR.match(v.qual.rpartition(".")[2]):
+            self._registrar_params[v.dotted] = [p.name for p in v.func.params if p.kind in ("posonly", "pos")] if v.func else []
             return v.dotted
         if v.kind == "not_installed":
             return func  # upstream missing: still a registration, resolved later as unresolved
         return None
+
+    _registrar_params: dict = {}
+
+    def _positional(self, registrar: str, arg_texts: tuple, str_args: tuple, kw_texts: tuple) -> dict:
+        """The registrar's arguments by parameter name, read with the installed vLLM's signature."""
+        names = self._registrar_params.get(registrar) or ["backend", "class_path"]
+        out = {}
+        for i, text in enumerate(arg_texts):
+            if i < len(names):
+                out[names[i]] = (text, str_args[i] if i < len(str_args) else None)
+        for k, text in kw_texts:
+            out[k] = (text, _str(text))
+        return out
 
     def entries(self, with_call_sites: bool = True, include_custom_ops: bool = True) -> list[BackendEntry]:
         out: dict[tuple, BackendEntry] = {}
@@ -136,15 +155,43 @@ class Registry:
                         continue
                     reg = self._is_registrar(mod, "", d.func, d.line)
                     if reg is not None:
-                        enum_text = _kw(d, "backend") or (d.arg_texts[0] if d.arg_texts else None)
+                        args = self._positional(reg, d.arg_texts, d.str_args, d.kw_texts)
+                        enum_text = (args.get("backend") or (None, None))[0]
+                        given = args.get("class_path")
+                        if given is not None and given[1]:
+                            # the installed signature takes this string as the class path: vLLM stores it and
+                            # returns a no-op decorator, so the decorated class itself is not registered
+                            e = self._add(out, mod, "", reg, enum_text, given[1], d.line, "decorator")
+                            e.warnings.append(
+                                f"@{d.func}({enum_text}, \"{given[1]}\") at {os.path.basename(mod.path)}:{d.line}: the second "
+                                f"positional argument is `class_path` in the installed vLLM, so \"{given[1]}\" is stored as the "
+                                f"class path and {mod.name}.{q} is not registered")
+                            continue
                         self._add(out, mod, "", reg, enum_text, f"{mod.name}.{q}", d.line, "decorator")
-                    elif include_custom_ops and d.func.rpartition(".")[2] == "register_oot":
-                        name = _str(_kw(d, "name")) or (d.str_args[0] if d.str_args else None) or c.name
-                        key = ("custom_op", name)
-                        e = BackendEntry(name, "custom_op", None, f"{mod.name}.{q}", mod.path, c.line)
-                        e.registered_at.append({"path": mod.path, "line": d.line, "form": f"@{d.func}"})
-                        e.upstream = self._custom_op_upstream(mod, q)
-                        out[key] = e
+
+        if include_custom_ops:
+            from .customops import collect
+
+            for reg in collect(self.r):
+                key = ("custom_op", reg.name)
+                prev = out.get(key)
+                e = BackendEntry(reg.name, "custom_op", None, reg.replacement.dotted, reg.replacement.path,
+                                 reg.replacement.line)
+                e.registered_at.append({"path": reg.path, "line": reg.line, "form": reg.form})
+                # the counterpart is the class it replaces: the base in its MRO named like the registration
+                same = [b for b in self.r.mro(reg.replacement.module, reg.replacement.qual)[1:]
+                        if b.qual.rpartition(".")[2] == reg.name and b.module is not None and not b.module.workspace]
+                if same:
+                    e.upstream = ClassRef(same[0].dotted, same[0].path, same[0].cls.line if same[0].cls else same[0].line)
+                elif reg.base is not None and reg.base.qual not in ("CustomOp", "PluggableLayer"):
+                    e.upstream = ClassRef(reg.base.dotted, reg.base.path, reg.base.line)
+                else:
+                    e.upstream = self._custom_op_upstream(reg.replacement.module, reg.replacement.qual)
+                if prev is not None:
+                    e.error = (f"{reg.name} is registered twice ({prev.cls} and {e.cls}); vLLM asserts on a duplicate "
+                               "op name at import time")
+                out[key] = e
+        self._add_selected(out)
         entries = sorted(out.values(), key=lambda e: (e.kind != "attention", e.kind, e.name))
         for e in entries:
             self._fill(e, with_call_sites)
@@ -160,8 +207,50 @@ class Registry:
             out[key] = e
             e.upstream = self._upstream(mod, scope, enum_text, line)
         elif e.cls != class_path:
-            e.error = f"registered twice with different classes: {e.cls} and {class_path}"
+            first = e.registered_at[0] if e.registered_at else {}
+            e.error = (f"{member} is registered twice: {e.cls} ({os.path.basename(first.get('path') or '?')}:{first.get('line')}) and "
+                       f"{class_path} ({os.path.basename(mod.path)}:{line}); vLLM keeps the registration that runs last at import time")
         e.registered_at.append({"path": mod.path, "line": line, "form": form, "registrar": registrar})
+        return e
+
+    def _add_selected(self, out: dict) -> None:
+        """Every class path the platform's selector can return, with the conditions that lead to it."""
+        from .selection import Selector
+
+        registered = {k[1]: e.cls for k, e in out.items() if k[0] == "attention"}
+
+        def enum_paths(mod, scope, enum_text):
+            member = enum_text.rpartition(".")[2]
+            if member in registered:
+                return registered[member]
+            ref = self._upstream(mod, scope, enum_text, None)
+            return ref.cls if ref is not None else None
+
+        try:
+            cands = Selector(self.r, enum_paths, sorted(registered.items())).candidates()
+        except RecursionError:
+            return
+        by_cls = {e.cls: e for k, e in out.items() if k[0] == "attention"}
+        for c in cands:
+            info = c.to_json()
+            if c.class_path is None:
+                e = out.setdefault(("attention", "?selector"), BackendEntry("?", "attention", None, "?", None, None))
+                e.error = "the selector returns values that could not be read statically"
+                e.selected.append(info)
+                continue
+            e = by_cls.get(c.class_path)
+            if e is None:
+                name = c.enum.rpartition(".")[2] if c.enum else c.class_path.rpartition(".")[2]
+                e = BackendEntry(name, "attention", c.enum, c.class_path, None, None)
+                if c.enum:
+                    e.upstream = self._upstream_for_enum(c)
+                out[("attention", f"selected:{c.class_path}")] = e
+                by_cls[c.class_path] = e
+            e.selected.append(info)
+
+    def _upstream_for_enum(self, c) -> ClassRef | None:
+        mod = self.r.index.module_for_path(c.path) if c.path else None
+        return self._upstream(mod, "", c.enum, c.line) if mod is not None else None
 
     def _upstream(self, mod, scope, enum_text, line) -> ClassRef | None:
         if not enum_text or "." not in enum_text:

@@ -206,6 +206,13 @@ def backends_table(entries, root: Path) -> str:
         lines.append(f"{e.kind}:{e.name}  {e.cls}  ({_rel(e.path, root)}:{e.line})")
         for r in e.registered_at:
             lines.append(f"    registered ({r['form']}) at {_rel(r['path'], root)}:{r['line']}")
+        for sel in getattr(e, "selected", None) or []:
+            cond = " and ".join(sel["conditions"]) or "always"
+            lines.append(f"    selected if {cond} -> {reach_words({'live': True, 'dead': False}.get(sel['reachability']))}"
+                         f"  ({_rel(sel['path'], root)}:{sel['line']}, {sel['via']})"
+                         + (f"  [{sel['reason']}]" if sel.get("reason") else ""))
+        for wmsg in getattr(e, "warnings", None) or []:
+            lines.append(f"    WARNING: {wmsg}")
         for label, ref in (("impl", e.impl), ("builder", e.builder), ("metadata", e.metadata), ("upstream", e.upstream)):
             if ref is None:
                 continue

@@ -114,6 +114,13 @@ class Walk:
         self.fork_depth = 0  # forks above this walk in the tree
         self.budget = M.MAX_LEAVES  # leaves this walk's subtree may still have
 
+    def sub(self) -> "Walk":
+        """A fresh walk for a side resolution (its hops are not kept) that keeps the receiver: `self`
+        inside inherited code still means the concrete class."""
+        b = Walk()
+        b.receiver = self.receiver
+        return b
+
     def branch(self) -> "Walk":
         """A walk for one branch of a fork: same deadline, cancel, receiver and tree budget; its own hops;
         the visited set of the path so far (a cycle through a branch still ends as a cycle)."""
@@ -164,6 +171,11 @@ class Resolver:
         self._follow_memo: dict = {}  # (value identity, launch, receiver) -> (Final, hops it added)
         self._memo_gen = -1
         self.memo_enabled = True  # off only in tests that prove memoised answers equal fresh ones
+        # the impl classes of the backends vLLM can select: [(backend name, impl class Val, is_mla)],
+        # provided by the workspace (the registry reads them); used for `backend.get_impl_cls()`
+        self.backend_impls = None
+        # out-of-tree replacements of CustomOp/PluggableLayer classes: name -> OotRegistration (workspace hook)
+        self.oot_replacements = None
         self._reach_memo: dict = {}  # kernels reached by a multi-call function, this generation
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
@@ -372,12 +384,12 @@ class Resolver:
             return Val("unknown", mod, b.name, mod.path, b.line, reason=f"getattr with a non-literal name at {os.path.basename(mod.path)}:{b.line}")
         last = callee.rpartition(".")[2]
         if (callee in ("torch.compile", "functools.partial", "partial") or (last == "partial" and "functools" in callee)) \
-                and b.alternatives and b.alternatives[0] and not b.alternatives[0].endswith("()"):
+                and b.alternatives and b.alternatives[0] and not b.alternatives[0].endswith(")"):
             # the result calls its first argument
             w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {callee}({b.alternatives[0]}, ...): calls {b.alternatives[0]}",
                       self.guard_text(b.guards)))
             return self.resolve_dotted(mod, scope, b.alternatives[0], w, line=b.line)
-        target = self.resolve_dotted(mod, scope, callee, Walk(), line=b.line) if callee else Val("unknown")
+        target = self.resolve_dotted(mod, scope, callee, w.sub(), line=b.line) if callee else Val("unknown")
         return self.result_of_call(mod, scope, b.name, b.line, callee, target, w, self.guard_text(b.guards), b.alternatives)
 
     def result_of_call(self, mod: Module, scope: str, name: str, line: int, callee: str, target: Val, w: Walk,
@@ -385,11 +397,27 @@ class Resolver:
         """The value ``callee(...)`` returns: an instance of a class, a factory's return (a fork over several
         returns), a decorator's wrapped argument, or unknown."""
         b_line = line
+        if target.kind == "unknown" and callee.rpartition(".")[2] == "get_impl_cls" and self.backend_impls is not None:
+            sel = self.selected_impls(mod, scope, name, b_line)
+            if sel is not None:
+                w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(): the impl class of the backend vLLM selected "
+                          f"for this layer ({len(sel.extra['alts'])} candidates)", cond))
+                return sel
+        if target.kind == "unknown" and callee in ("cast", "typing.cast") and len(args) >= 2 and args[1]:
+            return self.value_text(mod, scope, args[1], w, b_line)  # typing.cast(T, x) is x
         if target.kind == "alts":
-            arms = [Alt(self.result_of_call(mod, scope, name, line, callee, a.val, Walk(), cond, args), a.condition,
+            arms = [Alt(self.result_of_call(mod, scope, name, line, callee, a.val, w.sub(), cond, args), a.condition,
                         a.reachable, a.label, a.path, a.line) for a in target.extra["alts"]]
             return alts_value(target.extra["fork_kind"], target.extra.get("decided_by"), mod, name, line, arms)
         if target.kind == "class":
+            rep_cls = self.oot_replacement(target)
+            if rep_cls is not None:
+                reg = rep_cls
+                w.add(Hop("patch", reg.path, reg.line, reg.replacement.dotted,
+                          f"{name} = {callee}(...): vLLM's __new__ instantiates the out-of-tree replacement registered "
+                          f"as {reg.name!r} ({reg.form})", cond))
+                rv = reg.replacement
+                return Val("instance", rv.module, rv.qual, rv.path, rv.line)
             w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...) (instance)", cond))
             return Val("instance", target.module, target.qual, target.path, target.line)
         if target.kind == "function" and target.func is not None and target.module is not None:
@@ -397,21 +425,34 @@ class Resolver:
             tm = target.module
             # a decorator applied by call (`g = deco(f)`): an inner def that calls the decorated argument
             if f.inner_defs and f.returns_names and set(f.returns_names) <= {q.rpartition(".")[2] for q in f.inner_defs} \
-                    and args and args[0] and not args[0].endswith("()") and f.params:
+                    and args and args[0] and not args[0].endswith(")") and f.params:
                 w.add(Hop("wrapper", tm.path, f.line, target.dotted, f"{name} = {callee}({args[0]}): the wrapper calls {args[0]}", cond))
                 return self.resolve_dotted(mod, scope, args[0], w, line=b_line)
             rets = [(t, g, ln) for t, g, ln in f.return_alts if t and t != "None"]
             texts = {t for t, _g, _ln in rets}
+
+            def ret_value(t: str, ln: int) -> Val:
+                arg = self._bound_arg(f, t, args)
+                if arg is not None:  # a parameter returned: the caller's argument, read where the call is
+                    return self.value_text(mod, scope, arg, w.sub(), b_line)
+                c_callee, _, c_inner = t[:-1].partition("(") if t.endswith(")") else ("", "", "")
+                if c_callee in ("torch.compile", "functools.partial", "partial") and c_inner:
+                    # `return torch.compile(fn, ...)` of a parameter: the compiled callable runs the argument
+                    arg = self._bound_arg(f, c_inner.split(", ")[0], args)
+                    if arg is not None:
+                        return self.value_text(mod, scope, arg, w.sub(), b_line)
+                return self.value_text(tm, f.qualname, t, self._callee_walk(target, w), ln)
+
             if len(texts) == 1:
                 text = next(iter(texts))
-                inner = self.value_text(tm, f.qualname, text, Walk(), rets[0][2])
+                inner = ret_value(text, rets[0][2])
                 if inner.kind in ("function", "class", "instance", "alts", "not_installed", "torch_op", "ext_attr", "dict"):
                     w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...) returns {text}", cond))
                     return inner
             elif len(texts) > 1:
                 arms = []
                 for t, g, ln in rets:
-                    av = self.value_text(tm, f.qualname, t, Walk(), ln)
+                    av = ret_value(t, ln)
                     arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname) if g else True,
                                     f"returns {t}", tm.path, ln))
                 if any(a.val.kind != "unknown" for a in arms):
@@ -419,14 +460,75 @@ class Resolver:
                     return alts_value(M.FORK_FACTORY, None, tm, target.dotted, f.line, arms)
         return Val("unknown", mod, name, mod.path, b_line, reason=f"`{name}` is the result of calling `{callee or '...'}` at {os.path.basename(mod.path)}:{b_line}")
 
+    def oot_replacement(self, cv: Val):
+        """The registration whose class vLLM instantiates instead of ``cv`` (a CustomOp or PluggableLayer
+        subclass whose ``__name__`` is registered with ``register_oot``), else None."""
+        if self.oot_replacements is None or cv.module is None:
+            return None
+        regs = self.oot_replacements()
+        reg = regs.get(cv.qual.rpartition(".")[2]) if regs else None
+        if reg is None or (reg.replacement.module is not None and (reg.replacement.module.name, reg.replacement.qual) == (cv.module.name, cv.qual)):
+            return None
+        if not any(b.qual in ("CustomOp", "PluggableLayer") and b.module is not None and not b.module.workspace
+                   for b in self.mro(cv.module, cv.qual)):
+            return None
+        return reg
+
+    def selected_impls(self, mod: Module, scope: str, name: str, line: int) -> Val | None:
+        """`<backend>.get_impl_cls()` inside an attention layer: one candidate per backend that can be
+        selected for the layer's kind (MLA layers: MLA backends; other layers: the rest)."""
+        try:
+            cands = self.backend_impls()
+        except RecursionError:
+            return None
+        if not cands:
+            return None
+        cls_q = self.enclosing_class(mod, scope)
+        layer_mla = cls_q is not None and any("MLA" in b.qual.rpartition(".")[2] for b in self.mro(mod, cls_q))
+        arms = [Alt(v, f"the selected backend is {label}", None, f"{label}: {v.qual.rpartition('.')[2]}", v.path, v.line)
+                for label, v, is_mla in cands if is_mla == layer_mla]
+        if not arms:
+            return None
+        return alts_value(M.FORK_SELECTED_BACKEND, "the attention backend vLLM selected for this layer", mod, name, line, arms)
+
+    @staticmethod
+    def _bound_arg(f: FunctionInfo, text: str, args: tuple) -> str | None:
+        """When ``f`` returns its positional parameter ``text``: the caller's argument text for it."""
+        if args and text.isidentifier():
+            pos = [p.name for p in f.params if p.kind in ("posonly", "pos")]
+            if f.class_name and pos and pos[0] in ("self", "cls") and "staticmethod" not in {d.func for d in f.decorators}:
+                pos = pos[1:]
+            if text in pos:
+                i = pos.index(text)
+                if i < len(args) and args[i]:
+                    return args[i]
+        return None
+
+    def _callee_walk(self, target: Val, w: Walk) -> Walk:
+        """The walk in which a called method's returns are read: `self` there is the object the
+        method was looked up on (the caller's receiver when the method is inherited by it)."""
+        sub = w.sub()
+        recv = target.extra.get("receiver")
+        if recv is not None and (sub.receiver is None or recv[1] is not None and not self._inherits(sub.receiver, recv)):
+            sub.receiver = recv
+        return sub
+
+    def _inherits(self, sub_recv, base_recv) -> bool:
+        smod, sq = sub_recv
+        bmod, bq = base_recv
+        if smod is None or sq is None or bmod is None:
+            return False
+        return any(b.module is not None and (b.module.name, b.qual) == (bmod.name, bq) for b in self.mro(smod, sq))
+
     def value_text(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
         """A value from a binding's recorded text: a dotted name, ``C()`` (a call's result), ``@import:mod``."""
         if text.startswith("@import:"):
             return self.module_value(text[len("@import:"):], w)
-        if text.endswith("()"):
-            callee = text[:-2]
-            tv = self.resolve_dotted(mod, scope, callee, Walk(), line=line)
-            return self.result_of_call(mod, scope, callee, line or 0, callee, tv, w)
+        if text.endswith(")") and "(" in text:
+            callee, _, inner = text[:-1].partition("(")
+            args = tuple("" if a == "?" else a for a in inner.split(", ")) if inner else ()
+            tv = self.resolve_dotted(mod, scope, callee, w.sub(), line=line)
+            return self.result_of_call(mod, scope, callee, line or 0, callee, tv, w, None, args)
         return self.resolve_dotted(mod, scope, text, w, line=line)
 
     def dict_choice(self, dv: Val, key: str, mod: Module, scope: str) -> Val:

@@ -47,6 +47,11 @@ class Workspace:
         self.target = target
         self.index = Index(self.root, target, self.cache)
         self.resolver = Resolver(self.index)
+        self.resolver.backend_impls = self._backend_impls
+        self.resolver.oot_replacements = self._oot_replacements
+        self._oot_memo: tuple | None = None
+        self._impls_memo: tuple | None = None
+        self._impls_busy = False
         self._refs: dict[tuple, list] = {}
         self._backends_memo = None
         self.allow_fork = False  # forked prefetch workers: only in single-threaded CLI processes
@@ -64,7 +69,7 @@ class Workspace:
         key = (self.index.generation, with_call_sites, include_custom_ops)
         if self._backends_memo is not None and self._backends_memo[0] == key:
             return self._backends_memo[1]
-        name = f"backends-{self.index.fingerprint()}-{int(with_call_sites)}{int(include_custom_ops)}"
+        name = f"backends-{self.index.fingerprint()}-{_code_stamp()}-{int(with_call_sites)}{int(include_custom_ops)}"
         cached = None if self.index.has_overlays() else self.cache.load_pickle("derived", name)
         if cached is not None and _deps_fresh(cached[0]):
             entries = cached[1]
@@ -74,6 +79,53 @@ class Workspace:
                 self.cache.store_pickle("derived", name, (self._dependency_stamps(), entries))
         self._backends_memo = (key, entries)
         return entries
+
+    def _oot_replacements(self) -> dict:
+        """register_oot registrations by name, memoised per index generation."""
+        gen = self.index.generation
+        if self._oot_memo is not None and self._oot_memo[0] == gen:
+            return self._oot_memo[1]
+        from .customops import collect
+
+        self._oot_memo = (gen, {})  # re-entrant calls while collecting see none
+        regs = {}
+        try:
+            for reg in collect(self.resolver):
+                regs.setdefault(reg.name, reg)
+        except RecursionError:
+            regs = {}
+        self._oot_memo = (gen, regs)
+        return regs
+
+    def _backend_impls(self) -> list:
+        """(backend name, impl class Val, is MLA) for every registered or selectable attention backend;
+        memoised per index generation (the resolver asks while binding `self.impl` of layers)."""
+        gen = self.index.generation
+        if self._impls_memo is not None and self._impls_memo[0] == gen:
+            return self._impls_memo[1]
+        if self._impls_busy:
+            return []
+        self._impls_busy = True
+        try:
+            out = []
+            seen = set()
+            for e in self.backends(with_call_sites=False):
+                if e.kind != "attention" or e.impl is None or not e.impl.cls or e.impl.cls in seen:
+                    continue
+                v = self.resolver.resolve_symbol(e.impl.cls)
+                if v.kind != "class" or v.module is None:
+                    continue
+                seen.add(e.impl.cls)
+                # an MLA impl derives from vLLM's MLA impl bases (`MLAAttentionImpl`, `SparseMLAAttentionImpl`);
+                # a base the installed vLLM lacks still names itself in the class statement
+                names = [b.qual.rpartition(".")[2] for b in self.resolver.mro(v.module, v.qual)]
+                names += [t.rpartition(".")[2] for b in self.resolver.mro(v.module, v.qual) if b.cls for t in b.cls.bases]
+                is_mla = any(n.endswith("MLAAttentionImpl") for n in names)
+                out.append((e.name, v, is_mla))
+        finally:
+            self._impls_busy = False
+        self._impls_memo = (gen, out)
+        return out
 
     def kernel_sites(self, paths: list[str] | None = None):
         """Every kernel call site in workspace modules under ``paths`` (default: all)."""
