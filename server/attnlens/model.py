@@ -27,7 +27,9 @@ FORK_FACTORY = "factory_return"  # `x = make()` where make returns one of severa
 FORK_RETURNS = "multiple_returns"  # a function with several `return` statements of callables/classes
 FORK_DISPATCH_KEY = "dispatch_key"  # a torch op with several kernels, one per dispatch key
 FORK_SELECTED_BACKEND = "selected_backend"  # `backend.get_impl_cls()` of whichever backend vLLM selected
-FORK_KINDS = (FORK_CALLS, FORK_IFEXP, FORK_DICT, FORK_FACTORY, FORK_RETURNS, FORK_DISPATCH_KEY, FORK_SELECTED_BACKEND)
+FORK_SUBCLASS = "subclass"  # a method of a declared (annotated) base type: each workspace subclass that overrides it
+FORK_KINDS = (FORK_CALLS, FORK_IFEXP, FORK_DICT, FORK_FACTORY, FORK_RETURNS, FORK_DISPATCH_KEY, FORK_SELECTED_BACKEND,
+              FORK_SUBCLASS)
 
 # reachability of a branch (JSON spelling)
 LIVE = "live"

@@ -605,7 +605,7 @@ class _Builder:
             if any(v for _k, v in pairs):
                 return Binding(name, "dict", line, col, target=None, guards=g, alternatives=pairs)
         if isinstance(value, ast.Subscript):
-            base = dotted(value.value)
+            base = dotted(value.value) or _call_text(value.value) or None
             if base is not None:
                 return Binding(name, "subscript", line, col, target=base, guards=g,
                                str_args=(" ".join((self.seg(value.slice) or "").split()),))

@@ -322,7 +322,7 @@ class Registry:
                 return ClassRef(f"{mod.name}.{q}", mod.path, c.line)
         return None
 
-    def _memo_chain(self, mod, cs):
+    def _memo_chain(self, mod, cs, receiver=None):
         """Trace a call site, reusing the previous chain when no file it went through changed.
 
         Editors re-run the registry after every keystroke: only the call sites whose
@@ -330,7 +330,7 @@ class Registry:
         """
         index = self.r.index
         memo = self.r.site_memo
-        key = (mod.path, cs.line, cs.col, cs.func, cs.launch)
+        key = (mod.path, cs.line, cs.col, cs.func, cs.launch, (receiver[0].name, receiver[1]) if receiver else None)
         hit = memo.get(key)
         if hit is not None:
             gen, sha, chain, touched = hit
@@ -338,7 +338,7 @@ class Registry:
                 changed = index.changed_since(gen)
                 if changed is not None and not (changed & touched):
                     return chain
-        chain = self.r.trace_call(mod, cs)
+        chain = self.r.trace_call(mod, cs, receiver=receiver)
         touched = {realpath(h.path) for h in chain.hops if h.path}
         if chain.final.path:
             touched.add(realpath(chain.final.path))
@@ -358,23 +358,33 @@ class Registry:
         return bool(bs) and all(b.kind in kinds or (b.kind == "call" and (b.target or "").rpartition(".")[2] in ("import_module", "getattr")) for b in bs)
 
     def _class_sites(self, cv: Val):
-        """(module, call site) of every call in the workspace-defined methods of a class."""
-        mod = cv.module
-        if mod is None or not mod.workspace or cv.cls is None:
+        """(module, call site, receiver) of every call in the workspace-defined methods of a class,
+        inherited ones included (the first definition in the MRO wins; `self` there is the class)."""
+        if cv.module is None or not cv.module.workspace or cv.cls is None:
             return
-        for _name, fq in cv.cls.methods.items():
-            for cs in mod.summary.calls_in(fq):
-                yield mod, cs
-            f = mod.summary.functions.get(fq)
-            for inner in (f.inner_defs if f else ()):
-                for cs in mod.summary.calls_in(inner):
-                    yield mod, cs
+        recv = (cv.module, cv.qual)
+        done: set = set()
+        for bv in self.r.mro(cv.module, cv.qual):
+            mod, c = bv.module, bv.cls
+            if mod is None or c is None or not mod.workspace:
+                continue
+            for name, fq in c.methods.items():
+                if name in done:
+                    continue
+                done.add(name)
+                r = None if bv is None or (mod.name, bv.qual) == (cv.module.name, cv.qual) else recv
+                for cs in mod.summary.calls_in(fq):
+                    yield mod, cs, r
+                f = mod.summary.functions.get(fq)
+                for inner in (f.inner_defs if f else ()):
+                    for cs in mod.summary.calls_in(inner):
+                        yield mod, cs, r
 
     def call_sites_of_class(self, cv: Val) -> list[CallSiteResult]:
         """Kernel call sites in the workspace-defined methods of a class."""
         out = []
-        for mod, cs in self._class_sites(cv):
-            res = self.kernel_call(mod, cs)
+        for mod, cs, recv in self._class_sites(cv):
+            res = self.kernel_call(mod, cs, recv)
             if res is not None:
                 out.append(res)
         return out
@@ -390,18 +400,18 @@ class Registry:
             # the classes _fill collects call sites from: the entry's own and its parts
             refs = [e.cls] + [ref.cls for attr, _m in PART_METHODS if (ref := getattr(e, attr, None)) and ref.cls]
             for cv in (v for v in map(self.r.resolve_symbol, refs) if v.kind == "class"):
-                for mod, cs in self._class_sites(cv):
-                    self.kernel_call(mod, cs)
+                for mod, cs, recv in self._class_sites(cv):
+                    self.kernel_call(mod, cs, recv)
                     if time.perf_counter() - t0 >= budget_s:
                         yield len(entries)
                         t0 = time.perf_counter()
 
-    def kernel_call(self, mod, cs) -> CallSiteResult | None:
+    def kernel_call(self, mod, cs, receiver=None) -> CallSiteResult | None:
         if not is_candidate(cs):
             return None
         if cs.scope and _inside_jit(mod, cs.scope):
             return None  # a device-function call inside a Triton kernel body
-        chain = self._memo_chain(mod, cs)
+        chain = self._memo_chain(mod, cs, receiver)
         if not is_kernel_chain(chain):
             return None
         if chain.final.kind == M.UNRESOLVED and not self._root_is_imported(mod, cs):
@@ -445,7 +455,11 @@ def is_kernel_chain(chain: M.Chain) -> bool:
     if any(h.kind in ("torch_op", "patch") for h in chain.hops):
         return True
     if k == M.FORK:
-        return True  # a choice point whose branches reach kernel-like code (forks keep only those)
+        # a choice point counts when a branch reaches kernel-like code (a fork of constructors or of
+        # subclasses' pure-Python methods does not)
+        from .resolver import _reaches_runtime
+
+        return _reaches_runtime(chain)
     if k == M.UNRESOLVED:
         # only unresolved calls that came through an import of kernel-ish code
         return any(h.kind in ("import", "conditional_import", "lazy_import", "dynamic_import", "alias") for h in chain.hops) and not any(

@@ -268,7 +268,13 @@ class Resolver:
                 if locs:
                     b = self.choose(mod, locs, q, line)
                     return self.binding_value(mod, b, w, scope=q)
-                if any(p.name == name for p in f.params):
+                p = next((p for p in f.params if p.name == name), None)
+                if p is not None:
+                    if p.annotation and name not in ("self", "cls"):
+                        av = self.annotation_value(mod, q, p.annotation, f.line)
+                        if av is not None:
+                            w.add(Hop("alias", mod.path, f.line, name, f"{name}: {p.annotation} (annotated parameter of {f.name})"))
+                            return av
                     return Val("unknown", mod, name, reason=f"`{name}` is a parameter of {f.qualname}")
             q = q.rpartition(".")[0]
         if name in summ.bindings:
@@ -544,7 +550,45 @@ class Resolver:
             arms.append(Alt(av, c, self.profile.evaluate(mod, scope, c), f"{k}: {text or '...'}", dv.path, dv.line))
         return alts_value(M.FORK_DICT, key, dm, dv.qual, dv.line, arms)
 
+    def import_map(self) -> dict:
+        """Module names a plugin's import hook serves from elsewhere: ``builtins.__import__`` replaced
+        (at module level) by a function that reads a literal dict of module names.
+        name -> (mapped module, hook path, hook line). Memoised per index generation."""
+        gen = self.index.generation
+        memo = self._import_map_memo
+        if memo is not None and memo[0] == gen:
+            return memo[1]
+        out: dict = {}
+        self._import_map_memo = (gen, out)
+        for m in self.index.workspace_modules():
+            for ap in m.summary.attr_patches:
+                if ap.target not in ("builtins.__import__", "__builtins__.__import__") or not ap.value:
+                    continue
+                f = m.summary.functions.get(ap.value)
+                if f is None:
+                    continue
+                for name in f.names_read:
+                    for b in m.summary.bindings.get(name, []):
+                        if b.kind != "dict":
+                            continue
+                        for k, v in b.alternatives:
+                            try:
+                                src, dst = ast.literal_eval(k), ast.literal_eval(v) if v else None
+                            except (ValueError, SyntaxError):
+                                continue
+                            if isinstance(src, str) and isinstance(dst, str):
+                                out.setdefault(src, (dst, m.path, ap.line))
+        return out
+
+    _import_map_memo: tuple | None = None
+
     def module_value(self, name: str, w: Walk, quiet: bool = False) -> Val:
+        if not name.startswith(("torch", "vllm")):
+            mapped = self.import_map().get(name)
+            if mapped is not None and mapped[0] != name:
+                w.add(Hop("patch", mapped[1], mapped[2], mapped[0],
+                          f"the import hook installed at {os.path.basename(mapped[1])}:{mapped[2]} serves `{name}` from `{mapped[0]}`"))
+                name = mapped[0]
         if name == "torch" or name.startswith("torch."):
             if name == "torch":
                 return Val("torch", None, "torch")
@@ -688,6 +732,10 @@ class Resolver:
             return self.profile.platform_attr(name, w)
         if k in ("class", "instance"):
             found = self.class_attr(v.module, v.qual, name, w, instance=(k == "instance"))  # type: ignore[arg-type]
+            if found is not None and k == "instance" and v.extra.get("annotated") and found.kind == "function":
+                sub = self.overriding_subclasses(v, name, found)
+                if sub is not None:
+                    return sub
             if found is not None:
                 return found
             if name == "apply" and self.is_autograd_function(v):
@@ -799,6 +847,13 @@ class Resolver:
                 fq = c.methods[name]
                 f = m.summary.functions[fq]
                 return Val("function", m, fq, m.path, f.line, owner=cv.qual, extra={"receiver": (mod, cq)})
+            if instance and name in c.attrs and c.attrs[name].kind not in ("class", "assign", "def"):
+                fld = next((x for x in c.fields if x[0] == name), None)
+                if fld is not None and fld[1]:  # `x: T = default` on an instance: the declared type
+                    av = self.annotation_value(m, "", fld[1], fld[3])
+                    if av is not None:
+                        w.add(Hop("alias", m.path, fld[3], f"{cv.dotted}.{name}", f"{name}: {fld[1]} (field)"))
+                        return av
             if name in c.attrs:
                 b = c.attrs[name]
                 if b.kind == "class":
@@ -808,6 +863,13 @@ class Resolver:
                     w.add(Hop("alias", m.path, b.line, f"{cv.dotted}.{name}", f"{name} = {b.target}", None))
                     return self.resolve_dotted(m, "", b.target or "", w, line=b.line)
                 return Val("unknown", m, f"{cv.dotted}.{name}", m.path, b.line, reason=f"class attribute {cv.dotted}.{name} holds a value", extra={"binding": b})
+            if instance and name not in c.inst_attrs:
+                fld = next((x for x in c.fields if x[0] == name), None)
+                if fld is not None and fld[1]:
+                    av = self.annotation_value(m, "", fld[1], fld[3])
+                    if av is not None:
+                        w.add(Hop("alias", m.path, fld[3], f"{cv.dotted}.{name}", f"{name}: {fld[1]} (field)"))
+                        return av
             if instance and name in c.inst_attrs:
                 b = c.inst_attrs[name]
                 scope = b.attr or ""
@@ -820,6 +882,51 @@ class Resolver:
                     return self.binding_value(m, b, w, scope)
                 return Val("unknown", m, f"self.{name}", m.path, b.line, reason=f"self.{name} is computed at {os.path.basename(m.path)}:{b.line}")
         return None
+
+    def overriding_subclasses(self, v: Val, name: str, found: Val) -> Val | None:
+        """A method called on a value declared as a base type whose own method is abstract or a no-op:
+        one branch per workspace subclass that overrides it (what can run is the subclass's code)."""
+        f = found.func
+        if f is None or not (f.dummy or any(d.func.rpartition(".")[2] == "abstractmethod" for d in f.decorators)):
+            return None
+        arms = []
+        for m in self.index.workspace_modules():
+            for q, c in m.summary.classes.items():
+                if name not in c.methods or (m.name, q) == (v.module.name if v.module else None, v.qual):
+                    continue
+                if not any(b.module is not None and (b.module.name, b.qual) == (v.module.name, v.qual) for b in self.mro(m, q)[1:]):
+                    continue
+                fq = c.methods[name]
+                fn = m.summary.functions[fq]
+                arms.append(Alt(Val("function", m, fq, m.path, fn.line, owner=q, extra={"receiver": (m, q)}),
+                                f"the object is a {q}", None, f"{q}.{name}", m.path, fn.line))
+                if len(arms) >= M.MAX_LEAVES:
+                    break
+        if not arms:
+            return None
+        return alts_value(M.FORK_SUBCLASS, f"the concrete type of the {v.qual.rpartition('.')[2]}", v.module, f"{v.qual}.{name}",
+                          found.line, arms)
+
+    _NONE_PARTS = ("None", "NoneType", "type(None)")
+
+    def annotation_value(self, mod: Module, scope: str, ann: str, line: int | None) -> Val | None:
+        """An instance of the class an annotation names (``X``, ``"X"``, ``X | None``, ``Optional[X]``,
+        ``X[T]``); None for anything else (unions of several classes, builtins, PyTorch types)."""
+        text = ann.strip().strip("'\"")
+        if text.startswith(("Optional[", "typing.Optional[")) and text.endswith("]"):
+            text = text[text.index("[") + 1:-1]
+        parts = [x.strip().strip("'\"") for x in text.split("|")]
+        parts = [x for x in parts if x and x not in self._NONE_PARTS]
+        if len(parts) != 1:
+            return None
+        base = parts[0].partition("[")[0].strip()
+        if not base or not all(x.isidentifier() for x in base.split(".")) or base.split(".")[0] in ("torch", "np", "int",
+                                                                                                     "float", "str", "bool"):
+            return None
+        cv = self.resolve_dotted(mod, scope, base, Walk(), line=line)
+        if cv.kind != "class" or cv.module is None:
+            return None
+        return Val("instance", cv.module, cv.qual, cv.path, cv.line, extra={"annotated": True})
 
     def is_autograd_function(self, v: Val) -> bool:
         if v.module is None:
@@ -1228,11 +1335,14 @@ class Resolver:
     # ------------------------------------------------------------------
     # entry points
     # ------------------------------------------------------------------
-    def trace_call(self, mod: Module, cs: CallSite, budget_s: float | None = None, cancel=None) -> Chain:
+    def trace_call(self, mod: Module, cs: CallSite, budget_s: float | None = None, cancel=None, receiver=None) -> Chain:
+        """The tree behind one call site. ``receiver`` is ``(module, class qualname)`` of the concrete
+        class when the call sits in a method it inherits (``self`` then means that class)."""
         w = Walk(budget_s, cancel)
+        w.receiver = receiver
         cond = self.guard_text(cs.guards)
         reach = self.guard_value(mod, cs.guards, cs.scope) if cs.guards else None
-        sym = cs.func + ("[grid]" if cs.launch else "")
+        sym = cs.func + (f"[{cs.subscript or 'grid'}]" if cs.launch else "")
         w.add(Hop("triton_launch" if cs.launch else "call", mod.path, cs.line, sym or "?", f"call in {mod.name}{'.' + cs.scope if cs.scope else ''}", cond, reach, cs.col))
         if not cs.func:
             final = Final(M.UNRESOLVED, mod.path, cs.line, "?", reason="dynamic call: the callee is not a plain name or attribute chain")

@@ -130,17 +130,24 @@ class Selector:
                                      path=mod.path, line=line, via=f"{var}.get_path() of the requested backend",
                                      enum=member))
             return out
+        # `backend = priorities(...)[0]`: only the first member of each list can be chosen
+        index = None
+        prior = [b for b in f.locals.get(var, []) if b.line < (line or 0)]
+        if prior and prior[-1].kind == "subscript" and prior[-1].str_args and prior[-1].str_args[0].isdigit():
+            index = int(prior[-1].str_args[0])
         for lm, lf in self._priority_lists(mod, f, cv, 0, set()):
             for text, guards, rline in lf.return_alts:
                 if not (text.startswith("[") and text.endswith("]")):
                     continue
                 gt = self.r.guard_text(guards)
                 r = _combine(reach, self.r.guard_value(lm, guards, lf.qualname) if guards else True)
-                for member in (x.strip() for x in text[1:-1].split(",")):
-                    if not member:
-                        continue
+                members = [x.strip() for x in text[1:-1].split(",") if x.strip()]
+                if index is not None:
+                    members = members[index:index + 1]
+                how = f"item {index} of the priority list" if index is not None else "priority order, first valid"
+                for member in members:
                     path = self.enum_paths(lm, lf.qualname, member)
-                    out.append(Candidate(path, conditions=conds + ([gt] if gt else []) + [f"{var} is {member.rpartition('.')[2]} (priority order, first valid)"],
+                    out.append(Candidate(path, conditions=conds + ([gt] if gt else []) + [f"{var} is {member.rpartition('.')[2]} ({how})"],
                                          reachable=_combine(r, None), path=lm.path, line=rline,
                                          via=f"{var}.get_path() over {lf.qualname}()", enum=member,
                                          reason=None if path else f"no class path known for {member}"))

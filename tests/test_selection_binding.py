@@ -1,0 +1,151 @@
+"""Selection and binding: which backends vLLM can pick, and what `self`, layers and metadata are bound to.
+
+Against the real vllm 0.26.0: the bundled examples (mini-metax, tiny-npu) and inline fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlens import model as M
+from tests.helpers import EXAMPLE, example_ws, have_vllm
+
+pytestmark = pytest.mark.skipif(not have_vllm(), reason="vllm 0.26.0 is not installed in the test interpreter")
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory):
+    return example_ws(tmp_path_factory.mktemp("mini"))
+
+
+def _selected(entry):
+    return [(" and ".join(s["conditions"]), s["reachability"], s["via"]) for s in entry.selected]
+
+
+def test_mini_selector_candidates_with_conditions(mini):
+    entries = {(e.kind, e.name): e for e in mini.backends(with_call_sites=False)}
+    user = "selected_backend.get_path() of the requested backend"
+    prio = "backend.get_path() over _get_backend_priorities()"
+    assert _selected(entries[("attention", "FLASH_ATTN")]) == [
+        ("selected_backend is not None and selected_backend is FLASH_ATTN (chosen by the user)", "runtime", user),
+        ("not (selected_backend is not None) and not (use_mla) and backend is FLASH_ATTN (item 0 of the priority list)",
+         "runtime", prio),
+    ]
+    # TRITON_ATTN is second in its list: only an explicit choice selects it
+    assert _selected(entries[("attention", "TRITON_ATTN")]) == [
+        ("selected_backend is not None and selected_backend is TRITON_ATTN (chosen by the user)", "runtime", user),
+    ]
+    assert _selected(entries[("attention", "TRITON_MLA")])[1] == (
+        "not (selected_backend is not None) and use_mla and backend is TRITON_MLA (item 0 of the priority list)", "runtime", prio)
+    # the MLA prefill registry is not selected through get_attn_backend_cls
+    assert entries[("mla_prefill", "FLASH_ATTN")].selected == []
+
+
+def test_register_oot_name_and_counterpart(mini):
+    entries = {(e.kind, e.name): e for e in mini.backends(with_call_sites=False, include_custom_ops=True)}
+    e = entries[("custom_op", "SparseAttnIndexer")]
+    assert e.cls == "mini_metax.registry.sparse_indexer.MiniSparseAttnIndexer"
+    assert e.registered_at[0]["form"] == "@CustomOp.register_oot(...)"
+    assert e.upstream.cls == "vllm.model_executor.layers.sparse_attn_indexer.SparseAttnIndexer"
+
+
+# -- the second example plugin: selection only through code, a broken CUSTOM registration, layer binding --
+
+TINY = EXAMPLE.parent / "tiny-npu"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    import sys
+
+    from attnlens.workspace import Workspace
+
+    return Workspace(TINY, python=sys.executable, cache_dir=tmp_path_factory.mktemp("tiny") / "cache")
+
+
+def _leaves(c):
+    return [(lf.final.kind, lf.final.symbol, lf.reachable) for lf in c.leaves()]
+
+
+def _trace(ws, modname, func, nth=0):
+    mod = ws.index.module(modname)
+    calls = [cs for cs in mod.summary.calls if cs.func == func]
+    return ws.resolver.trace_call(mod, calls[nth])
+
+
+def test_tiny_backends_come_from_the_selector(tiny):
+    entries = {e.cls: e for e in tiny.backends(with_call_sites=False) if e.kind == "attention"}
+    sel = {cls: [(" and ".join(s["conditions"]), s["via"]) for s in e.selected] for cls, e in entries.items()}
+    nosink = "not (attn_selector_config.has_sink) and not (selected_backend == AttentionBackendEnum.CUSTOM)"
+    key = "(attn_selector_config.use_mla, attn_selector_config.use_sparse)"
+    assert sel == {
+        "tiny_npu.attention.sink.TinySinkBackend": [("attn_selector_config.has_sink", "literal")],
+        "TINY_CUSTOM": [("not (attn_selector_config.has_sink) and selected_backend == AttentionBackendEnum.CUSTOM",
+                         "AttentionBackendEnum.CUSTOM.get_path()")],
+        "tiny_npu.attention.paged.TinyPagedBackend": [(f"{nosink} and {key} == (False, False)", "backends[(False, False)]")],
+        "tiny_npu.attention.mla.TinyMLABackend": [(f"{nosink} and {key} == (True, False)", "backends[(True, False)]")],
+        "tiny_npu.attention.sparse_mla.TinySparseMLABackend": [(f"{nosink} and {key} == (True, True)", "backends[(True, True)]")],
+    }
+    paged = entries["tiny_npu.attention.paged.TinyPagedBackend"]
+    assert (paged.impl.cls, paged.builder.cls, paged.metadata.cls) == (
+        "tiny_npu.attention.paged.TinyPagedImpl", "tiny_npu.attention.paged.TinyPagedMetadataBuilder",
+        "tiny_npu.attention.paged.TinyPagedMetadata")
+
+
+def test_tiny_custom_decorator_with_positional_string_is_reported_once(tiny):
+    e = next(e for e in tiny.backends(with_call_sites=False) if e.name == "CUSTOM")
+    assert e.cls == "TINY_CUSTOM"  # the string vLLM stores as the class path
+    assert len(e.warnings) == 1 and "tiny_npu.attention.custom.TinyCustomBackend is not registered" in e.warnings[0]
+    assert "registered twice" not in (e.error or "")
+
+
+def test_tiny_inherited_call_sites_bind_self_to_the_concrete_impl(tiny):
+    entries = {e.cls: e for e in tiny.backends(with_call_sites=True) if e.kind == "attention"}
+    sink = entries["tiny_npu.attention.sink.TinySinkBackend"]
+    by_line = {(s.path.rpartition("tiny_npu/")[2], s.call): s.chain for s in sink.call_sites}
+    # TinyImplBase.forward (common.py) calls self._attend: the sink impl's override, through the import hook
+    attend = by_line[("attention/common.py", "self._attend")]
+    # (decided at run time: the call sits under `if attn_metadata is None: return` in forward)
+    assert _leaves(attend) == [(M.TRITON_KERNEL, "tiny_npu.ops.kernels._paged_sink_attn_kernel", None)]
+    assert any(h.kind == "patch" and "serves `flash_attn` from `tiny_npu.compat.flash_attn`" in h.detail for h in attend.hops)
+
+
+def test_tiny_factory_singleton_and_inherited_method(tiny):
+    c = _trace(tiny, "tiny_npu.attention.mla", "NpuOps.mla_decode")
+    assert c.final.fork.kind == M.FORK_FACTORY
+    assert _leaves(c) == [(M.TORCH_OP, "_tiny_C::mla_decode", False), (M.TORCH_OP, "_tiny_C::mla_decode", True),
+                          (M.TORCH_OP, "_tiny_C::mla_decode", False)]
+
+
+def test_tiny_layer_impl_fans_out_over_non_mla_backends(tiny):
+    c = _trace(tiny, "tiny_npu.layers.attention", "self.impl.forward")
+    assert c.final.fork.kind == M.FORK_SELECTED_BACKEND
+    assert [b.label for b in c.final.fork.branches] == ["TinyPagedBackend: TinyPagedImpl", "TinySinkBackend: TinySinkImpl"]
+    sink = c.final.fork.branches[1].chain
+    assert [(k, s) for k, s, _r in _leaves(sink)] == [
+        (M.TRITON_KERNEL, "tiny_npu.ops.kernels._write_kv_kernel"), (M.TORCH_OP, "_tiny_C::reshape_and_cache_fp8"),
+        (M.TRITON_KERNEL, "tiny_npu.ops.kernels._paged_sink_attn_kernel")]
+    paged_live = [(k, s) for k, s, r in _leaves(c.final.fork.branches[0].chain) if r is not False]
+    assert (M.TORCH_OP, "_tiny_C::paged_attention") in paged_live
+    assert not any(s.startswith("vllm.") for _k, s in paged_live)  # upstream CUDA kernels only on dead branches
+
+
+def test_tiny_custom_ops_registered_in_a_loop_and_without_name(tiny):
+    ops = {e.name: e for e in tiny.backends(with_call_sites=False, include_custom_ops=True) if e.kind == "custom_op"}
+    assert {n: (e.cls, e.upstream.cls) for n, e in ops.items()} == {
+        "RMSNorm": ("tiny_npu.layers.rms_norm.TinyRMSNorm", "vllm.model_executor.layers.layernorm.RMSNorm"),
+        "RotaryEmbedding": ("tiny_npu.layers.rotary.TinyRotaryEmbedding",
+                            "vllm.model_executor.layers.rotary_embedding.base.RotaryEmbedding"),
+        "SiluAndMul": ("tiny_npu.layers.activation.TinySiluAndMul", "vllm.model_executor.layers.activation.SiluAndMul"),
+    }
+
+
+def test_tiny_patched_upstream_method_runs_the_plugin_function(tiny):
+    c = tiny.trace_symbol("vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.do_kv_cache_update")
+    assert [h.symbol for h in c.hops if h.kind == "patch"] == ["tiny_npu.patches._tiny_do_kv_cache_update"]
+    assert [(k, s) for k, s, _r in _leaves(c)] == [(M.TRITON_KERNEL, "tiny_npu.ops.kernels._write_kv_kernel"),
+                                                   (M.TORCH_OP, "_tiny_C::reshape_and_cache_fp8")]
+
+
+def test_tiny_torch_library_impl_decorator_is_the_device_kernel(tiny):
+    c = _trace(tiny, "tiny_npu.layers.rotary", "torch.ops.tiny.rope")
+    assert _leaves(c) == [(M.TRITON_KERNEL, "tiny_npu.ops.kernels._rope_kernel", True)]
