@@ -19,6 +19,8 @@ want="$(sha1sum pyproject.toml | cut -c1-12)-vllm$VLLM_VERSION"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   pip_retry .venv/bin/pip install -q --upgrade pip
   pip_retry .venv/bin/pip install -q -e ".[test]"
+  # Ray (attnlens[fleet], ~80 MB wheel) for `probe matrix` and tests/fleet; optional: those tests skip without it
+  pip_retry .venv/bin/pip install -q -e ".[fleet]" || echo "warning: ray not installed; the fleet tests will skip" >&2
   pip_retry .venv/bin/pip install -q --no-deps "vllm==$VLLM_VERSION"
   echo "$want" > "$stamp"
 fi

@@ -5,8 +5,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --target
 export ATTNLENS_TEST_TARGET_PYTHON="$PWD/.venv-target/bin/python"
-if ! command -v nvim >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq neovim >/dev/null) || echo "warning: neovim not installed; the Neovim e2e test will skip" >&2
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  # Neovim for the real-editor test; Chromium for the headless HTML check of the probe matrix (the VS Code
+  # UI test uses the same Debian package)
+  pkgs=""
+  command -v nvim >/dev/null 2>&1 || pkgs="$pkgs neovim"
+  [ -x /usr/bin/chromium ] || pkgs="$pkgs chromium"
+  if [ -n "$pkgs" ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null) \
+      || echo "warning: could not install$pkgs; the tests that need them will skip" >&2
+  fi
 fi
 rc=0
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || rc=$?

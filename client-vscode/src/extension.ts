@@ -249,6 +249,48 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     return documents.show(`${name}.md`, probeMarkdown(r));
   });
   reg("attnlens.clearProbes", () => probes.clear());
+  reg("attnlens.runProbeMatrix", async (arg?: unknown) => {
+    if (!vscode.workspace.isTrusted) {
+      void vscode.window.showWarningMessage("AttnLens: probes are disabled in an untrusted workspace (a probe runs this workspace's code).");
+      return undefined;
+    }
+    let req: Record<string, unknown> | undefined = arg && typeof arg === "object" ? (arg as Record<string, unknown>) : undefined;
+    if (!req) {
+      const file = vscode.window.activeTextEditor?.document.uri;
+      const picks = [
+        { label: "Campaign file (TOML)\u2026", value: "campaign" },
+        ...(file?.scheme === "file" ? [{ label: "Every probe `attnlens check` asks for in this file", value: "check" }] : []),
+      ];
+      const pick = await vscode.window.showQuickPick(picks, { title: "AttnLens: run probe matrix" });
+      if (!pick) return undefined;
+      if (pick.value === "campaign") {
+        const f = await vscode.window.showOpenDialog({ filters: { "Probe campaign": ["toml"] }, canSelectMany: false });
+        if (!f?.[0]) return undefined;
+        req = { campaign: f[0].fsPath };
+      } else {
+        req = { fromCheck: [file!.fsPath] };
+      }
+      const ray = vscode.workspace.getConfiguration("attnlens").get<string>("probe.rayAddress");
+      if (ray) req.rayAddress = ray;
+    }
+    type MatrixReply = { matrix?: { headline?: string[]; campaign?: string }; records?: ProbeRecord[] };
+    let reply: MatrixReply | undefined;
+    try {
+      reply = await vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Notification, title: "AttnLens: probe matrix", cancellable: true },
+        (_p, token) => mgr.executeCommand<MatrixReply>("attnlens.probeMatrix", [req], token),
+      );
+    } catch (e) {
+      showCommandError("probe matrix", e, output);
+      return undefined;
+    }
+    probes.addMany(reply?.records ?? []);
+    const head = reply?.matrix?.headline ?? [];
+    void vscode.window.showInformationMessage(
+      `AttnLens probe matrix ${reply?.matrix?.campaign ?? ""}: ${head.length ? head[0].replace(/`/g, "") : "no difference between hosts"}`,
+    );
+    return reply;
+  });
 
   // Not awaited: activation must not wait for the interpreter check and the server's initialize.
   void mgr.start();

@@ -1,4 +1,4 @@
-"""CLI pieces: ``attnlens env`` and ``attnlens probe list|run``.
+"""CLI pieces: ``attnlens env`` and ``attnlens probe list|run|matrix``.
 
 The main CLI (``attnlens/cli.py``, owned elsewhere) calls
 :func:`add_subparsers` with its ``argparse`` subparsers object; every parser
@@ -76,7 +76,7 @@ def add_subparsers(subparsers) -> None:
 
     pp = subparsers.add_parser("probe", help="list or run runtime probes",
                                description="Runtime probes: discriminating calls against float64 references.")
-    psub = pp.add_subparsers(dest="probe_cmd", metavar="{list,run}")
+    psub = pp.add_subparsers(dest="probe_cmd", metavar="{list,run,matrix}")
     pl = psub.add_parser("list", help="list probe families")
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     pl.set_defaults(func=cmd_probe_list)
@@ -97,7 +97,50 @@ def add_subparsers(subparsers) -> None:
     g.add_argument("--no-interpret", dest="interpret", action="store_false")
     _common(pr)
     pr.set_defaults(func=cmd_probe_run)
+    _add_matrix(psub)
     pp.set_defaults(func=_probe_help(pp))
+
+
+def _add_matrix(psub) -> None:
+    pm = psub.add_parser(
+        "matrix", help="run a probe campaign on many hosts (Ray) and report the matrix",
+        description="A campaign = cells (family, target, options) x hosts. Hosts are the nodes of a Ray cluster "
+                    "(--ray-address; a local one when none is given), filtered by the campaign's [[host]] "
+                    "tables or --host; --runner local runs every host as an interpreter on this machine. "
+                    "Results: evidence records in the workspace cache and a matrix (Markdown, JSON or HTML).")
+    pm.add_argument("campaign", nargs="?", default=None, metavar="CAMPAIGN.toml",
+                    help="campaign file (TOML, data only: [[probe]] and [[host]] tables; docs/probes.md)")
+    pm.add_argument("--probe", action="append", default=[], metavar="FAMILY=TARGET",
+                    help="add a cell (repeatable)")
+    pm.add_argument("--from-check", nargs="+", default=None, metavar="PATH",
+                    help="add a cell for every probe the contract findings of PATHS ask for (attnlens check), "
+                         "deduplicated by (family, target)")
+    pm.add_argument("--from-inventory", default=None, metavar="INVENTORY.json",
+                    help="add the probes an upgrade inventory (attnlens inventory --format json) asks for")
+    pm.add_argument("--host", action="append", default=[], metavar="SPEC",
+                    help="a host: name=N[,resource=R][,node_id=ID][,address=IP][,hostname=H][,label.K=V]"
+                         "[,python=PY][,env.NAME=V][,num_gpus=G][,parallel=P] (repeatable)")
+    pm.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
+                    help="the Ray cluster (default: start a local one on this machine)")
+    pm.add_argument("--runner", choices=("ray", "local"), default="ray",
+                    help="ray (default; needs attnlens[fleet]) or local (no Ray: hosts are local interpreters)")
+    pm.add_argument("--device", default=None, help="device of cells that name none (auto, cpu, cuda, cuda:N)")
+    pm.add_argument("--timeout", type=float, default=None, help="seconds per cell (default: the campaign's or "
+                                                                 f"{probemod.DEFAULT_TIMEOUT_S:g})")
+    pm.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="option for cells added with --probe / --from-check (repeatable)")
+    pm.add_argument("--name", default=None, help="campaign name (where its state is stored; default from the file)")
+    pm.add_argument("--resume", action="store_true",
+                    help="run only the cells that are missing or failed to run (lost, timeout, crashed, error)")
+    pm.add_argument("--retry-failed", action="store_true",
+                    help="with --resume, also run again cells whose verdict was fail / import_error / inconclusive")
+    pm.add_argument("--report-only", action="store_true", help="run nothing: render the stored state")
+    pm.add_argument("--dry-run", action="store_true", help="print the cells and hosts, run nothing")
+    pm.add_argument("--format", choices=("md", "json", "html"), default="md", help="matrix format (default md)")
+    pm.add_argument("--output", "-o", default=None, metavar="FILE", help="write the matrix there")
+    pm.add_argument("--report-dir", default=None, metavar="DIR", help="write matrix.md, matrix.json, matrix.html there")
+    _common(pm)
+    pm.set_defaults(func=cmd_probe_matrix)
 
 
 def _probe_help(pp):
@@ -291,3 +334,113 @@ def cmd_probe_run(args) -> int:
             print(f"  | {line}")
     print(f"evidence: {rec.id}" + (f"  ({path})" if path else ""))
     return rec.exit_code
+
+
+# ----------------------------------------------------------------------------- probe matrix
+
+
+def _campaign_from_args(args):
+    from ..fleet import campaign as C
+
+    camp = C.load_toml(args.campaign) if args.campaign else C.Campaign(cells=[])
+    extra: list = []
+    opts = _options(args.option)
+    for p in args.probe:
+        fam, sep, tgt = p.partition("=")
+        if not sep:
+            raise C.CampaignError(f"--probe expects FAMILY=TARGET, got {p!r}")
+        extra.append(C.Cell.from_dict({"family": fam, "target": tgt, "options": opts}, f"--probe {p}"))
+    if args.from_check:
+        root = str(Path(args.root or os.getcwd()).resolve())
+        findings = C.check_findings(root, args.from_check, python=args.python)
+        for c in C.from_findings(findings, root):
+            c.options = dict(opts)
+            extra.append(c)
+    if args.from_inventory:
+        try:
+            inv = json.loads(Path(args.from_inventory).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise C.CampaignError(f"cannot read inventory {args.from_inventory}: {e}") from None
+        for c in C.from_inventory(inv if isinstance(inv, dict) else {}):
+            c.options = dict(opts)
+            extra.append(c)
+    camp.cells = C.dedup(list(camp.cells) + C.dedup(extra, by_target=True))
+    for c in camp.cells:
+        if args.device and c.device == "auto":
+            c.device = args.device
+        if args.timeout:
+            c.timeout = float(args.timeout)
+    env = _env_overrides(args.env)
+    if env:
+        for c in camp.cells:
+            c.env = {**env, **c.env}
+    hosts = [C.parse_host_arg(h) for h in args.host]
+    if hosts:
+        names = {h.name for h in hosts}
+        camp.hosts = [h for h in camp.hosts if h.name not in names] + hosts
+    if args.name:
+        camp.name = args.name
+    if not camp.cells:
+        raise C.CampaignError("the campaign has no cells (give CAMPAIGN.toml, --probe, --from-check or "
+                              "--from-inventory)")
+    return camp
+
+
+def cmd_probe_matrix(args) -> int:
+    from ..fleet import campaign as C
+    from ..fleet import report as R
+    from ..fleet import runner as F
+
+    def fail(msg: str) -> int:
+        if args.format == "json" and not args.output:
+            _print_json({"error": msg})
+        else:
+            print(f"attnlens probe matrix: {msg}", file=sys.stderr)
+        return 2
+
+    try:
+        camp = _campaign_from_args(args)
+        cache = _cache(args)
+    except (C.CampaignError, ValueError) as e:
+        return fail(str(e))
+    if args.dry_run:
+        d = camp.to_dict()
+        if args.format == "json":
+            _print_json(d)
+        else:
+            print(f"campaign {camp.id}: {len(camp.cells)} cell(s)")
+            for c in camp.cells:
+                print(f"  {c.family:<15} {c.target}" + (f"   <- {', '.join(c.origin[:3])}" if c.origin else ""))
+            for h in camp.hosts:
+                print(f"  host {h.name}: {h.selectors() or 'any node'}; python {h.python or '(Ray worker)'}")
+            if not camp.hosts:
+                print("  hosts: every node the Ray cluster lists" if args.runner == "ray" else "  host: local")
+        return 0
+    python = resolve_python(args.python) if args.python else None
+    progress = (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        if args.report_only:
+            st = F.load_state(cache, camp)
+        elif args.runner == "local":
+            st = F.run_local(camp, cache, python=python or resolve_python(default_python()), resume=args.resume,
+                             retry_verdicts=args.retry_failed, progress=progress, pool=_pool())
+        else:
+            st = F.run_ray(camp, cache, address=args.ray_address, python=python, resume=args.resume,
+                           retry_verdicts=args.retry_failed, progress=progress)
+    except (F.FleetUnavailable, C.CampaignError, ValueError) as e:
+        return fail(str(e))
+    m = R.build(st)
+    if args.report_dir:
+        out = Path(args.report_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for fmt, name in (("md", "matrix.md"), ("json", "matrix.json"), ("html", "matrix.html")):
+            (out / name).write_text(R.render(m, fmt), encoding="utf-8")
+    text = R.render(m, args.format)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    statuses = [c.get("status") for r in m["rows"] if r["case"] == R.VERDICT_ROW for c in r["hosts"].values()]
+    if any(s == "error" for s in statuses):
+        return 2 if all(s == "error" for s in statuses) else 1
+    return 0 if statuses and all(s == "pass" for s in statuses) else 1

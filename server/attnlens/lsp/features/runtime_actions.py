@@ -11,6 +11,10 @@ probe and drift diagnostics (each under its own ``source`` so they replace only 
 * Diagnostics: a probe run started from an action publishes its verdict on that line
   (source ``attnlens-probe``); drift findings of the configured old version appear
   with source ``attnlens-drift``.
+* ``attnlens.probeMatrix``: a probe campaign across hosts (``attnlens probe matrix``), run
+  as a subprocess on explicit request only; the server itself never imports Ray. Returns
+  the matrix and the evidence records (each with its host), which the editor's "Probe runs"
+  view groups by host.
 """
 
 from __future__ import annotations
@@ -339,6 +343,107 @@ def code_actions(a: Analysis, ls: AttnLensServer, path: str, uri: str, rng: T.Ra
     return out
 
 
+# ----------------------------------------------------------------------------- probe matrix
+
+PROBE_MATRIX = "attnlens.probeMatrix"
+MATRIX_TIMEOUT_S = 3600.0
+
+
+def _arg_str(v: Any, what: str) -> str:
+    if not isinstance(v, str) or not v or any(c in v for c in "\0\n\r"):
+        raise ValueError(f"{PROBE_MATRIX}: {what} must be a one-line string")
+    return v
+
+
+def matrix_argv(spec: dict, context: dict) -> list[str]:
+    """The ``attnlens probe matrix`` command line for an editor request (argv only, never a shell).
+
+    ``spec``: ``campaign`` (a TOML file), ``fromCheck`` (paths), ``probes`` ([{family, target}]),
+    ``hosts`` (``--host`` specs), ``rayAddress``, ``runner`` (ray|local), ``device``, ``resume``."""
+    import sys
+
+    if not isinstance(spec, dict):
+        raise ValueError(f"{PROBE_MATRIX} takes one object argument")
+    argv = [sys.executable, "-m", "attnlens.cli", "probe", "matrix"]
+    if spec.get("campaign") is not None:
+        argv.append(_arg_str(spec["campaign"], "campaign"))
+    for p in spec.get("probes") or []:
+        if not isinstance(p, dict):
+            raise ValueError(f"{PROBE_MATRIX}: probes are {{family, target}} objects")
+        argv += ["--probe", f"{_arg_str(p.get('family'), 'family')}={_arg_str(p.get('target'), 'target')}"]
+    paths = spec.get("fromCheck")
+    if paths:
+        if not isinstance(paths, list):
+            raise ValueError(f"{PROBE_MATRIX}: fromCheck is a list of paths")
+        argv += ["--from-check", *[_arg_str(x, "fromCheck path") for x in paths]]
+    for h in spec.get("hosts") or []:
+        argv += ["--host", _arg_str(h, "host")]
+    if spec.get("rayAddress"):
+        argv += ["--ray-address", _arg_str(spec["rayAddress"], "rayAddress")]
+    runner = spec.get("runner") or "ray"
+    if runner not in ("ray", "local"):
+        raise ValueError(f"{PROBE_MATRIX}: runner is ray or local")
+    argv += ["--runner", runner]
+    if spec.get("device"):
+        argv += ["--device", _arg_str(spec["device"], "device")]
+    if spec.get("resume"):
+        argv.append("--resume")
+    if context.get("python"):
+        argv += ["--python", str(context["python"])]
+    argv += ["--root", str(context["root"]), "--format", "json"]
+    if context.get("cache_root"):
+        argv += ["--cache-dir", str(context["cache_root"])]
+    else:
+        argv.append("--no-cache")
+    return argv
+
+
+def _matrix_context(a: Analysis) -> dict:
+    cache = a.ws.cache
+    return {"python": a.ws.target.python, "root": str(a.ws.root),
+            "cache_root": str(cache.folder.parent) if cache.enabled else None, "cache": cache}
+
+
+async def run_matrix(spec: dict, context: dict, timeout: float = MATRIX_TIMEOUT_S) -> dict:
+    import asyncio
+    import json
+
+    argv = matrix_argv(spec, context)
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                stdin=asyncio.subprocess.DEVNULL, cwd=context["root"],
+                                                start_new_session=True)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            pass
+        await proc.wait()
+        raise ValueError(f"{PROBE_MATRIX}: no result after {timeout:g} s (campaign killed; --resume continues it)")
+    try:
+        matrix = json.loads(out.decode("utf-8", "replace"))
+    except ValueError:
+        raise ValueError(f"{PROBE_MATRIX}: exit {proc.returncode}: {err.decode('utf-8', 'replace')[-1500:]}") from None
+    if isinstance(matrix, dict) and matrix.get("error"):
+        raise ValueError(f"{PROBE_MATRIX}: {matrix['error']}")
+    records = []
+    cache = context.get("cache")
+    if cache is not None and getattr(cache, "enabled", False):
+        from ...runtime import evidence as ev
+
+        for r in matrix.get("rows") or []:
+            if r.get("case") != "(verdict)":
+                continue
+            for h in (r.get("hosts") or {}).values():
+                rid = h.get("evidence_id")
+                rec = ev.read(cache, rid) if isinstance(rid, str) else None
+                if rec is not None:
+                    records.append(rec.to_dict())
+    return {"matrix": matrix, "records": records, "exitCode": proc.returncode,
+            "log": err.decode("utf-8", "replace")[-4000:]}
+
+
 def register(ls: AttnLensServer) -> None:
     register_section("evidence", _evidence_section, order=60)
     register_section("drift", _drift_section, order=70)
@@ -351,3 +456,16 @@ def register(ls: AttnLensServer) -> None:
             return None
         got = await ls.call(code_actions, ls, path, uri, params.range, list(params.context.diagnostics or []))
         return got or None
+
+    @ls.command(PROBE_MATRIX)
+    async def probe_matrix(*args: Any) -> dict:
+        from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
+
+        spec = args[0] if args and isinstance(args[0], dict) else {}
+        context = await ls.call(_matrix_context)
+        if context is None:
+            raise JsonRpcInternalError(f"{PROBE_MATRIX}: no workspace is analysed")
+        try:
+            return await run_matrix(spec, context)
+        except ValueError as e:
+            raise JsonRpcInvalidParams(str(e)) from None
