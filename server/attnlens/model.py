@@ -28,8 +28,9 @@ FORK_RETURNS = "multiple_returns"  # a function with several `return` statements
 FORK_DISPATCH_KEY = "dispatch_key"  # a torch op with several kernels, one per dispatch key
 FORK_SELECTED_BACKEND = "selected_backend"  # `backend.get_impl_cls()` of whichever backend vLLM selected
 FORK_SUBCLASS = "subclass"  # a method of a declared (annotated) base type: each workspace subclass that overrides it
+FORK_ASSIGNMENTS = "assignments"  # a local bound differently on the branches before its use (`if a: f = x elif b: f = y`)
 FORK_KINDS = (FORK_CALLS, FORK_IFEXP, FORK_DICT, FORK_FACTORY, FORK_RETURNS, FORK_DISPATCH_KEY, FORK_SELECTED_BACKEND,
-              FORK_SUBCLASS)
+              FORK_SUBCLASS, FORK_ASSIGNMENTS)
 
 # reachability of a branch (JSON spelling)
 LIVE = "live"
@@ -38,7 +39,7 @@ RUNTIME = "runtime"
 
 # bounds of one tree: deeper forks or more leaves end in a `truncated` marker, never a silent cut
 MAX_FORK_DEPTH = 8
-MAX_LEAVES = 32
+MAX_LEAVES = 48
 
 # hop kinds
 HOP_KINDS = (

@@ -113,6 +113,7 @@ class Walk:
         self.receiver = None  # (module, class qualname) of the object a method was looked up on
         self.fork_depth = 0  # forks above this walk in the tree
         self.budget = M.MAX_LEAVES  # leaves this walk's subtree may still have
+        self.use_guards: tuple = ()  # guards of the call being resolved (which local bindings can reach it)
 
     def sub(self) -> "Walk":
         """A fresh walk for a side resolution (its hops are not kept) that keeps the receiver: `self`
@@ -120,6 +121,7 @@ class Walk:
         b = Walk()
         b.receiver = self.receiver
         return b
+
 
     def branch(self) -> "Walk":
         """A walk for one branch of a fork: same deadline, cancel, receiver and tree budget; its own hops;
@@ -134,6 +136,7 @@ class Walk:
         b.receiver = self.receiver
         b.fork_depth = self.fork_depth + 1
         b.budget = self.budget
+        b.use_guards = ()
         return b
 
     def add(self, hop: Hop) -> None:
@@ -238,6 +241,48 @@ class Resolver:
         definite = [b for b in live if self.guard_value(mod, b.guards, scope) is True]
         return (definite or live)[-1]
 
+    @staticmethod
+    def _compatible(g1: tuple, g2: tuple) -> bool:
+        """Can code under guards ``g1`` and code under ``g2`` run in one pass? Not when one sits in the
+        `if` and the other in the `else` of the same statement (or in different `except` handlers)."""
+        for k1, t1, l1 in g1:
+            for k2, t2, l2 in g2:
+                if l1 == l2 and t1 == t2 and {k1, k2} == {"if", "else"}:
+                    return False
+        return True
+
+    def _branch_bindings(self, mod: Module, scope: str, locs: list, w: Walk) -> Val | None:
+        """A local bound on several branches before its use: a fork over the bindings that can reach it
+        (the last unconditional one and the conditional ones after it), each with its own guards."""
+        use = w.use_guards
+        cands = [b for b in locs if self._compatible(b.guards, use)]
+        chosen: list = []
+        for b in reversed(cands):
+            own = tuple(g for g in b.guards if g not in use)
+            chosen.append((b, own))
+            if not own:
+                break
+        if len(chosen) < 2:
+            return None
+        chosen.reverse()
+        arms = []
+        conds = [self.guard_text(own) for _b, own in chosen if own]
+        for b, own in chosen:
+            if own:
+                c, r = self.guard_text(own), self.guard_value(mod, own, scope)
+            else:
+                c = " and ".join(f"not ({x})" for x in conds) if conds else None
+                r = None
+            if r is False:
+                av = Val("unknown", mod, b.name, mod.path, b.line, reason="dead on this platform")
+            else:
+                av = self.binding_value(mod, b, w.sub(), scope)
+            arms.append(Alt(av, c, r if own else (None if conds else True), f"{b.name} = {b.target or '...'} (line {b.line})",
+                            mod.path, b.line))
+        if all(a.val.kind == "unknown" for a in arms):
+            return None  # nothing to choose between: the plain binding rules apply
+        return alts_value(M.FORK_ASSIGNMENTS, chosen[0][0].name, mod, chosen[0][0].name, chosen[-1][0].line, arms)
+
     def _import_ok(self, mod: Module, b: Binding) -> bool:
         target = self.abs_module(mod, b.target or "", b.level)
         if target is None:
@@ -266,6 +311,9 @@ class Resolver:
                 if locs and line is not None:
                     locs = [b for b in locs if b.line < line] or None
                 if locs:
+                    alts = self._branch_bindings(mod, q, locs, w) if len(locs) > 1 and line is not None else None
+                    if alts is not None:
+                        return alts
                     b = self.choose(mod, locs, q, line)
                     return self.binding_value(mod, b, w, scope=q)
                 p = next((p for p in f.params if p.name == name), None)
@@ -1066,26 +1114,35 @@ class Resolver:
             self.cuts += 1
             fk.truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): {len(arms)} branches not expanded"
         else:
-            remaining = w.budget
-            for i, a in enumerate(arms):
-                if remaining <= 0:
-                    self.cuts += 1
-                    fk.truncated = f"leaf limit ({M.MAX_LEAVES}): {len(arms) - i} branches not expanded"
-                    break
+            done: dict = {}
+            left = 0
+            for i, share in _budget_plan([a.reachable for a in arms], w.budget):
+                a = arms[i]
+                if share <= 0:
+                    left += 1
+                    continue
                 bw = w.branch()
-                bw.budget = remaining
+                bw.budget = share()
                 fin = self.follow(a.val, bw, launch)
                 ch = self._chain(bw, fin, a.val.module)
-                fk.branches.append(M.Branch(a.condition, a.reachable, a.label, ch, a.path, a.line))
-                remaining -= len(ch.leaves())
+                done[i] = M.Branch(a.condition, a.reachable, a.label, ch, a.path, a.line)
+                share.spend(len(ch.leaves()))
                 if bw.partial:
                     w.partial = True
+            fk.branches = [done[i] for i in sorted(done)]
+            if left:
+                self.cuts += 1
+                fk.truncated = f"leaf limit ({M.MAX_LEAVES}): {left} branches not expanded"
         return Final(M.FORK, v.path, v.line, v.dotted, detail=f"one of {len(arms)} candidates ({fk.kind})", fork=fk)
 
     def callee_value(self, mod: Module, cs: CallSite, w: Walk) -> tuple[Val, bool]:
         """The value of a call site's callee and whether it is a kernel launch; ``d[key](...)`` of a
         literal dict of callables becomes a fork (a call of an item, not a launch)."""
-        v = self.resolve_dotted(mod, cs.scope, cs.func, w, line=cs.line)
+        saved, w.use_guards = w.use_guards, cs.guards
+        try:
+            v = self.resolve_dotted(mod, cs.scope, cs.func, w, line=cs.line)
+        finally:
+            w.use_guards = saved
         if cs.launch and v.kind == "dict":
             w.add(Hop("alias", mod.path, cs.line, f"{cs.func}[{cs.subscript}]", f"{cs.func}[{cs.subscript}](...): an item of a dict of callables",
                       None, None, cs.col))
@@ -1108,24 +1165,31 @@ class Resolver:
         out = []
         partial = False
         truncated = None
-        remaining = w.budget
+        # the calls worth a branch, in source order; then expanded live and run-time ones first (dead ones get
+        # what is left, a few leaves each), so a dead subtree never starves what can run
+        cands = []
         for cs in mod.summary.calls_in(f.qualname):
             if cs.scope != f.qualname or not cs.func:
                 continue
             root = cs.func.split(".", 1)[0]
             if root in TRIVIAL_ROOTS or cs.func in TRIVIAL_ROOTS:
                 continue
-            if remaining <= 0:
-                truncated = f"leaf limit ({M.MAX_LEAVES}): calls from line {cs.line} on not expanded"
-                break
-            if w.fork_depth >= M.MAX_FORK_DEPTH:
-                truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): calls not expanded"
-                break
-            bw = w.branch()
-            bw.budget = remaining
-            cond = self.guard_text(cs.guards)
             reach = self.guard_value(mod, cs.guards, f.qualname) if cs.guards else True
-            sym = cs.func + ("[grid]" if cs.launch else "")
+            cands.append((cs, reach))
+        if w.fork_depth >= M.MAX_FORK_DEPTH and cands:
+            truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): calls not expanded"
+            cands = []
+        kept: dict = {}
+        skipped = 0
+        for i, share in _budget_plan([r for _cs, r in cands], w.budget):
+            cs, reach = cands[i]
+            if share <= 0:
+                skipped += 1
+                continue
+            bw = w.branch()
+            bw.budget = share()
+            cond = self.guard_text(cs.guards)
+            sym = cs.func + (f"[{cs.subscript or 'grid'}]" if cs.launch else "")
             bw.add(Hop("triton_launch" if cs.launch else "call", mod.path, cs.line, sym, f"call in {f.qualname}", cond,
                        reach if cs.guards else None, cs.col))
             tv, launch = self.callee_value(mod, cs, bw)
@@ -1152,8 +1216,11 @@ class Resolver:
                            f"{kv.qual} is passed to {fin.symbol}, which launches it"))
                 ch = self._chain(bw, self.follow(kv, bw, launch=True), mod)
                 sym = f"{cs.func}({kv.qual}, ...)"
-            out.append(M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line))
-            remaining -= len(ch.leaves())
+            kept[i] = M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line)
+            share.spend(len(ch.leaves()))
+        out = _merge_not_installed([kept[i] for i in sorted(kept)])
+        if skipped and truncated is None:
+            truncated = f"leaf limit ({M.MAX_LEAVES}): {skipped} calls not expanded"
         if truncated is not None:
             self.cuts += 1
         if partial:
@@ -1408,6 +1475,62 @@ class Resolver:
 
 
 _STDLIB = frozenset(getattr(__import__("sys"), "stdlib_module_names", ()))
+
+
+def _merge_not_installed(branches: list) -> list:
+    """Several calls into one package that is not installed, under one condition, are one branch: what
+    can be said of them is the same (the package is missing); the call lines stay in the label."""
+    out: list = []
+    groups: dict = {}  # (package, condition) -> (index in out, [lines])
+    for b in branches:
+        f = b.chain.final
+        key = (f.package or f.symbol, b.condition) if f.fork is None and f.kind == M.NOT_INSTALLED else None
+        if key is not None and key in groups:
+            groups[key][1].append(b.line)
+            continue
+        if key is not None:
+            groups[key] = (len(out), [b.line])
+        out.append(b)
+    for (pkg, _cond), (j, lines) in groups.items():
+        if len(lines) > 1:
+            b = out[j]
+            out[j] = M.Branch(b.condition, b.reachable, f"{b.label} (+{len(lines) - 1} more calls into `{pkg}`, lines "
+                              f"{', '.join(str(x) for x in lines)})", b.chain, b.path, b.line)
+    return out
+
+
+class _Share:
+    """The leaves one branch may use (see _budget_plan)."""
+
+    def __init__(self, plan, n):
+        self.plan, self.n = plan, n
+
+    def __call__(self) -> int:
+        return self.n
+
+    def __le__(self, other) -> bool:
+        return self.n <= other
+
+    def spend(self, used: int) -> None:
+        self.plan.remaining -= used
+
+
+def _budget_plan(reach: list, budget: int):
+    """Expansion order and leaf share for branches with these reachabilities: live and run-time ones first,
+    in source order, each a fair share of what is left (what a small branch leaves over goes to the next);
+    dead ones last with a few leaves each (enough to name what they would reach)."""
+
+    class Plan:
+        remaining = budget
+
+    plan = Plan()
+    live = [i for i, r in enumerate(reach) if r is not False]
+    dead = [i for i, r in enumerate(reach) if r is False]
+    for k, i in enumerate(live):
+        fair = plan.remaining // max(1, len(live) - k)
+        yield i, _Share(plan, max(min(plan.remaining, 4), fair) if plan.remaining > 0 else 0)
+    for i in dead:
+        yield i, _Share(plan, min(plan.remaining, 3) if plan.remaining > 0 else 0)
 
 
 def _reaches_runtime(ch: Chain) -> bool:

@@ -127,7 +127,7 @@ class CallsMixin:
                     if (cs.fline, cs.fcol, cs.fend_col) not in spans:
                         spans.append((cs.fline, cs.fcol, cs.fend_col))
         elif data.get("t") == "final" and data.get("kind") == M.TORCH_OP:
-            chain = self.ws.resolver.trace_value(self.ws.resolver.resolve_symbol(data["symbol"]))
+            chain = self.ws.trace_symbol(data["symbol"])
             regs = [r for lf in chain.leaves() if lf.final.kind == M.TORCH_OP for r in lf.final.registrations]
             for r in regs:
                 if r.function_path and r.function_line:

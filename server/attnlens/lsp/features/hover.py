@@ -55,8 +55,8 @@ def compute(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position, budget_
             ctx.definition, ctx.symbol = d, d.dotted
             rng = conv.range(path, d.line, d.col, d.line, d.end_col)
             if d.kind != "class":
-                r = a.ws.resolver
-                ctx.chain = r.trace_value(r.resolve_symbol(d.dotted), budget_s=budget_s)
+                # the same door as `attnlens trace` on a `def`: Workspace.trace_symbol
+                ctx.chain = a.ws.trace_symbol(d.dotted, budget_s=budget_s)
         else:
             res = a.resolve(path, line, col, budget_s)
             if res is None:

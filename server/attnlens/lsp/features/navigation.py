@@ -126,8 +126,7 @@ def _implementation(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position)
     line, col = conv.to_core(path, pos)
     d = a.def_at(path, line, col)
     if d is not None:
-        r = a.ws.resolver
-        chain = r.trace_value(r.resolve_symbol(d.dotted), budget_s=NAV_BUDGET_S)
+        chain = a.ws.trace_symbol(d.dotted, budget_s=NAV_BUDGET_S)  # the same door as `attnlens trace`
     else:
         res = a.resolve(path, line, col, NAV_BUDGET_S)
         if res is None:
