@@ -149,3 +149,21 @@ def test_tiny_patched_upstream_method_runs_the_plugin_function(tiny):
 def test_tiny_torch_library_impl_decorator_is_the_device_kernel(tiny):
     c = _trace(tiny, "tiny_npu.layers.rotary", "torch.ops.tiny.rope")
     assert _leaves(c) == [(M.TRITON_KERNEL, "tiny_npu.ops.kernels._rope_kernel", True)]
+
+
+def test_backend_whose_module_cannot_be_imported_is_never_selected(tmp_path):
+    import shutil
+    import sys
+
+    from attnlens.workspace import Workspace
+
+    root = tmp_path / "plugin"
+    shutil.copytree(EXAMPLE, root)
+    tri = root / "mini_metax/attention/backends/triton_attn.py"
+    tri.write_text("from vllm.v1.attention.backend import NoSuchAttentionImpl  # gone upstream\n" + tri.read_text())
+    ws = Workspace(root, python=sys.executable, cache_dir=tmp_path / "cache")
+    e = next(e for e in ws.backends(with_call_sites=False) if e.name == "TRITON_ATTN")
+    assert e.loads is False
+    assert "cannot be imported with the installed vLLM" in e.error and "NoSuchAttentionImpl" in e.error
+    assert e.selected and all(s["reachability"] == "dead" for s in e.selected)
+    assert "TRITON_ATTN" not in [name for name, _v, _mla in ws._backend_impls()]

@@ -72,6 +72,7 @@ class BackendEntry:
     error: str | None = None
     selected: list[dict] = field(default_factory=list)  # get_attn_backend_cls returns that name this class
     warnings: list[str] = field(default_factory=list)
+    loads: bool = True  # False when the backend's module cannot be imported with the installed vLLM
 
     def to_json(self) -> dict:
         return {
@@ -85,6 +86,7 @@ class BackendEntry:
             "error": self.error,
             "selected": self.selected,
             "warnings": self.warnings,
+            "loads": self.loads,
         }
 
 
@@ -277,12 +279,39 @@ class Registry:
                 return ClassRef(b.dotted, b.path, b.cls.line if b.cls else b.line)
         return None
 
+    def broken_imports(self, mod) -> list[str]:
+        """Unguarded module-level imports of ``mod`` that fail against the installed packages: a name
+        that does not exist in an installed module, or a module of an installed package that does not
+        exist. (Not-installed packages are a different story: AL107.)"""
+        out = []
+        for name, bindings in mod.summary.bindings.items():
+            for b in bindings:
+                if b.kind not in ("from", "import") or b.guards or b.scope:
+                    continue
+                w = Walk()
+                v = self.r.binding_value(mod, b, w, scope="")
+                reason = v.reason or ""
+                if v.kind == "unknown" and ("does not exist in" in reason or "not found (package" in reason):
+                    out.append(f"`{b.target}{'.' + b.attr if b.kind == 'from' else ''}` at "
+                               f"{os.path.basename(mod.path)}:{b.line}: {reason}")
+        return out
+
     def _fill(self, e: BackendEntry, with_call_sites: bool) -> None:
         v = self.r.resolve_symbol(e.cls)
         if v.kind != "class" or v.module is None:
             e.error = e.error or f"class {e.cls} not found: {v.reason}"
             return
         e.path, e.line = v.path, v.cls.line if v.cls else v.line
+        if v.module.workspace:
+            broken = self.broken_imports(v.module)
+            if broken:
+                e.loads = False
+                e.error = (f"{os.path.basename(v.module.path)} cannot be imported with the installed vLLM, so vLLM cannot "
+                           f"load this backend (get_class() raises ImportError and it is never selected): {broken[0]}"
+                           + (f" (+{len(broken) - 1} more)" if len(broken) > 1 else ""))
+                for sel in e.selected:
+                    sel["reachability"] = "dead"
+                    sel["reason"] = "the backend's module cannot be imported"
         classes = [v]
         if e.kind != "custom_op":
             for attr, meth in PART_METHODS:

@@ -110,8 +110,8 @@ class Workspace:
             out = []
             seen = set()
             for e in self.backends(with_call_sites=False):
-                if e.kind != "attention" or e.impl is None or not e.impl.cls or e.impl.cls in seen:
-                    continue
+                if e.kind != "attention" or e.impl is None or not e.impl.cls or e.impl.cls in seen or not e.loads:
+                    continue  # (a backend whose module cannot be imported is never selected)
                 v = self.resolver.resolve_symbol(e.impl.cls)
                 if v.kind != "class" or v.module is None:
                     continue
