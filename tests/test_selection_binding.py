@@ -27,7 +27,7 @@ def test_mini_selector_candidates_with_conditions(mini):
     prio = "backend.get_path() over _get_backend_priorities()"
     assert _selected(entries[("attention", "FLASH_ATTN")]) == [
         ("selected_backend is not None and selected_backend is FLASH_ATTN (chosen by the user)", "runtime", user),
-        ("not (selected_backend is not None) and not (use_mla) and backend is FLASH_ATTN (item 0 of the priority list)",
+        ("not (selected_backend is not None) and not (use_mla) and item 0 of the priority list is FLASH_ATTN (`backend`)",
          "runtime", prio),
     ]
     # TRITON_ATTN is second in its list: only an explicit choice selects it
@@ -35,7 +35,7 @@ def test_mini_selector_candidates_with_conditions(mini):
         ("selected_backend is not None and selected_backend is TRITON_ATTN (chosen by the user)", "runtime", user),
     ]
     assert _selected(entries[("attention", "TRITON_MLA")])[1] == (
-        "not (selected_backend is not None) and use_mla and backend is TRITON_MLA (item 0 of the priority list)", "runtime", prio)
+        "not (selected_backend is not None) and use_mla and item 0 of the priority list is TRITON_MLA (`backend`)", "runtime", prio)
     # the MLA prefill registry is not selected through get_attn_backend_cls
     assert entries[("mla_prefill", "FLASH_ATTN")].selected == []
 

@@ -916,7 +916,14 @@ class _Builder:
 
 
 def _terminates(st: ast.stmt) -> bool:
-    return type(st) in (ast.Return, ast.Raise, ast.Continue, ast.Break)
+    """Does the block ending with ``st`` always leave (return, raise, continue, break), including an
+    `if`/`else` whose every branch leaves?"""
+    t = type(st)
+    if t in (ast.Return, ast.Raise, ast.Continue, ast.Break):
+        return True
+    if t is ast.If:
+        return bool(st.orelse) and bool(st.body) and _terminates(st.body[-1]) and _terminates(st.orelse[-1])
+    return False
 
 
 def _walk_own(fn: ast.AST):

@@ -444,7 +444,17 @@ class Resolver:
                       self.guard_text(b.guards)))
             return self.resolve_dotted(mod, scope, b.alternatives[0], w, line=b.line)
         target = self.resolve_dotted(mod, scope, callee, w.sub(), line=b.line) if callee else Val("unknown")
-        return self.result_of_call(mod, scope, b.name, b.line, callee, target, w, self.guard_text(b.guards), b.alternatives)
+        return self.result_of_call(mod, scope, b.name, b.line, callee, target, w,
+                                   self.guard_text(self._path_guards(mod, b.attr if b.attr and b.kind == "call" else scope, b.guards)),
+                                   b.alternatives)
+
+    def _path_guards(self, mod: Module, scope: str, guards: tuple) -> tuple:
+        """The guards that decide whether a binding's value is what a later call sees, without the far
+        sides of `if c: raise` in that function (they decide whether the object exists at all)."""
+        f = mod.summary.functions.get(scope) if scope else None
+        if f is None or not f.raise_ifs:
+            return guards
+        return tuple(g for g in guards if not (g[0] == "else" and g[2] in f.raise_ifs))
 
     def result_of_call(self, mod: Module, scope: str, name: str, line: int, callee: str, target: Val, w: Walk,
                        cond: str | None = None, args: tuple = ()) -> Val:

@@ -144,10 +144,11 @@ class Selector:
                 members = [x.strip() for x in text[1:-1].split(",") if x.strip()]
                 if index is not None:
                     members = members[index:index + 1]
-                how = f"item {index} of the priority list" if index is not None else "priority order, first valid"
+                how = (f"item {index} of the priority list is" if index is not None
+                       else "the first valid backend of the priority list is")
                 for member in members:
                     path = self.enum_paths(lm, lf.qualname, member)
-                    out.append(Candidate(path, conditions=conds + ([gt] if gt else []) + [f"{var} is {member.rpartition('.')[2]} ({how})"],
+                    out.append(Candidate(path, conditions=conds + ([gt] if gt else []) + [f"{how} {member.rpartition('.')[2]} (`{var}`)"],
                                          reachable=_combine(r, None), path=lm.path, line=rline,
                                          via=f"{var}.get_path() over {lf.qualname}()", enum=member,
                                          reason=None if path else f"no class path known for {member}"))
