@@ -1197,6 +1197,8 @@ class Resolver:
                 skipped += 1
                 continue
             bw = w.branch()
+            if len(cands) == 1:
+                bw.fork_depth = w.fork_depth  # a body with one candidate call cannot fork here
             bw.budget = share()
             cond = self.guard_text(cs.guards)
             sym = cs.func + (f"[{cs.subscript or 'grid'}]" if cs.launch else "")
