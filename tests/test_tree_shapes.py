@@ -157,3 +157,14 @@ def test_flag_expression_in_init_and_gating_decorator_fold(ws):
         (*SCALE, ["not (self.use_scaled) and fast_path_enabled()"], False),  # @only_on_cuda returns None here
         (*COPY, ["not (self.use_scaled) and not (fast_path_enabled())"], True),
     ]
+
+
+def test_constructor_argument_flows_into_the_base_class_attribute(ws):
+    mod = ws.index.module("mini_metax.attention.ops.dispatch")
+    cs = next(c for c in mod.summary.calls if c.scope == "_WriterBase.write" and c.func == "writer")
+    sub = ws.resolver.trace_call(mod, cs, receiver=(mod, "Fp8Writer"))  # self is a Fp8Writer
+    assert leaves(sub) == [(*SCALE, ["writer_cls is not None"], None), (*RESHAPE, ["not (writer_cls is not None)"], None)]
+    base = ws.resolver.trace_call(mod, cs)  # self is the base class: the argument is unknown
+    got = base.leaves()
+    assert [(lf.final.kind, lf.final.symbol) for lf in got][1:] == [RESHAPE]
+    assert got[0].final.kind == M.UNRESOLVED and "writer_cls" in got[0].final.reason

@@ -871,6 +871,9 @@ class _Builder:
         else:
             fd = dotted(f)
             fnode = f
+            if fd is None and isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call) \
+                    and dotted(f.value.func) == "super" and not f.value.args:
+                fd = "super().__init__"  # constructor arguments flow to the base class (resolver: _ctor_argument)
         line, col = self.pos(n)
         el, ec = self.end(n)
         fl, fc = self.pos(fnode)

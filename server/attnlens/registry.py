@@ -458,7 +458,7 @@ def _inside_jit(mod, scope: str) -> bool:
     return False
 
 
-_SKIP_ROOTS = {"super", "logger", "np", "math", "os", "sys", "envs", "dataclasses", "copy", "triton", "tl"}
+_SKIP_ROOTS = {"super", "super()", "logger", "np", "math", "os", "sys", "envs", "dataclasses", "copy", "triton", "tl"}
 
 
 def is_candidate(cs) -> bool:

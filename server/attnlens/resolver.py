@@ -45,7 +45,7 @@ TRIVIAL_ROOTS = frozenset({
     "logger", "logging", "warnings", "log", "print", "len", "int", "float", "str", "bool", "tuple", "list", "dict",
     "set", "isinstance", "issubclass", "getattr", "hasattr", "setattr", "range", "min", "max", "sum", "any", "all",
     "zip", "enumerate", "sorted", "reversed", "type", "super", "repr", "abs", "round", "divmod", "iter", "next",
-    "assert", "math", "np", "numpy", "os", "sys", "cdiv", "triton.cdiv", "triton.next_power_of_2",
+    "assert", "math", "np", "numpy", "os", "sys", "cdiv", "triton.cdiv", "triton.next_power_of_2", "super()",
 })
 
 
@@ -241,6 +241,45 @@ class Resolver:
         definite = [b for b in live if self.guard_value(mod, b.guards, scope) is True]
         return (definite or live)[-1]
 
+    def _ctor_argument(self, mod: Module, f: FunctionInfo, name: str, w: Walk) -> Val | None:
+        """A parameter of a base class's ``__init__``, for an object of a subclass: what the subclass's
+        ``super().__init__(...)`` passes for it (by keyword or position), read where that call is."""
+        rmod, rq = w.receiver
+        if rmod is None or rq is None or f.class_name is None:
+            return None
+        chain = self.mro(rmod, rq)
+        idx = next((i for i, b in enumerate(chain) if b.module is not None and (b.module.name, b.qual) == (mod.name, f.class_name)), None)
+        if not idx:
+            return None
+        want, fn = name, f
+        for sub in reversed(chain[:idx]):
+            c, m = sub.cls, sub.module
+            if c is None or m is None or "__init__" not in c.methods:
+                return None  # the subclass does not pass anything: the default holds
+            q = c.methods["__init__"]
+            calls = [cs for cs in m.summary.calls_in(q) if cs.func == "super().__init__"]
+            if len(calls) != 1:
+                return None
+            cs = calls[0]
+            kw = dict(cs.kw_texts)
+            text = kw.get(want)
+            if text is None:
+                pos = [p.name for p in fn.params if p.kind in ("posonly", "pos")][1:]
+                if want in pos and pos.index(want) < len(cs.arg_texts):
+                    text = cs.arg_texts[pos.index(want)]
+            if not text or text in ("None", "?"):
+                return None
+            sf = m.summary.functions[q]
+            if any(p.name == text for p in sf.params):
+                want, fn = text, sf  # passed through from the next subclass down
+                continue
+            v = self.resolve_dotted(m, q, text, Walk(), line=cs.line)
+            if v.kind == "unknown":
+                return None
+            w.add(Hop("alias", m.path, cs.line, name, f"{name} = {text}: passed by {sub.qual}.__init__ to super().__init__"))
+            return v
+        return None
+
     @staticmethod
     def _compatible(g1: tuple, g2: tuple) -> bool:
         """Can code under guards ``g1`` and code under ``g2`` run in one pass? Not when one sits in the
@@ -317,6 +356,10 @@ class Resolver:
                     b = self.choose(mod, locs, q, line)
                     return self.binding_value(mod, b, w, scope=q)
                 p = next((p for p in f.params if p.name == name), None)
+                if p is not None and f.name == "__init__" and w.receiver is not None:
+                    cv = self._ctor_argument(mod, f, name, w)
+                    if cv is not None:
+                        return cv
                 if p is not None:
                     if p.annotation and name not in ("self", "cls"):
                         av = self.annotation_value(mod, q, p.annotation, f.line)
@@ -387,7 +430,7 @@ class Resolver:
                     av = Val("unknown", mod, b.name, mod.path, b.line, reason=f"arm {i + 1} of the conditional expression at "
                              f"{os.path.basename(mod.path)}:{b.line} is not a name, attribute chain or constructor call")
                 else:
-                    av = self.value_text(mod, scope, text, Walk(), b.line)
+                    av = self.value_text(mod, scope, text, w.sub(), b.line)
                 arms.append(Alt(av, c, r, f"{text or '...'} ({'if' if i == 0 else 'else'})", mod.path, b.line))
             return alts_value(M.FORK_IFEXP, test, mod, b.name, b.line, arms)
         if b.kind == "dict":
@@ -689,7 +732,10 @@ class Resolver:
             self._check_memo_gen()
             # the line matters only for a name local to the scope (bindings before the line)
             local = scope and mod.summary.binding_of(scope, head)[0] != "module"
-            mkey = (mod.path, mod.summary.sha, scope, text, line if local else None)
+            recv = w.receiver
+            # the receiver matters for names whose bindings read `self` (a local `x = self.f()`)
+            mkey = (mod.path, mod.summary.sha, scope, text, line if local else None,
+                    (recv[0].name, recv[1]) if recv and recv[0] is not None else None)
             hit = self._val_memo.get(mkey)
             if hit is not None:
                 w.hops.extend(hit[1])

@@ -241,3 +241,18 @@ class FlaggedLauncher:
             _scaled_launch(src, dst)
         else:
             _copy_launch(src, dst)
+
+
+# 11. constructor arguments flow to the base class: `self.writer_cls` is what the subclass passes
+class _WriterBase:
+    def __init__(self, writer_cls=None):
+        self.writer_cls = writer_cls if writer_cls is not None else CacheAuto
+
+    def write(self, key, value, key_cache, value_cache, slot_mapping):
+        writer = self.writer_cls()
+        writer(key, value, key_cache, value_cache, slot_mapping)
+
+
+class Fp8Writer(_WriterBase):
+    def __init__(self):
+        super().__init__(writer_cls=CacheFp8)
