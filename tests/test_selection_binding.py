@@ -167,3 +167,17 @@ def test_backend_whose_module_cannot_be_imported_is_never_selected(tmp_path):
     assert "cannot be imported with the installed vLLM" in e.error and "NoSuchAttentionImpl" in e.error
     assert e.selected and all(s["reachability"] == "dead" for s in e.selected)
     assert "TRITON_ATTN" not in [name for name, _v, _mla in ws._backend_impls()]
+    dead = [s for s in ws.kernel_sites() if s.path.endswith("backends/triton_attn.py")]
+    assert dead and all(s.chain.reachable is False and s.chain.hops[1].kind == "selection" for s in dead)
+
+
+def test_reachability_follows_selection(tiny):
+    never = tiny.never_selected()
+    assert set(never) == {("tiny_npu.attention.custom", q) for q in ("TinyCustomBackend", "TinyCustomImpl", "TinyCustomMetadataBuilder")}
+    sites = [s for s in tiny.kernel_sites() if s.path.endswith("attention/custom.py")]
+    assert [(s.call, s.chain.reachable, [lf.reachable for lf in s.chain.leaves()]) for s in sites] == [
+        ("torch.ops._tiny_C.paged_attention", False, [False])]
+    assert sites[0].chain.hops[1].kind == "selection"
+    # every other backend of the plugin stays reachable
+    assert all(s.chain.hops[1].kind != "selection" for s in tiny.kernel_sites() if not s.path.endswith("custom.py")
+               if len(s.chain.hops) > 1)

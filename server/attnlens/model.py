@@ -45,7 +45,7 @@ MAX_LEAVES = 48
 HOP_KINDS = (
     "registry", "backend_part", "call", "import", "conditional_import", "lazy_import", "dynamic_import",
     "reexport", "alias", "wrapper", "decorator", "autograd_apply", "patch", "torch_op", "op_registration",
-    "triton_launch", "definition", "extension", "dummy", "not_installed", "unresolved", "platform",
+    "triton_launch", "definition", "extension", "dummy", "not_installed", "unresolved", "platform", "selection",
 )
 
 

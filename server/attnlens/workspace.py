@@ -15,7 +15,7 @@ from . import model as M
 from .cache import Cache
 from .index import Index, Module
 from .pyindex import CallSite, summarize
-from .resolver import Resolver
+from .resolver import Resolver, Walk
 from .target import TargetError, TargetInfo, read_target
 
 
@@ -51,6 +51,7 @@ class Workspace:
         self.resolver.oot_replacements = self._oot_replacements
         self._oot_memo: tuple | None = None
         self._impls_memo: tuple | None = None
+        self._never_memo: tuple | None = None
         self._impls_busy = False
         self._refs: dict[tuple, list] = {}
         self._backends_memo = None
@@ -129,19 +130,93 @@ class Workspace:
 
     def kernel_sites(self, paths: list[str] | None = None):
         """Every kernel call site in workspace modules under ``paths`` (default: all)."""
-        from .registry import Registry
+        from .registry import CallSiteResult, Registry
 
         reg = Registry(self.resolver)
         wanted = [os.path.realpath(p) for p in (paths or [str(self.root)])]
         out = []
+        never = self.never_selected()
         for mod in self.index.workspace_modules():
             real = os.path.realpath(mod.path)
             if not any(real == w or real.startswith(w.rstrip(os.sep) + os.sep) for w in wanted):
                 continue
             for cs in mod.summary.calls:
-                res = reg.kernel_call(mod, cs)
-                if res is not None:
-                    out.append(res)
+                try:
+                    res = reg.kernel_call(mod, cs)
+                except Exception as e:  # noqa: BLE001 - one site's failure never loses the others
+                    res = _failed_site(mod, cs, e)
+                if res is None:
+                    continue
+                chain = self._selection_reachability(mod, cs.line, res.chain, never)
+                if chain is not res.chain:
+                    res = CallSiteResult(res.path, res.line, res.col, res.call, res.scope, chain)
+                out.append(res)
+        return out
+
+    def _names_used_elsewhere(self) -> dict:
+        """module -> names of its classes that other code refers to: imported by another workspace module,
+        a base of another class, or read by a function that is not one of the class's own methods."""
+        out: dict = {}
+        for m in self.index.workspace_modules():
+            summ = m.summary
+            for name, bindings in summ.bindings.items():
+                for b in bindings:
+                    if b.kind == "from" and b.target is not None:
+                        target = self.resolver.abs_module(m, b.target, b.level)
+                        if target:
+                            out.setdefault(target, set()).add(b.attr or name)
+            for q, c in summ.classes.items():
+                for base in c.bases:
+                    out.setdefault(m.name, set()).add(base.rpartition(".")[2])
+            for q, f in summ.functions.items():
+                owner = (f.class_name or "").split(".")[0]
+                for n in f.names_read:
+                    if n != owner:
+                        out.setdefault(m.name, set()).add(n)
+        return out
+
+    def never_selected(self) -> dict:
+        """(module, class) -> why, for workspace attention-backend classes (and their impl / builder / metadata
+        classes) that no registration names and no selector return can reach: their code is dead on this
+        platform. Empty when the selector could not be read (then nothing can be ruled out)."""
+        gen = self.index.generation
+        if self._never_memo is not None and self._never_memo[0] == gen:
+            return self._never_memo[1]
+        self._never_memo = (gen, {})
+        entries = self.backends(with_call_sites=False)
+        if any(e.cls == "?" for e in entries):
+            return {}
+        broken = {e.cls: e.error for e in entries if e.kind == "attention" and not e.loads}
+        live = {e.cls for e in entries if e.kind != "attention" or e.loads and (e.registered_at or e.selected)}
+        live |= {ref.cls for e in entries for ref in (e.impl, e.builder, e.metadata)
+                 if ref is not None and ref.cls and e.cls in live}
+        used = self._names_used_elsewhere()
+        out = {}
+        for m in self.index.workspace_modules():
+            for q, c in m.summary.classes.items():
+                dotted = f"{m.name}.{q}"
+                if "." in q or dotted in live:
+                    continue
+                mro = self.resolver.mro(m, q)
+                if not any(b.qual == "AttentionBackend" and b.module is not None and not b.module.workspace for b in mro[1:]):
+                    continue
+                if dotted in broken:
+                    why = f"{q} cannot be imported with the installed vLLM (see `attnlens backends`)"
+                elif q in used.get(m.name, set()):
+                    continue  # imported, subclassed or used by other code: it can be reached without selection
+                else:
+                    why = f"{q} is not registered, not returned by the platform's get_attn_backend_cls and not used elsewhere"
+                out[(m.name, q)] = why
+                for attr, meth in (("impl", "get_impl_cls"), ("builder", "get_builder_cls")):
+                    fv = self.resolver.class_attr(m, q, meth, Walk())
+                    if fv is None or fv.func is None or fv.module is None:
+                        continue
+                    for r in fv.func.returns:
+                        cv = self.resolver.resolve_dotted(fv.module, fv.func.qualname, r, Walk()) if r else None
+                        if cv is not None and cv.kind == "class" and cv.module is not None and cv.module.workspace \
+                                and f"{cv.module.name}.{cv.qual}" not in live:
+                            out[(cv.module.name, cv.qual)] = f"the {attr} of {q}, which is never selected: {why}"
+        self._never_memo = (gen, out)
         return out
 
     # -- derived results cached on disk (whole command outputs) ------------------------------
@@ -257,8 +332,27 @@ class Workspace:
 
     def trace_target(self, t: Target, budget_s: float | None = None, cancel=None) -> M.Chain:
         if t.call is not None:
-            return self.resolver.trace_call(t.module, t.call, budget_s, cancel)
-        return self.resolver.trace_text(t.module, t.scope, t.text, t.line, budget_s, col=t.col, cancel=cancel)
+            chain = self.resolver.trace_call(t.module, t.call, budget_s, cancel)
+        else:
+            chain = self.resolver.trace_text(t.module, t.scope, t.text, t.line, budget_s, col=t.col, cancel=cancel)
+        return self._selection_reachability(t.module, t.line, chain)
+
+    def _selection_reachability(self, mod: Module, line: int, chain: M.Chain, never: dict | None = None) -> M.Chain:
+        """The chain of code inside a class vLLM never instantiates on this platform, marked dead (a new chain)."""
+        if not mod.workspace:
+            return chain
+        cls_q = mod.summary.class_at(line)
+        if not cls_q:
+            return chain
+        never = self.never_selected() if never is None else never
+        why = never.get((mod.name, cls_q.split(".")[0]))
+        if why is None:
+            return chain
+        top = cls_q.split(".")[0]
+        hop = M.Hop("selection", mod.path, mod.summary.classes[top].line if top in mod.summary.classes else line,
+                    top, f"never selected on this platform: {why}", why, False)
+        hops = [chain.hops[0], hop] + chain.hops[1:] if chain.hops else [hop]
+        return M.Chain(hops, chain.final, False, chain.partial, chain.upstream)
 
     def trace_symbol(self, dotted: str, budget_s: float | None = None, cancel=None) -> M.Chain:
         """The chain of a fully qualified symbol (``pkg.mod.Class.method`` or ``ns::op``)."""
@@ -306,6 +400,14 @@ def _code_stamp() -> str:
             h.update(f"{p}|{st.st_mtime_ns}|{st.st_size}\n".encode())
         _CODE_STAMP.append(h.hexdigest()[:16])
     return _CODE_STAMP[0]
+
+
+def _failed_site(mod, cs, e: Exception):
+    from .registry import CallSiteResult
+
+    fin = M.Final(M.UNRESOLVED, mod.path, cs.line, cs.func or "?", reason=f"analysis failed here: {type(e).__name__}: {e}"[:300])
+    hop = M.Hop("call", mod.path, cs.line, cs.func or "?", "call", None, None, cs.col)
+    return CallSiteResult(mod.path, cs.line, cs.col, cs.func or "?", cs.scope, M.Chain([hop], fin, None))
 
 
 def _deps_fresh(stamps: list) -> bool:
