@@ -366,6 +366,9 @@ async def run_server(exe: str, root: Path, python: str, cache: Path, env: dict, 
         while time.perf_counter() < settle_deadline:
             r = await req("workspace/executeCommand", {"command": "attnlens.status", "arguments": []}, hover_timeout)
             n = (r.get("result") or {}).get("callSitesIndexed")
+            if (r.get("result") or {}).get("callSitesIndex") == "on demand":
+                res["indexed_s"], res["call_sites_indexed"] = time.perf_counter() - t0, "on demand"
+                break
             if n is not None:
                 res["indexed_s"], res["call_sites_indexed"] = time.perf_counter() - t0, n
                 break
@@ -493,6 +496,8 @@ def main() -> int:
     ap.add_argument("--server-cache", choices=("fresh", "warm"), default="fresh",
                     help="server on a fresh cache folder (default) or on the one the sites runs filled")
     ap.add_argument("--no-server", action="store_true")
+    ap.add_argument("--sites-json", default=None, metavar="FILE",
+                    help="skip the `sites` runs; take the hover positions from this `attnlens sites --json` output")
     ap.add_argument("--sites-timeout", type=float, default=600)
     ap.add_argument("--ready-timeout", type=float, default=300)
     ap.add_argument("--hover-timeout", type=float, default=60)
@@ -549,13 +554,20 @@ def main() -> int:
                   file=sys.stderr, flush=True)
             cache = tmp / "cache-sites"
             cache.mkdir()
-            cold = run_sites(exe, root, python, cache, env, args.sites_timeout, tmp, "cold")
-            print(f"[{name}] sites cold: {f1(cold['wall_s'])} s, {cold['count'] if cold['error'] is None else cold['error']}",
-                  file=sys.stderr, flush=True)
-            warm = run_sites(exe, root, python, cache, env, args.sites_timeout, tmp, "warm")
-            print(f"[{name}] sites warm: {f1(warm['wall_s'])} s, {warm['count'] if warm['error'] is None else warm['error']}",
-                  file=sys.stderr, flush=True)
-            kernel_sites = cold["sites"] or warm["sites"]
+            if args.sites_json:
+                listed = json.loads(Path(args.sites_json).read_text(encoding="utf-8"))
+                cold = {"wall_s": None, "rss_mb": None, "rc": None, "count": len(listed), "kinds": None,
+                        "error": None, "stderr_tail": None,
+                        "sites": [(x["path"], x["line"], x["col"], x.get("call") or "") for x in listed]}
+                warm = None
+            else:
+                cold = run_sites(exe, root, python, cache, env, args.sites_timeout, tmp, "cold")
+                print(f"[{name}] sites cold: {f1(cold['wall_s'])} s, "
+                      f"{cold['count'] if cold['error'] is None else cold['error']}", file=sys.stderr, flush=True)
+                warm = run_sites(exe, root, python, cache, env, args.sites_timeout, tmp, "warm")
+                print(f"[{name}] sites warm: {f1(warm['wall_s'])} s, "
+                      f"{warm['count'] if warm['error'] is None else warm['error']}", file=sys.stderr, flush=True)
+            kernel_sites = cold["sites"] or (warm or {}).get("sites")
             fallback = None
             if not kernel_sites:
                 # positions only: the census of the attention folders, when the whole-workspace one failed
@@ -577,7 +589,8 @@ def main() -> int:
                 print(f"[{name}] server ready: {f1(server.get('ready_s'))} s" +
                       (f"; {server['error']}" if server.get("error") else ""), file=sys.stderr, flush=True)
             for s in (cold, warm):
-                s.pop("sites", None)
+                if s:
+                    s.pop("sites", None)
             results.append({"name": name, "root": str(root), "py_files": len(files), "copy_s": t_copy,
                             "sites_cold": cold, "sites_warm": warm, "sites_for_positions": fallback, "server": server,
                             "server_cache": args.server_cache, "positions": [list(p) for p in positions]})

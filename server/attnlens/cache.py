@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 11  # bump when the pickled summary classes change
+FORMAT_VERSION = 14  # bump when the pickled summary classes change
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -200,6 +200,13 @@ class Cache:
         if tag != FORMAT_VERSION:
             return None
         return payload
+
+    def has_pickle(self, kind: str, key: str) -> bool:
+        """Is there an entry (on disk or pending in this process)? Its content is not checked."""
+        if self.folder is None:
+            return False
+        p = self.folder / kind / f"{key}.pickle"
+        return _WRITER.get(p) is not None or p.exists()
 
     def store_pickle(self, kind: str, key: str, value: Any) -> None:
         if self.folder is None:

@@ -114,6 +114,7 @@ def cmd_sites(args) -> int:
     if out is None:
         if not args.no_cache:
             ws.resolver.ops.prefetch_cpp()
+            ws.index.prefetch_summaries()  # a worker parses from the end of the module list
         out = _sites_output(ws, ws.kernel_sites(paths), args.json)
         if not args.no_cache and len(out) < 64 << 20:  # huge JSON outputs are cheaper to recompute than to keep
             ws.store_derived(key, out)

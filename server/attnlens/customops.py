@@ -43,7 +43,7 @@ def _base_name(r, mod, text: str, line: int) -> tuple[str, Val | None]:
 
 def collect(r) -> list[OotRegistration]:
     out: list[OotRegistration] = []
-    for mod in r.index.workspace_modules():
+    for mod in r.index.workspace_modules_matching(rb"register_oot"):
         s = mod.summary
         text = None
         for q, c in s.classes.items():

@@ -150,7 +150,7 @@ class PlatformProfile:
             info.class_paths = paths
         else:
             # fall back: a workspace class deriving from vllm's Platform
-            for m in self.r.index.workspace_modules():
+            for m in self.r.index.workspace_modules_matching(rb"\bPlatform\b"):
                 for q, c in m.summary.classes.items():
                     if any(b.rpartition(".")[2] == "Platform" for b in c.bases):
                         info.class_paths = [f"{m.name}.{q}"]
@@ -424,7 +424,7 @@ class PlatformProfile:
         self._active_eval.add(key)
         try:
             vals = []
-            for m in self.r.index.workspace_modules():
+            for m in self.r.index.workspace_modules_matching(rb"self\." + re.escape(name).encode() + rb"\s*(:[^=]*)?="):
                 for q, c in m.summary.classes.items():
                     b = c.inst_attrs.get(name)
                     if b is None or (m.name, q) == (mod.name, cls_q):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -661,7 +662,7 @@ class Resolver:
             return memo[1]
         out: dict = {}
         self._import_map_memo = (gen, out)
-        for m in self.index.workspace_modules():
+        for m in self.index.workspace_modules_matching(rb"__import__"):
             for ap in m.summary.attr_patches:
                 if ap.target not in ("builtins.__import__", "__builtins__.__import__") or not ap.value:
                     continue
@@ -994,7 +995,7 @@ class Resolver:
         if f is None or not (f.dummy or any(d.func.rpartition(".")[2] == "abstractmethod" for d in f.decorators)):
             return None
         arms = []
-        for m in self.index.workspace_modules():
+        for m in self.index.workspace_modules_matching(rb"def\s+" + re.escape(name).encode() + rb"\b"):
             for q, c in m.summary.classes.items():
                 if name not in c.methods or (m.name, q) == (v.module.name if v.module else None, v.qual):
                     continue

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any, Iterator
 
+from ..gcpolicy import freeze_young
 from ..workspace import Workspace
 from .calls import CallsMixin
 from .convert import name_span, split_lines
@@ -37,6 +38,7 @@ class Analysis(CallsMixin, SymbolsMixin):
         self.callsites = CallSiteIndex()
         self._next_callsites: CallSiteIndex | None = None
         self.index_budget_s = index_budget_s
+        self.callsites_on_demand = False  # set by callsites_deferred: the index waits for a request
 
     # -- basics ----------------------------------------------------------------
     @property
@@ -181,8 +183,10 @@ class Analysis(CallsMixin, SymbolsMixin):
         for i, name in enumerate(names, 1):
             self.ws.index.module(name)
             if i == len(names) or time.perf_counter() - t0 >= STEP_BUDGET_S:
+                freeze_young()  # summaries live as long as the index: keep full collections off them
                 yield f"{i}/{n} modules", int(60 * i / n)
                 t0 = time.perf_counter()
+        self.ws.index.stop_prefetch()  # the summary helper, if one runs: every module is here
         try:
             self.ws.resolver.profile.summary()
         except Exception:  # noqa: BLE001
@@ -209,6 +213,12 @@ class Analysis(CallsMixin, SymbolsMixin):
         yield "symbols", 100
         self.ws.index.flush()
 
+    def callsites_deferred(self, max_modules: int) -> bool:
+        """Leave the call-site index to the first request that needs it (incoming calls) when the
+        workspace has more than ``max_modules`` modules."""
+        self.callsites_on_demand = len(self.ws.index.ws_files) > max_modules
+        return self.callsites_on_demand
+
     # -- status ----------------------------------------------------------------
     def status(self) -> dict:
         ws = self.ws
@@ -225,4 +235,6 @@ class Analysis(CallsMixin, SymbolsMixin):
             "platform": platform,
             "backends": len(self._backends[1]) if self._backends else None,
             "callSitesIndexed": sum(len(v) for v in self.callsites.by_path.values()) if self.callsites.complete else None,
+            "callSitesIndex": ("complete" if self.callsites.complete else
+                               "on demand" if self.callsites_on_demand else "building"),
         }

@@ -32,6 +32,10 @@ STATUS_NOTIFICATION = "attnlens/status"
 SETTLE_AFTER_OBJECTS = 50_000
 BACKOFF_S = 0.3  # background work waits this long after the last request (user activity)
 CALLSITES_DELAY_S = 10.0  # quiet time after an edit before the call-site index is rebuilt
+# above this many workspace modules the call-site index is built on demand only (the first
+# incoming-calls request): upstream vLLM (2,234 modules) has 144,000 call sites, 17-90 s of
+# tracing and 250 MB more memory for an index that only call hierarchy reads
+CALLSITES_EAGER_MAX_MODULES = 1000
 
 
 READY_TIMEOUT_S = 30.0  # a request before `initialized` waits this long, then gets ServerNotInitialized
@@ -98,12 +102,23 @@ class AttnLensServer(LanguageServer):
                 raise _NotInitialized("the server has not been initialized (no `initialized` notification yet)") from None
         if priority == NOW:
             self.last_request = time.monotonic()
+        else:
+            # background work (indexing steps, a partial hover's completion) starts only when
+            # requests have paused for BACKOFF_S: a job already running cannot be interrupted,
+            # so one started in the middle of a burst of hovers made the next hover wait for it
+            # (10 s on upstream vLLM)
+            while (wait := self.last_request + BACKOFF_S - time.monotonic()) > 0:
+                await asyncio.sleep(wait)
 
         def job():
             a = self.analysis
             return None if a is None else fn(a, *args)
 
-        return await self.worker.run(job, priority=priority)
+        try:
+            return await self.worker.run(job, priority=priority)
+        finally:
+            if priority == NOW:  # quiet time counts from the answer: a slow request is activity too
+                self.last_request = time.monotonic()
 
     def positions(self, a: Analysis) -> Positions:
         """A position converter over the analysis' view of the text (worker thread)."""
@@ -187,6 +202,10 @@ class AttnLensServer(LanguageServer):
 
     async def index_call_sites(self) -> None:
         if not self.settings.index_call_sites:
+            return
+        if await self.call(lambda a: a.callsites_deferred(CALLSITES_EAGER_MAX_MODULES), priority=IDLE):
+            log.info("call-site index deferred (over %d workspace modules): built on the first incoming-calls "
+                     "request", CALLSITES_EAGER_MAX_MODULES)
             return
         run = self.index_run
         while run == self.index_run:

@@ -133,6 +133,7 @@ async def start_workspace(ls: AttnLensServer) -> None:
         else:
             ws = Workspace(root, python=s.target_python, cache_dir=s.cache_dir, use_cache=s.use_cache)
         ls.analysis = Analysis(ws)
+        ws.index.start_summary_helper()  # a large cold workspace: a second process parses from the end
         if ws.target_error:
             return (f"AttnLens: target interpreter unusable ({ws.target_error}); analysing the workspace alone. "
                     f"Set `attnlens.targetPython` to the Python of the environment where vLLM is installed.")
