@@ -423,19 +423,7 @@ class Index:
             name = names[i]
             if name in self._modules:
                 continue
-            path = self.ws_files[name]
-            try:
-                data = Path(path).read_bytes()
-            except OSError:
-                continue
-            if len(data) > MAX_FILE_BYTES:
-                continue
-            sha = hashlib.sha256(data).hexdigest()
-            if self.cache.has_pickle("py", sha):
-                continue
-            text = decode_source(data)
-            if text is not None:
-                self.cache.store_pickle("py", sha, summarize(text, path, sha))
+            _summarize_into(self.cache, self.ws_files[name])
         self.cache.flush()
 
     def start_summary_helper(self) -> bool:
@@ -639,20 +627,25 @@ def _summary_helper(folder: str) -> int:
         readable, _, _ = select.select([sys.stdin], [], [], 0)
         if readable:  # EOF: the server has what it needs
             break
-        try:
-            data = Path(path).read_bytes()
-        except OSError:
-            continue
-        if len(data) > MAX_FILE_BYTES:
-            continue
-        sha = hashlib.sha256(data).hexdigest()
-        if cache.has_pickle("py", sha):
-            continue
-        text = decode_source(data)
-        if text is not None:
-            cache.store_pickle("py", sha, summarize(text, path, sha))
+        _summarize_into(cache, path)
     cache.flush()
     return 0
+
+
+def _summarize_into(cache, path: str) -> None:
+    """Store the summary of one file in the cache (content-addressed) unless it is there already."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return
+    if len(data) > MAX_FILE_BYTES:
+        return
+    sha = hashlib.sha256(data).hexdigest()
+    if cache.has_pickle("py", sha):
+        return
+    text = decode_source(data)
+    if text is not None:
+        cache.store_pickle("py", sha, summarize(text, path, sha))
 
 
 if __name__ == "__main__":  # pragma: no cover - the server's summary helper

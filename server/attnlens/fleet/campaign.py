@@ -29,6 +29,8 @@ both deduplicate by (family, resolved target).
 
 from __future__ import annotations
 
+from ..runtime.probes import target_spec
+
 import hashlib
 import json
 import os
@@ -332,14 +334,6 @@ def _target_from_final(final: dict, hops: list) -> str | None:
     return None
 
 
-def _as_target(symbol: str) -> str:
-    if "::" in symbol or ":" in symbol:
-        return symbol
-    if symbol.startswith("torch.ops."):
-        parts = symbol.split(".")
-        return f"{parts[2]}::{parts[3]}" if len(parts) >= 4 else symbol
-    mod, _, attr = symbol.rpartition(".")
-    return f"{mod}:{attr}" if mod else symbol
 
 
 def _contract_covers(root: str | None) -> dict:
@@ -373,12 +367,12 @@ def finding_cell(f: dict, covers: dict | None = None) -> Cell | None:
         for k in ("callee", "symbol"):
             v = data.get(k)
             if isinstance(v, str) and "." in v.replace("::", "."):
-                target = _as_target(v)
+                target = target_spec(v)
                 break
     if not target and covers and isinstance(data.get("contract"), str):
         cov = [x for x in covers.get(data["contract"]) or [] if isinstance(x, str) and "*" not in x]
         if cov:
-            target = _as_target(cov[0])
+            target = target_spec(cov[0])
     if not isinstance(target, str) or not target:
         return None
     origin = f"{f.get('path')}:{f.get('line')} {f.get('rule')}"
@@ -426,6 +420,6 @@ def from_inventory(inv: dict) -> list[Cell]:
             for m in _VALIDATION.finditer(str(it.get("validation") or "")):
                 fam = probemod.canonical_family(m.group("family"))
                 if fam in probemod.family_names():
-                    cells.append(Cell(family=fam, target=_as_target(m.group("target")),
+                    cells.append(Cell(family=fam, target=target_spec(m.group("target")),
                                       origin=[f"{f.get('path')}:{it.get('line')} inventory"]))
     return dedup(cells, by_target=True)

@@ -152,3 +152,15 @@ def run_probe(python: str, family: str, target: str, device: str = "auto", cache
 async def run_probe_async(*args, **kwargs) -> ev.EvidenceRecord:
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(None, functools.partial(run_probe, *args, **kwargs))
+
+
+def target_spec(symbol: str) -> str:
+    """The probe agent's target spelling of a resolved symbol: ``ns::op`` for torch ops (also
+    ``torch.ops.ns.op``), ``pkg.mod:attr`` for Python callables; ``ns::op`` / ``mod:attr`` unchanged."""
+    if "::" in symbol or ":" in symbol:
+        return symbol
+    if symbol.startswith("torch.ops."):
+        parts = symbol.split(".")
+        return f"{parts[2]}::{parts[3]}" if len(parts) >= 4 else symbol
+    mod, _, attr = symbol.rpartition(".")
+    return f"{mod}:{attr}" if mod else symbol

@@ -19,6 +19,8 @@ probe and drift diagnostics (each under its own ``source`` so they replace only 
 
 from __future__ import annotations
 
+from ...runtime.probes import target_spec
+
 import functools
 import logging
 import os
@@ -81,14 +83,6 @@ def probe_target(chain: M.Chain) -> str | None:
     return None
 
 
-def _as_target(symbol: str) -> str:
-    if "::" in symbol:
-        return symbol
-    if symbol.startswith("torch.ops."):
-        parts = symbol.split(".")
-        return f"{parts[2]}::{parts[3]}" if len(parts) >= 4 else symbol
-    mod, _, attr = symbol.rpartition(".")
-    return f"{mod}:{attr}" if mod else symbol
 
 
 def probe_candidates(chain: M.Chain) -> list[tuple[str, str]]:
@@ -104,7 +98,7 @@ def probe_candidates(chain: M.Chain) -> list[tuple[str, str]]:
         else:
             for h in reversed(chain.hops):
                 if h.symbol and "." in h.symbol.replace("::", ".") and h.symbol.replace("::", ".").rpartition(".")[2] in wanted:
-                    target = _as_target(h.symbol)
+                    target = target_spec(h.symbol)
                     break
         if target:
             out.append((name, target))
