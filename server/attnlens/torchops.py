@@ -74,6 +74,7 @@ class OpRegistry:
         self._searched: dict = {}  # (ns, op) -> what the Python scan looked at (for "no registration found")
         self._ext_searched = 0  # .so files the last extension-schema search read
         self._reg_files_memo: tuple | None = None  # (generation, files that can register ops from Python)
+        self._inst_reg_memo: dict = {}  # installed package -> its op-registering files (per generation)
 
     # -- C++ ---------------------------------------------------------------
     def prefetch_cpp(self) -> None:
@@ -305,15 +306,31 @@ class OpRegistry:
             if loc is None or loc.kind != "py" or not loc.is_package or self.r.index.is_workspace_path(loc.path):
                 continue
             searched.append(pkg)
-            from .index import iter_py_bytes
-
-            for p, data in iter_py_bytes(os.path.dirname(loc.path), ("tests", "benchmarks")):
-                if needle in data and (b"register_custom_op" in data or b"custom_op" in data or b"Library(" in data
-                                       or b"torch.library" in data):
+            for p, data in self._installed_registering(pkg, os.path.dirname(loc.path)):
+                if needle in data:
                     m = self.r.index.module_for_path(p)
                     if m is not None:
                         out.append(m)
         return out, searched, sorted(pkgs)
+
+    def _installed_registering(self, pkg: str, folder: str) -> list:
+        """(path, bytes) of an installed package's files that use a Python op-registration API, read
+        once per package and index generation (the per-op search then scans only these)."""
+        gen = self.r.index.generation
+        key = (pkg, folder)
+        memo = self._inst_reg_memo
+        if memo.get("gen") != gen:
+            memo.clear()
+            memo["gen"] = gen
+        hit = memo.get(key)
+        if hit is None:
+            from .index import iter_py_bytes
+
+            hit = [(p, data) for p, data in iter_py_bytes(folder, ("tests", "benchmarks"))
+                   if b"register_custom_op" in data or b"custom_op" in data or b"Library(" in data
+                   or b"torch.library" in data]
+            memo[key] = hit
+        return hit
 
     def _torch_library_api(self, m, dotted: str) -> str | None:
         """``X`` when the dotted callee ``dotted`` names ``torch.library.X`` in module ``m``

@@ -153,27 +153,17 @@ class Workspace:
                 out.append(res)
         return out
 
-    def _names_used_elsewhere(self) -> dict:
-        """module -> names of its classes that other code refers to: imported by another workspace module,
-        a base of another class, or read by a function that is not one of the class's own methods."""
-        out: dict = {}
-        for m in self.index.workspace_modules():
-            summ = m.summary
-            for name, bindings in summ.bindings.items():
-                for b in bindings:
-                    if b.kind == "from" and b.target is not None:
-                        target = self.resolver.abs_module(m, b.target, b.level)
-                        if target:
-                            out.setdefault(target, set()).add(b.attr or name)
-            for q, c in summ.classes.items():
-                for base in c.bases:
-                    out.setdefault(m.name, set()).add(base.rpartition(".")[2])
-            for q, f in summ.functions.items():
-                owner = (f.class_name or "").split(".")[0]
-                for n in f.names_read:
-                    if n != owner:
-                        out.setdefault(m.name, set()).add(n)
-        return out
+    def _used_elsewhere(self, mod: Module, q: str) -> bool:
+        """Does other code refer to class ``q`` of ``mod``: another workspace module that mentions its name
+        (an import, a use), a class that derives from it, or a function of its module that is not one of
+        its own methods? (Conservative: a mention counts.)"""
+        rx = rb"\b" + q.encode() + rb"\b"
+        if any(m.name != mod.name for m in self.index.workspace_modules_matching(rx)):
+            return True
+        summ = mod.summary
+        if any(b.rpartition(".")[2] == q for c in summ.classes.values() for b in c.bases):
+            return True
+        return any(q in f.names_read for f in summ.functions.values() if (f.class_name or "").split(".")[0] != q)
 
     def never_selected(self) -> dict:
         """(module, class) -> why, for workspace attention-backend classes (and their impl / builder / metadata
@@ -190,9 +180,8 @@ class Workspace:
         live = {e.cls for e in entries if e.kind != "attention" or e.loads and (e.registered_at or e.selected)}
         live |= {ref.cls for e in entries for ref in (e.impl, e.builder, e.metadata)
                  if ref is not None and ref.cls and e.cls in live}
-        used = self._names_used_elsewhere()
         out = {}
-        for m in self.index.workspace_modules():
+        for m in self.index.workspace_modules_matching(rb"AttentionBackend"):
             for q, c in m.summary.classes.items():
                 dotted = f"{m.name}.{q}"
                 if "." in q or dotted in live:
@@ -202,7 +191,7 @@ class Workspace:
                     continue
                 if dotted in broken:
                     why = f"{q} cannot be imported with the installed vLLM (see `attnlens backends`)"
-                elif q in used.get(m.name, set()):
+                elif self._used_elsewhere(m, q):
                     continue  # imported, subclassed or used by other code: it can be reached without selection
                 else:
                     why = f"{q} is not registered, not returned by the platform's get_attn_backend_cls and not used elsewhere"
