@@ -181,3 +181,21 @@ def test_reachability_follows_selection(tiny):
     # every other backend of the plugin stays reachable
     assert all(s.chain.hops[1].kind != "selection" for s in tiny.kernel_sites() if not s.path.endswith("custom.py")
                if len(s.chain.hops) > 1)
+
+
+def test_layer_looked_up_by_name_in_a_vllm_custom_op_binds_its_impl(tiny):
+    # upstream unified_attention: `attn_metadata, self, kv_cache, _ = get_attention_context(layer_name)`, where
+    # get_attention_context reads `forward_context.no_compile_layers[layer_name]`
+    c = _trace(tiny, "vllm.model_executor.layers.attention.attention", "self.impl.forward")
+    assert c.final.fork.kind == M.FORK_SUBCLASS
+    assert [b.label for b in c.final.fork.branches] == ["Attention", "TinyAttention"]
+    live = {(lf.final.kind, lf.final.symbol) for lf in c.leaves() if lf.reachable is not False}
+    assert {(M.TORCH_OP, "_tiny_C::paged_attention"), (M.TRITON_KERNEL, "tiny_npu.ops.kernels._paged_sink_attn_kernel")} <= live
+
+
+def test_saved_original_on_an_upstream_class_is_the_upstream_method(tiny):
+    from attnlens.resolver import Walk
+
+    v = tiny.resolver.resolve_symbol("vllm.v1.attention.backends.flash_attn.FlashAttentionImpl")
+    got = tiny.resolver.attr(v, "_tiny_orig_forward", Walk())
+    assert (got.kind, got.dotted) == ("function", "vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.forward")

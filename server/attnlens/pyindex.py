@@ -569,10 +569,15 @@ class _Builder:
                     line, col = self.pos(t)
                     self.s.attr_patches.append(AttrPatch(d, dotted(value) or "", line, col, g))
             elif isinstance(t, (ast.Tuple, ast.List)):
-                for e in t.elts:
+                src = _call_text(value) if isinstance(value, ast.Call) else ""
+                for i, e in enumerate(t.elts):
                     if isinstance(e, ast.Name):
                         line, col = self.pos(e)
-                        b = Binding(e.id, "other", line, col, guards=g)
+                        if src and not any(isinstance(x, ast.Starred) for x in t.elts):
+                            # `a, b = f(...)`: item i of what f returns (resolver: tuple returns)
+                            b = Binding(e.id, "unpack", line, col, target=src, guards=g, str_args=(str(i),))
+                        else:
+                            b = Binding(e.id, "other", line, col, guards=g)
                         if self.cls and not self.scope:
                             self.cls[-1].attrs.setdefault(e.id, b)
                         else:
@@ -713,6 +718,8 @@ class _Builder:
                 else:
                     consts.add(c)
             text = rets[-1] or (_call_text(rv) if rv is not None else "")
+            if not text and isinstance(rv, ast.Tuple) and rv.elts and all(dotted(e) is not None for e in rv.elts):
+                text = "(" + ", ".join(dotted(e) for e in rv.elts) + ",)"  # a tuple of names (for unpacking)
             if not text and isinstance(rv, ast.Subscript) and dotted(rv.value) is not None:
                 # `return table[key]`: the item of a name, with the key verbatim
                 text = f"{dotted(rv.value)}[{' '.join((self.seg(rv.slice) or '?').split())}]"

@@ -436,6 +436,16 @@ class Resolver:
             return alts_value(M.FORK_IFEXP, test, mod, b.name, b.line, arms)
         if b.kind == "dict":
             return Val("dict", mod, b.name, mod.path, b.line, extra={"pairs": b.alternatives, "scope": scope})
+        if b.kind == "unpack":
+            return self.unpacked_value(mod, scope, b, w)
+        if b.kind == "subscript" and (b.target or "").rpartition(".")[2] == "no_compile_layers":
+            layers = self.attention_layers(mod)
+            if layers:
+                w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {b.target}[...]: the attention layer registered "
+                          f"under that name ({len(layers)} layer classes)", cond, reach, b.col))
+                arms = [Alt(Val("instance", lv.module, lv.qual, lv.path, lv.line), f"the layer is a {lv.qual}", None,
+                            lv.qual, lv.path, lv.line) for lv in layers]
+                return alts_value(M.FORK_SUBCLASS, "the layer registered under that name", mod, b.name, b.line, arms)
         if b.kind == "subscript":
             base = self.resolve_dotted(mod, scope, b.target or "", w, line=b.line)
             key = b.str_args[0] if b.str_args else "?"
@@ -567,6 +577,45 @@ class Resolver:
                     w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...): one of {len(arms)} returns", cond))
                     return alts_value(M.FORK_FACTORY, None, tm, target.dotted, f.line, arms)
         return Val("unknown", mod, name, mod.path, b_line, reason=f"`{name}` is the result of calling `{callee or '...'}` at {os.path.basename(mod.path)}:{b_line}")
+
+    def unpacked_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
+        """``a, b = f(...)``: item i of the tuple ``f`` returns, read in ``f`` (every return that is a tuple of names)."""
+        callee = (b.target or "").partition("(")[0]
+        i = int(b.str_args[0]) if b.str_args else 0
+        tv = self.resolve_dotted(mod, scope, callee, w.sub(), line=b.line) if callee else Val("unknown")
+        f = tv.func if tv.kind == "function" else None
+        if f is None or tv.module is None:
+            return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is item {i} of what `{callee or '...'}` returns")
+        items = []
+        for text, _g, ln in f.return_alts:
+            if text.startswith("(") and text.endswith(",)"):
+                parts = [x.strip() for x in text[1:-2].split(",")]
+                if i < len(parts):
+                    items.append((parts[i], ln))
+        if len(items) != 1:
+            return Val("unknown", mod, b.name, mod.path, b.line,
+                       reason=f"`{b.name}` is item {i} of what `{callee}` returns ({len(items)} tuple returns)")
+        text, ln = items[0]
+        w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} is item {i} of {callee}(...), which returns {text} "
+                  f"({os.path.basename(tv.module.path)}:{ln})"))
+        return self.resolve_dotted(tv.module, f.qualname, text, w, line=ln + 1)
+
+    def attention_layers(self, mod: Module) -> list:
+        """Attention layer classes a layer looked up by name can be (vLLM's ``no_compile_layers`` holds every
+        layer with an attention backend): the classes of ``mod`` deriving from vLLM's ``AttentionLayerBase``,
+        and the workspace's classes deriving from them (the plugin's layers)."""
+        base = [Val("class", mod, q, mod.path, c.line) for q, c in mod.summary.classes.items() if "." not in q
+                and any(b.qual == "AttentionLayerBase" for b in self.mro(mod, q)[1:])]
+        out = list(base)
+        keys = {(b.module.name, b.qual) for b in base}
+        for m in self.index.workspace_modules_matching(rb"Attention"):
+            for q, c in m.summary.classes.items():
+                if "." in q or (m.name, q) in keys:
+                    continue
+                if any(b.module is not None and (b.module.name, b.qual) in keys for b in self.mro(m, q)[1:]):
+                    out.append(Val("class", m, q, m.path, c.line))
+                    keys.add((m.name, q))
+        return out[: M.MAX_LEAVES]
 
     def oot_replacement(self, cv: Val):
         """The registration whose class vLLM instantiates instead of ``cv`` (a CustomOp or PluggableLayer
@@ -761,7 +810,7 @@ class Resolver:
 
     def _resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
         parts = text.split(".")
-        if parts[0] in ("self", "cls") and scope:
+        if parts[0] in ("self", "cls") and scope and self.enclosing_class(mod, scope) is not None:
             v = self.self_value(mod, scope, parts[0], w)
         else:
             v = self.lookup_name(mod, scope, parts[0], w, line)
@@ -843,6 +892,12 @@ class Resolver:
                     return sub
             if found is not None:
                 return found
+            if v.module is not None and not v.module.workspace:
+                p = self.patches().get((v.module.name, f"{v.qual}.{name}"))
+                if p is not None:  # an attribute the plugin adds onto an upstream class (`Up._orig = Up.forward`)
+                    rv, ppath, pline, text = p
+                    w.add(Hop("patch", ppath, pline, rv.dotted, f"{text}: set on {v.dotted} by the plugin at import time"))
+                    return rv
             if name == "apply" and self.is_autograd_function(v):
                 c = v.cls
                 fq = c.methods.get("forward") if c else None
