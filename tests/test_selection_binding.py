@@ -199,3 +199,23 @@ def test_saved_original_on_an_upstream_class_is_the_upstream_method(tiny):
     v = tiny.resolver.resolve_symbol("vllm.v1.attention.backends.flash_attn.FlashAttentionImpl")
     got = tiny.resolver.attr(v, "_tiny_orig_forward", Walk())
     assert (got.kind, got.dotted) == ("function", "vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.forward")
+
+
+def test_sys_modules_assignment_is_an_import_hook(tmp_path):
+    import shutil
+    import sys
+
+    from attnlens.workspace import Workspace
+
+    root = tmp_path / "plugin"
+    shutil.copytree(EXAMPLE, root)
+    init = root / "mini_metax/__init__.py"
+    init.write_text(init.read_text() + "\n\nimport sys\nimport importlib\n"
+                    "sys.modules[\"minifast\"] = importlib.import_module(\"mini_metax.attention.ops.dispatch\")\n")
+    use = root / "mini_metax/attention/ops/use_hook.py"
+    use.write_text("from minifast import write_cache\n\n\ndef go(*a):\n    write_cache(*a)\n")
+    ws = Workspace(root, python=sys.executable, cache_dir=tmp_path / "cache")
+    c = ws.trace_symbol("mini_metax.attention.ops.use_hook.go")
+    assert [(lf.final.kind, lf.final.symbol) for lf in c.leaves()] == [
+        (M.TORCH_OP, "_C_cache_ops::reshape_and_cache_flash"),
+        (M.TRITON_KERNEL, "mini_metax.attention.ops.dispatch._scale_kernel")]

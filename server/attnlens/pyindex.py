@@ -568,6 +568,13 @@ class _Builder:
                 elif not self.scope and not self.cls and "." in d:
                     line, col = self.pos(t)
                     self.s.attr_patches.append(AttrPatch(d, dotted(value) or "", line, col, g))
+            elif isinstance(t, ast.Subscript) and not self.scope and not self.cls and dotted(t.value) == "sys.modules" \
+                    and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str):
+                # `sys.modules["name"] = module`: an import hook (resolver.import_map)
+                line, col = self.pos(t)
+                self.s.attr_patches.append(AttrPatch(f"sys.modules[{t.slice.value!r}]",
+                                                     dotted(value) or _call_text(value), line, col, g))
+                self.expr(t)
             elif isinstance(t, (ast.Tuple, ast.List)):
                 src = _call_text(value) if isinstance(value, ast.Call) else ""
                 for i, e in enumerate(t.elts):

@@ -711,8 +711,21 @@ class Resolver:
             return memo[1]
         out: dict = {}
         self._import_map_memo = (gen, out)
-        for m in self.index.workspace_modules_matching(rb"__import__"):
+        for m in self.index.workspace_modules_matching(rb"__import__|sys\.modules\["):
             for ap in m.summary.attr_patches:
+                if ap.target.startswith("sys.modules[") and ap.value:
+                    try:
+                        src = ast.literal_eval(ap.target[len("sys.modules["):-1])
+                    except (ValueError, SyntaxError):
+                        continue
+                    if ap.value.startswith("@import:"):
+                        dst = ap.value[len("@import:"):]
+                    else:
+                        mv = self.resolve_dotted(m, "", ap.value, Walk(), line=ap.line)
+                        dst = mv.qual if mv.kind == "module" else None
+                    if isinstance(src, str) and dst:
+                        out.setdefault(src, (dst, m.path, ap.line))
+                    continue
                 if ap.target not in ("builtins.__import__", "__builtins__.__import__") or not ap.value:
                     continue
                 f = m.summary.functions.get(ap.value)
