@@ -219,3 +219,23 @@ def test_sys_modules_assignment_is_an_import_hook(tmp_path):
     assert [(lf.final.kind, lf.final.symbol) for lf in c.leaves()] == [
         (M.TORCH_OP, "_C_cache_ops::reshape_and_cache_flash"),
         (M.TRITON_KERNEL, "mini_metax.attention.ops.dispatch._scale_kernel")]
+
+
+def test_never_selected_survives_body_edits_and_follows_import_edits(tmp_path):
+    import sys
+
+    from attnlens.workspace import Workspace
+
+    ws = Workspace(EXAMPLE, python=sys.executable, cache_dir=tmp_path / "cache")
+    first = ws.never_selected()
+    assert first == {}
+    path = str(EXAMPLE / "mini_metax/attention/backends/triton_attn.py")
+    text = (EXAMPLE / "mini_metax/attention/backends/triton_attn.py").read_text()
+    calls = []
+    orig = ws.backends
+    ws.backends = lambda *a, **k: calls.append(1) or orig(*a, **k)
+    ws.index.set_overlay(path, text + "\n\ndef _helper():\n    return 1\n")  # no selection fact changes
+    assert ws.never_selected() is first and calls == []
+    ws.index.set_overlay(path, "from vllm.v1.attention.backend import NoSuchImpl\n" + text)
+    again = ws.never_selected()
+    assert calls and ("mini_metax.attention.backends.triton_attn", "MiniTritonAttentionBackend") in again

@@ -153,6 +153,37 @@ class Workspace:
                 out.append(res)
         return out
 
+    @staticmethod
+    def _selection_facts(mod: Module) -> tuple:
+        """What of a module can change which backends are never selected: its classes and their bases,
+        what it imports, its registration calls and what its selector/part methods return."""
+        summ = mod.summary
+        classes = tuple(sorted((q, c.bases) for q, c in summ.classes.items()))
+        imports = tuple(sorted((n, b.target or "", b.attr or "") for n, bs in summ.bindings.items() for b in bs
+                               if b.kind in ("from", "import")))
+        regs = tuple((cs.func, cs.arg_texts, cs.kw_texts) for cs in summ.calls if "register" in cs.func)
+        rets = tuple((q, f.return_alts) for q, f in summ.functions.items()
+                     if f.name in ("get_attn_backend_cls", "get_impl_cls", "get_builder_cls"))
+        return classes, imports, regs, rets
+
+    def _never_still_valid(self, memo: tuple) -> bool:
+        """Did the edits since ``memo`` leave every fact the never-selected set depends on as it was? (An
+        edit on the hover path then does not recompute the registry.) Mentions of a dead class in other
+        code also count."""
+        changed = self.index.changed_since(memo[0])
+        if changed is None:
+            return False
+        facts = memo[2]
+        dead = tuple(q for _m, q in memo[1])
+        for real in changed:
+            mod = self.index.module_for_path(real)
+            if mod is None or facts.get(real) != self._selection_facts(mod):
+                return False
+            text = self.index.source_text(real) or ""
+            if any(q in text for q in dead):
+                return False
+        return True
+
     def _used_elsewhere(self, mod: Module, q: str) -> bool:
         """Does other code refer to class ``q`` of ``mod``: another workspace module that mentions its name
         (an import, a use), a class that derives from it, or a function of its module that is not one of
@@ -170,9 +201,12 @@ class Workspace:
         classes) that no registration names and no selector return can reach: their code is dead on this
         platform. Empty when the selector could not be read (then nothing can be ruled out)."""
         gen = self.index.generation
-        if self._never_memo is not None and self._never_memo[0] == gen:
-            return self._never_memo[1]
-        self._never_memo = (gen, {})
+        memo = self._never_memo
+        if memo is not None and (memo[0] == gen or self._never_still_valid(memo)):
+            self._never_memo = (gen, memo[1], memo[2])
+            return memo[1]
+        facts = {os.path.realpath(m.path): self._selection_facts(m) for m in self.index.workspace_modules()}
+        self._never_memo = (gen, {}, facts)
         entries = self.backends(with_call_sites=False)
         if any(e.cls == "?" for e in entries):
             return {}
@@ -205,7 +239,7 @@ class Workspace:
                         if cv is not None and cv.kind == "class" and cv.module is not None and cv.module.workspace \
                                 and f"{cv.module.name}.{cv.qual}" not in live:
                             out[(cv.module.name, cv.qual)] = f"the {attr} of {q}, which is never selected: {why}"
-        self._never_memo = (gen, out)
+        self._never_memo = (gen, out, facts)
         return out
 
     # -- derived results cached on disk (whole command outputs) ------------------------------

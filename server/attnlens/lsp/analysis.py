@@ -206,6 +206,7 @@ class Analysis(CallsMixin, SymbolsMixin):
             for n in Registry(self.ws.resolver).warm_steps(STEP_BUDGET_S):  # call-site chains a few at a time
                 yield f"backends: {n}, tracing their call sites", 80
             self.backends()
+            self.ws.never_selected()  # reachability follows selection: ready before the hovers need it
         except Exception:  # noqa: BLE001
             log.warning("backend registry failed", exc_info=True)
         yield "backends", 90
