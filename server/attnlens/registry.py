@@ -110,6 +110,7 @@ def _str(text: str | None) -> str | None:
 class Registry:
     def __init__(self, resolver):
         self.r = resolver
+        self._registrar_params: dict = {}  # registrar dotted name -> its positional parameter names
 
     def _is_registrar(self, mod, scope: str, func: str, line: int) -> str | None:
         last = func.rpartition(".")[2]
@@ -122,8 +123,6 @@ class Registry:
         if v.kind == "not_installed":
             return func  # upstream missing: still a registration, resolved later as unresolved
         return None
-
-    _registrar_params: dict = {}
 
     def _positional(self, registrar: str, arg_texts: tuple, str_args: tuple, kw_texts: tuple) -> dict:
         """The registrar's arguments by parameter name, read with the installed vLLM's signature."""

@@ -180,6 +180,7 @@ class Resolver:
         self.backend_impls = None
         # out-of-tree replacements of CustomOp/PluggableLayer classes: name -> OotRegistration (workspace hook)
         self.oot_replacements = None
+        self._import_map_memo: tuple | None = None  # (generation, import hooks' module map)
         self._reach_memo: dict = {}  # kernels reached by a multi-call function, this generation
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
@@ -744,8 +745,6 @@ class Resolver:
                                 out.setdefault(src, (dst, m.path, ap.line))
         return out
 
-    _import_map_memo: tuple | None = None
-
     def module_value(self, name: str, w: Walk, quiet: bool = False) -> Val:
         if not name.startswith(("torch", "vllm")):
             mapped = self.import_map().get(name)
@@ -1241,17 +1240,18 @@ class Resolver:
         else:
             done: dict = {}
             left = 0
-            for i, share in _budget_plan([a.reachable for a in arms], w.budget):
+            budget = _Budget(w.budget)
+            for i, share in budget.order([a.reachable for a in arms]):
                 a = arms[i]
                 if share <= 0:
                     left += 1
                     continue
                 bw = w.branch()
-                bw.budget = share()
+                bw.budget = share
                 fin = self.follow(a.val, bw, launch)
                 ch = self._chain(bw, fin, a.val.module)
                 done[i] = M.Branch(a.condition, a.reachable, a.label, ch, a.path, a.line)
-                share.spend(len(ch.leaves()))
+                budget.spend(len(ch.leaves()))
                 if bw.partial:
                     w.partial = True
             fk.branches = [done[i] for i in sorted(done)]
@@ -1306,7 +1306,8 @@ class Resolver:
             cands = []
         kept: dict = {}
         skipped = 0
-        for i, share in _budget_plan([r for _cs, r in cands], w.budget):
+        budget = _Budget(w.budget)
+        for i, share in budget.order([r for _cs, r in cands]):
             cs, reach = cands[i]
             if share <= 0:
                 skipped += 1
@@ -1314,7 +1315,7 @@ class Resolver:
             bw = w.branch()
             if len(cands) == 1:
                 bw.fork_depth = w.fork_depth  # a body with one candidate call cannot fork here
-            bw.budget = share()
+            bw.budget = share
             cond = self.guard_text(cs.guards)
             sym = cs.func + (f"[{cs.subscript or 'grid'}]" if cs.launch else "")
             bw.add(Hop("triton_launch" if cs.launch else "call", mod.path, cs.line, sym, f"call in {f.qualname}", cond,
@@ -1344,7 +1345,7 @@ class Resolver:
                 ch = self._chain(bw, self.follow(kv, bw, launch=True), mod)
                 sym = f"{cs.func}({kv.qual}, ...)"
             kept[i] = M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line)
-            share.spend(len(ch.leaves()))
+            budget.spend(len(ch.leaves()))
         out = _merge_not_installed([kept[i] for i in sorted(kept)])
         if skipped and truncated is None:
             truncated = f"leaf limit ({M.MAX_LEAVES}): {skipped} calls not expanded"
@@ -1508,8 +1509,7 @@ class Resolver:
         if not interesting:
             return None
         pick = None
-        returns_value = any(t not in ("None", "") for t, _g, _l in f.return_alts) or any(
-            t == "" for t, _g, _l in f.return_alts)
+        returns_value = any(t != "None" for t, _g, _l in f.return_alts)
         if len(interesting) == 1:
             c = interesting[0][0]
             # a pass-through only when what it returns is the callee's, or the call is the work it exists for
@@ -1626,38 +1626,26 @@ def _merge_not_installed(branches: list) -> list:
     return out
 
 
-class _Share:
-    """The leaves one branch may use (see _budget_plan)."""
+class _Budget:
+    """Leaves left for the branches of one fork, handed out in expansion order (see ``order``)."""
 
-    def __init__(self, plan, n):
-        self.plan, self.n = plan, n
+    def __init__(self, leaves: int):
+        self.remaining = leaves
 
-    def __call__(self) -> int:
-        return self.n
-
-    def __le__(self, other) -> bool:
-        return self.n <= other
+    def order(self, reach: list):
+        """(branch index, its share) for branches with these reachabilities: live and run-time ones first, in
+        source order, each a fair share of what is left (what a small branch leaves goes to the next); dead
+        ones last with a few leaves each (enough to name what they would reach). Shares are computed when
+        asked, after the previous branch called ``spend``."""
+        live = [i for i, r in enumerate(reach) if r is not False]
+        for k, i in enumerate(live):
+            left = self.remaining
+            yield i, max(min(left, 4), left // (len(live) - k)) if left > 0 else 0
+        for i in (i for i, r in enumerate(reach) if r is False):
+            yield i, min(self.remaining, 3) if self.remaining > 0 else 0
 
     def spend(self, used: int) -> None:
-        self.plan.remaining -= used
-
-
-def _budget_plan(reach: list, budget: int):
-    """Expansion order and leaf share for branches with these reachabilities: live and run-time ones first,
-    in source order, each a fair share of what is left (what a small branch leaves over goes to the next);
-    dead ones last with a few leaves each (enough to name what they would reach)."""
-
-    class Plan:
-        remaining = budget
-
-    plan = Plan()
-    live = [i for i, r in enumerate(reach) if r is not False]
-    dead = [i for i, r in enumerate(reach) if r is False]
-    for k, i in enumerate(live):
-        fair = plan.remaining // max(1, len(live) - k)
-        yield i, _Share(plan, max(min(plan.remaining, 4), fair) if plan.remaining > 0 else 0)
-    for i in dead:
-        yield i, _Share(plan, min(plan.remaining, 3) if plan.remaining > 0 else 0)
+        self.remaining -= used
 
 
 def _reaches_runtime(ch: Chain) -> bool:
