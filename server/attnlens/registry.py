@@ -48,10 +48,11 @@ class CallSiteResult:
     chain: M.Chain
 
     def to_json(self) -> dict:
-        single = self.chain.single_leaf()
+        leaves = self.chain.leaves()
+        live = [lf for lf in leaves if lf.reachable is not False]
         return {"path": self.path, "line": self.line, "col": self.col + 1, "call": self.call, "scope": self.scope,
-                "final": (single or self.chain.final).to_json(), "reachable": self.chain.reachable,
-                "hops": len(self.chain.hops), "leaves": [lf.to_json() for lf in self.chain.leaves()],
+                "final": (live[0].final if len(live) == 1 else self.chain.final).to_json(), "reachable": self.chain.reachable,
+                "hops": len(self.chain.hops), "leaves": [lf.to_json() for lf in leaves],
                 "truncated": self.chain.truncated()}
 
 
