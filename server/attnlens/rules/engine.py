@@ -54,26 +54,41 @@ class Finding:
     col: int  # 0-based code points
     end_line: int
     end_col: int  # 0-based, exclusive
-    message: str
+    message: str  # the Problems-panel line: problem and consequence first, the action last (short)
     data: dict = field(default_factory=dict)
+    detail: str = ""  # the evidence (hover, `check --format text -v`, SARIF fullDescription of the result)
+    # other places of the same cause: [{"path", "line", "col", "end_line", "end_col", "message"}] (LSP
+    # relatedInformation, SARIF relatedLocations); one finding per cause, anchored where the fix belongs
+    related: list = field(default_factory=list)
+    unnecessary: bool = False  # the anchored code never runs on this platform (editor: greyed out)
 
     def to_json(self, root: str | os.PathLike | None = None) -> dict:
-        path = self.path
-        if root is not None:
-            try:
-                rel = os.path.relpath(self.path, root)
-                if not rel.startswith(".."):
-                    path = Path(rel).as_posix()
-            except ValueError:
-                pass
-        return {
-            "rule": self.rule, "severity": self.severity, "path": path,
+        out = {
+            "rule": self.rule, "severity": self.severity, "path": _rel_to(self.path, root),
             "line": self.line, "col": self.col + 1, "end_line": self.end_line, "end_col": self.end_col + 1,
             "message": self.message, "data": self.data,
         }
+        if self.detail:
+            out["detail"] = self.detail
+        if self.related:
+            out["related"] = [dict(r, path=_rel_to(r.get("path", ""), root), col=int(r.get("col", 0)) + 1,
+                                   end_col=int(r.get("end_col", 0)) + 1) for r in self.related]
+        if self.unnecessary:
+            out["unnecessary"] = True
+        return out
 
     def sort_key(self):
         return (self.path, self.line, self.col, self.rule, self.message)
+
+
+def _rel_to(path: str, root: str | os.PathLike | None) -> str:
+    if root is None or not path:
+        return path
+    try:
+        rel = os.path.relpath(path, root)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else Path(rel).as_posix()
 
 
 @dataclass(frozen=True)
@@ -218,15 +233,22 @@ class ModuleContext:
     # -- findings ----------------------------------------------------------
     def add(self, rule_id: str, line: int, col: int, end_line: int, end_col: int, message: str,
             severity: str | None = None, chain: M.Chain | None = None, contract: str | None = None,
-            probe: str | None = None, **extra) -> Finding:
+            probe: str | None = None, detail: str = "", related: list | None = None, unnecessary: bool = False,
+            **extra) -> Finding:
         r = RULES[rule_id]
         data: dict = {"chain": chain.to_json() if chain is not None else None, "contract": contract, "probe": probe}
         if probe:
             data["probe_agent_family"] = PROBE_AGENT_FAMILY.get(probe, probe)
         data.update(extra)
-        f = Finding(rule_id, severity or r.severity, self.path, line, col, end_line, end_col, message, data)
+        f = Finding(rule_id, severity or r.severity, self.path, line, col, end_line, end_col, message, data,
+                    detail=detail, related=list(related or ()), unnecessary=unnecessary)
         self.findings.append(f)
         return f
+
+    def site(self, line: int, col: int, end_line: int, end_col: int, message: str, path: str | None = None) -> dict:
+        """A related location (``Finding.related``) in this module, or in ``path``."""
+        return {"path": path or self.path, "line": line, "col": col, "end_line": end_line, "end_col": end_col,
+                "message": message}
 
     def add_at_call(self, rule_id: str, cs, message: str, **kw) -> Finding:
         return self.add(rule_id, cs.line, cs.col, cs.end_line, cs.end_col, message, **kw)
