@@ -61,6 +61,7 @@ class Finding:
     # relatedInformation, SARIF relatedLocations); one finding per cause, anchored where the fix belongs
     related: list = field(default_factory=list)
     unnecessary: bool = False  # the anchored code never runs on this platform (editor: greyed out)
+    id: str = ""  # stable id (rules.ids): rule, file, anchored text and data; a text part for staleness
 
     def to_json(self, root: str | os.PathLike | None = None) -> dict:
         out = {
@@ -68,6 +69,8 @@ class Finding:
             "line": self.line, "col": self.col + 1, "end_line": self.end_line, "end_col": self.end_col + 1,
             "message": self.message, "data": self.data,
         }
+        if self.id:
+            out["id"] = self.id
         if self.detail:
             out["detail"] = self.detail
         if self.related:
@@ -750,6 +753,9 @@ class Engine:
             seen.add(k)
             out.append(f)
         out.sort(key=Finding.sort_key)
+        from .ids import assign
+
+        assign(out, self.ws.root, lambda _p: lines)
         return out, deps
 
     def check_paths(self, paths: Iterable[str] | None = None) -> list[Finding]:
