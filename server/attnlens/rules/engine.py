@@ -692,6 +692,7 @@ class Engine:
         from . import (  # noqa: F401
             checks_calls,
             checks_claims,
+            checks_customops,
             checks_platform,
             checks_shapes,
             checks_upstream,
@@ -938,6 +939,7 @@ def rules_table() -> list[Rule]:
     from . import (  # noqa: F401
         checks_calls,
         checks_claims,
+        checks_customops,
         checks_platform,
         checks_shapes,
         checks_upstream,

@@ -52,6 +52,7 @@ from .mapping import (
     UpSym,
     class_counterpart,
     function_counterpart,
+    upstream_module_name,
 )
 from .scope import default_globs, relpath, scope_modules
 from .upstream import UpstreamSource, read_version
@@ -68,6 +69,7 @@ RULES = {
     "AL305": ("upstream-body-changed", "warning", "The body of the upstream counterpart changed; the plugin copy may need the same change."),
     "AL306": ("upstream-class-attributes-changed", "info", "Class attributes of the upstream counterpart were added, removed or changed."),
     "AL307": ("upstream-callee-signature-changed", "warning", "The plugin calls an upstream callable whose signature changed."),
+    "AL308": ("upstream-custom-op-parameters", "warning", "Upstream's custom op gained parameters that the plugin's variant of it (or its fake) does not accept."),
 }
 
 
@@ -200,6 +202,20 @@ class DriftReport:
                             "line": line, "col": col, "end_line": line, "end_col": end_col,
                             "message": f"{ch.message} (upstream {self.old_label} -> {self.new_label})", "data": data})
         out.sort(key=lambda f: (f["path"], f["line"], f["col"], f["rule"]))
+        from ..rules.ids import assign
+
+        texts: dict = {}
+
+        def lines_of(path):
+            if path not in texts:
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as fh:
+                        texts[path] = fh.read().splitlines()
+                except OSError:
+                    texts[path] = []
+            return texts[path]
+
+        assign(out, self.root, lines_of)
         return out
 
 
@@ -266,6 +282,12 @@ class Drift:
                             known[pit.symbol].add(ch)
                 else:
                     items.append(pit)
+        try:
+            self._custom_ops(items)
+        except RecursionError:
+            self.errors.append("custom ops: recursion limit")
+        except Exception as e:  # noqa: BLE001 - keep the rest of the report
+            self.errors.append(f"custom ops: {type(e).__name__}: {e}")
         items.sort(key=lambda it: (relpath(self.ws.root, it.path), it.line, it.symbol))
         rep = DriftReport(self.old_src.to_json(), self.new_src.to_json(), str(self.ws.root), self.globs, items,
                           subject=_subject_of(self.ws), errors=self.errors)
@@ -287,6 +309,9 @@ class Drift:
         reg = self.new.registry()
         for q, c in s.classes.items():
             if "." in q:
+                if c.is_dataclass and q.rpartition(".")[0] in s.classes:
+                    # a dataclass nested in a class (metadata parts): its fields drift like a top-level one's
+                    out.append(self._class_item(m, q, c, pf.defs.get(q) if pf else None, pf, "class"))
                 continue
             node = pf.defs.get(q) if pf else None
             role = reg.get(f"{m.name}.{q}", ("class",))[0]
@@ -494,9 +519,12 @@ class Drift:
             if overriders:
                 shown = ", ".join(s.rpartition(".")[2] for s in overriders[:6]) + (f" and {len(overriders) - 6} more" if len(overriders) > 6 else "")
                 msg += f" (upstream overriders: {shown})"
-            it.add(Change("hooks", "new_hook", msg, "AL303", sev,
-                          {"hook": name, "declared_in": base_owner or owner, "counterpart_overrides": k_overrides,
-                           "overridden_by": overriders}))
+            data = {"hook": name, "declared_in": base_owner or owner, "counterpart_overrides": k_overrides,
+                    "overridden_by": overriders}
+            if k_overrides and n is not None and n.path:
+                data["upstream_override"] = f"{n.defined}.{name}"
+                data["upstream_location"] = f"{n.path}:{n.shape.methods[name].lineno}"
+            it.add(Change("hooks", "new_hook", msg, "AL303", sev, data))
 
     def _declaring_base(self, name: str, new_methods: dict, k: str | None, n: UpSym | None) -> str | None:
         """The upstream base (not the counterpart) that declares ``name`` in NEW."""
@@ -732,9 +760,15 @@ class Drift:
             guarded = any(g[0] in ("try", "except") for g in b.guards)
             if in_old and not in_new:
                 hint = self._moved_hint(dotted)
-                msg = f"`{dotted}` is imported here but no longer exists in {self.new.label}" + (f"; now at {hint}" if hint else "")
+                repl, why = self._replacement(dotted, m.name) if b.kind == "from" else (None, "")
+                msg = f"`{dotted}` is imported here but no longer exists in {self.new.label}"
+                if repl:
+                    msg += f"; replaced by {repl} ({why})"
+                elif hint:
+                    msg += f"; now at {hint}"
                 it.add(Change("imports", "removed_upstream", msg, "AL302", "warning" if guarded or scope_name else "error",
-                              {"import": dotted, "moved_to": hint, "guarded": guarded, "scope": scope_name or None},
+                              {"import": dotted, "moved_to": hint, "guarded": guarded, "scope": scope_name or None,
+                               "name": b.name, "replacement": repl, "replacement_evidence": why or None},
                               line=b.line, col=b.col, end_col=b.col + 4))
             elif not in_old and in_new:
                 it.add(Change("imports", "retained_adaptation", f"`{dotted}` exists only in {self.new.label} (already imported)",
@@ -748,6 +782,41 @@ class Drift:
                 for b in bs:
                     check(b, q)
         return it if it.changes else None
+
+    def _replacement(self, dotted: str, plugin_module: str) -> tuple[str | None, str]:
+        """What replaces a removed upstream name, when the two versions show it: upstream's own code
+        imported the name from the old module in OLD and imports it from another module in NEW (the
+        same role, moved; the plugin module's counterpart counts first), or NEW defines a callable
+        with the same body (moved or renamed)."""
+        mod, _, name = dotted.rpartition(".")
+        votes: dict = {}
+        counterpart = upstream_module_name(plugin_module, self.cfg)
+        for um in self.old.importers(self._up_pkg, mod, name):
+            nm = self.new.module(um)
+            if nm is None:
+                continue
+            for b in nm.summary.bindings.get(name, []):
+                if b.kind == "from" and not b.level and b.target and b.target != mod and b.attr:
+                    cand = f"{b.target}.{b.attr}"
+                    if self.new.exists(cand):
+                        votes.setdefault(cand, []).append(um)
+        if votes:
+            best = max(votes, key=lambda c: (counterpart in votes[c], len(votes[c]), c))
+            users = votes[best]
+            first = counterpart if counterpart in users else users[0]
+            more = f" and {len(users) - 1} more" if len(users) > 1 else ""
+            return best, (f"upstream {first}{more} imported it from {mod} in {self.old.label} "
+                          f"and from {best.rpartition('.')[0]} in {self.new.label}")
+        o = self.old.lookup(dotted)
+        if o is not None and o.kind == "function" and o.body:
+            renamed = self._renamed(o, None)
+            if renamed:
+                return renamed, f"the same body, renamed in {self.new.label}"
+            for d in self.new.find_by_name(name, self._up_pkg, mod, "function"):
+                s = self.new.lookup(d)
+                if s is not None and s.body == o.body:
+                    return d, f"the same body, moved in {self.new.label}"
+        return None, ""
 
     def _moved_hint(self, dotted: str) -> str | None:
         """Where a removed name is defined now (a top-level def/class of the same name in NEW)."""
@@ -853,6 +922,51 @@ class Drift:
                 return it
             q = q.rpartition(".")[0]
         return None
+
+    # -- custom ops (variants of upstream's ops) -----------------------------------------
+    def _custom_ops(self, items: list[DriftItem]) -> None:
+        """AL308: upstream's op function (or fake) gained parameters that the plugin's variant lacks."""
+        from ..rules import opvariants as OV
+
+        by_symbol = {it.symbol: it for it in items}
+        for v in OV.variants(self.new.ws):
+            o_reg = OV.upstream_registration(self.old.ws, v.upstream.ns, v.upstream.op)
+            if o_reg is None:
+                continue  # an op new upstream: nothing was gained
+            for which in ("func", "fake"):
+                pf = v.plugin.function(which)
+                nf = v.upstream.function(which) or v.upstream.function("func")
+                of = o_reg.function(which) or o_reg.function("func")
+                gained = OV.gained(of, nf)
+                lacks = OV.missing(pf, nf, gained)
+                if pf is None or not lacks:
+                    continue
+                mod = v.plugin.module
+                sym = f"{mod.name}.{pf.qualname}"
+                it = by_symbol.get(sym)
+                if it is None:
+                    pfile = self.store.get(mod.path, self.ws.index.source_text(mod.path))
+                    line, col, el, ec = self._pos(mod, pf.line, pf.name, pf.col, pf.end_line, pfile)
+                    it = DriftItem(sym, "function", "custom_op", mod.path, line, col, el, ec)
+                    items.append(it)
+                    by_symbol[sym] = it
+                un = v.upstream.module
+                ufunc = f"{un.name}.{nf.qualname}"
+                names = ", ".join(f"`{x}`" for x in lacks)
+                role = "fake" if which == "fake" else "op function"
+                msg = (f"upstream op {v.upstream.qualname} gained {names}; this {role} of the plugin's variant "
+                       f"{v.plugin.qualname} does not accept {'it' if len(lacks) == 1 else 'them'}")
+                data = {"op": v.plugin.qualname, "upstream_op": v.upstream.qualname, "role": which,
+                        "variant": pf.qualname, "missing": lacks, "gained": gained, "upstream_function": ufunc,
+                        "upstream_location": f"{un.path}:{nf.line}", "via": v.via}
+                sig = next((c for c in it.changes if c.aspect == "signature" and c.rule == "AL301"), None)
+                if sig is not None and it.counterpart_new == ufunc:
+                    # one finding per cause: the counterpart's signature change *is* the op's
+                    sig.aspect, sig.rule, sig.message = "custom_op", "AL308", msg
+                    sig.data.update(data)
+                else:
+                    it.counterpart_new = it.counterpart_new or ufunc
+                    it.add(Change("custom_op", "changed_upstream", msg, "AL308", "warning", data))
 
     # -- patches ------------------------------------------------------------------------
     def _patch_items(self, scope_mods: set) -> list[DriftItem]:

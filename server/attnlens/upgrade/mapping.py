@@ -31,6 +31,7 @@ from ..target import TargetInfo
 from . import astsyms as A
 
 _DEF_RE = re.compile(rb"^(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)|^class[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.M)
+_FROM_RE = re.compile(rb"^[ \t]*from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M)
 
 
 @dataclass
@@ -237,12 +238,14 @@ class Side:
         return idx
 
     # -- where names are defined (moved symbols, renamed modules) -------------------------
-    def definitions(self, package: str) -> dict:
-        """Top-level ``def``/``class`` name -> [module] over the upstream package on this side (text scan)."""
-        key = ("defs", package)
+    def _scan(self, package: str) -> tuple[dict, dict]:
+        """One text pass over the upstream package on this side: top-level ``def``/``class`` name ->
+        [module], and ``(module, name)`` of every ``from module import name`` -> [importing module]."""
+        key = ("scan", package)
         if key in self._memo:
             return self._memo[key]
-        out: dict = {}
+        defs: dict = {}
+        imports: dict = {}
         loc = self.ws.index.locate(package)
         if loc is not None and loc.kind == "py" and loc.is_package and not self.ws.index.is_workspace_path(loc.path):
             top = os.path.dirname(loc.path)
@@ -258,9 +261,24 @@ class Side:
                     modname = f"{package}.{rel}"
                 for mt in _DEF_RE.finditer(data):
                     name = (mt.group(1) or mt.group(2)).decode()
-                    out.setdefault(name, []).append(modname)
-        self._memo[key] = out
-        return out
+                    defs.setdefault(name, []).append(modname)
+                for mt in _FROM_RE.finditer(data):
+                    target = mt.group(1).decode()
+                    body = re.sub(rb"#[^\n]*", b"", mt.group(2)).replace(b"\\\n", b" ").strip(b"() \t\r\n")
+                    for item in body.split(b","):
+                        parts = item.split()
+                        if parts:
+                            imports.setdefault((target, parts[0].decode()), []).append(modname)
+        self._memo[key] = (defs, imports)
+        return defs, imports
+
+    def definitions(self, package: str) -> dict:
+        """Top-level ``def``/``class`` name -> [module] over the upstream package on this side (text scan)."""
+        return self._scan(package)[0]
+
+    def importers(self, package: str, module: str, name: str) -> list[str]:
+        """Upstream modules on this side whose text has ``from module import name`` (any indentation)."""
+        return self._scan(package)[1].get((module, name), [])
 
     def find_by_name(self, name: str, package: str, near: str = "", kind: str | None = None) -> list[str]:
         """Dotted names ``module.name`` where ``name`` is defined at top level, closest to ``near`` first."""
