@@ -452,6 +452,13 @@ class PlatformProfile:
                 args = tuple(a.value for a in node.args if isinstance(a, ast.Constant))
                 return self.method_value(parts[-1], args)
         v = self.r.resolve_dotted(mod, scope, d, w)
+        if v.kind == "function" and v.module is not None and not v.module.workspace and not v.extra.get("unpatched"):
+            p = self.r.patched(v)
+            if p is not None:  # the plugin replaced it (`mod.f = lambda: False`): the replacement answers
+                return self._replaced_result(p[0])
+        return self._called_result(v)
+
+    def _called_result(self, v):
         if v.kind == "function" and v.func is not None and v.module is not None:
             key = ("result", v.module.name, v.qual)
             if key in self._active_eval:
@@ -462,6 +469,30 @@ class PlatformProfile:
             finally:
                 self._active_eval.discard(key)
         return None
+
+    def _replaced_result(self, rv):
+        """The result of a replaced function: the replacement's, or (replacements under conditions) the one
+        value every branch that can be taken gives."""
+        if rv.kind != "alts":
+            return self._called_result(rv)
+        vals = [self._called_result(a.val) for a in rv.extra["alts"] if a.reachable is not False]
+        return vals[0] if vals and all(x is not None and x == vals[0] for x in vals) else None
+
+    def result_of(self, v) -> object | None:
+        """What calling function ``v`` returns on this platform when the profile decides it (a bool,
+        int or str constant), else None. Public face of the folding for rules that compare answers."""
+        if v is None or v.func is None or v.module is None:
+            return None
+        key = ("result", v.module.name, v.qual)
+        if key in self._active_eval:
+            return None
+        self._active_eval.add(key)
+        try:
+            return self._function_result(v)
+        except RecursionError:
+            return None
+        finally:
+            self._active_eval.discard(key)
 
     def _function_result(self, v):
         """The value a call of ``v`` returns when the profile decides it: every return the same

@@ -427,6 +427,7 @@ def _self_alias(ctx, cs) -> bool:
 @check("AL106", "AL107")
 def dummy_and_missing(ctx):
     root = ctx.ws.root
+    missing: dict[str, list] = {}  # cause (a package missing here) -> [(call site, Val, chain, contract, import hop)]
     for cs in ctx.s.calls:
         if not cs.func:
             continue
@@ -450,16 +451,7 @@ def dummy_and_missing(ctx):
             pkg = v.extra.get("package") or v.qual.split(".", 1)[0]
             chain = ctx.trace(cs)
             h = _import_hop(chain)
-            where = ""
-            if h is not None:
-                where = f" (imported at {_rel(h.path, root)}:{h.line}" + (f", under `{h.condition}`" if h.condition else "") + ")"
-            msg = f"`{cs.func}` resolves to `{v.qual}`{where}, but package `{pkg}` is not installed in the target environment: the kernel behind this call cannot be checked here"
-            probe = None
-            if c is not None:
-                probe = c.probe_for()
-                msg += f"; contract {c.id} ({c.family}) lists what is known, a `{probe}` probe on the device decides the rest"
-            ctx.add_at_call("AL107", cs, msg, chain=chain, contract=c.id if c else None, probe=probe, package=pkg,
-                            symbol=v.qual)
+            missing.setdefault(pkg, []).append((cs, v, chain, c, h))
         elif v.kind == "function" and v.func is not None and v.func.dummy and not is_placeholder(v) and not ctx.uncertain(cs):
             f = v.func
             if head in ("self", "cls") and f.class_name:
@@ -471,11 +463,114 @@ def dummy_and_missing(ctx):
                 continue  # upstream no-op hooks are intentional
             chain = ctx.trace(cs)
             c = ctx.engine.contracts.match(v.dotted)
-            msg = f"`{cs.func}` resolves to {v.dotted} ({_loc(v, root)}), a placeholder that {f.dummy}: the work this call names does not happen on this platform"
+            msg = f"`{cs.func}` is a placeholder here ({f.dummy}): the work it names does not happen on this platform."
+            detail = f"It resolves to {v.dotted} ({_loc(v, root)})"
             if v.extra.get("patched_from"):
-                msg += f" (it replaces {v.extra['patched_from']} through a patch)"
+                detail += f", which replaces {v.extra['patched_from']} through a patch"
             ctx.add_at_call("AL106", cs, msg, chain=chain, contract=c.id if c else None,
-                            probe=c.probe_for() if c else None, callee=v.dotted, reason=f.dummy)
+                            probe=c.probe_for() if c else None, callee=v.dotted, reason=f.dummy, detail=detail + ".")
+    for pkg, sites in missing.items():
+        _not_installed_finding(ctx, pkg, sites, root)
+
+
+def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
+    """One AL107 finding per package missing in this module: anchored at its first import here (where a
+    fix or a guard belongs), else at the first call; every call is a related location. The message names
+    what to verify: keywords beyond the installed reference API of the same name, and the probe family
+    that can decide the calls (or that none can yet)."""
+    local = [x for x in sites if x[4] is not None and x[4].path == ctx.path]
+    cs0, v0, chain0, _c0, h = min(local, key=lambda x: x[4].line) if local else sites[0]
+    per_name: dict[str, list] = {}
+    for x in sites:
+        per_name.setdefault(x[1].qual.rpartition(".")[2], []).append(x)
+    contract = next((x[3] for x in sites if x[3] is not None), None)
+    counted = ", ".join(f"{n} ×{len(xs)}" if len(xs) > 1 else n
+                        for n, xs in sorted(per_name.items(), key=lambda x: (-len(x[1]), x[0])))
+    beyond: dict[str, list] = {}  # name -> keywords its installed reference API does not accept
+    refs = {}
+    for n, xs in per_name.items():
+        ref = _reference_params(ctx, next((x[3] for x in xs if x[3] is not None), None), n)
+        if ref is not None:
+            refs[n] = ref[0]
+            extra = sorted({k for x in xs for k in x[0].keywords if k and k not in ref[1]})
+            if extra:
+                beyond[n] = extra
+    routes = _routes(sites)
+    at_import = h is not None and h.path == ctx.path
+    calls = f"{len(sites)} call{'s' if len(sites) > 1 else ''}" + (" via this import" if at_import else "")
+    msg = f"`{pkg}` is not installed: {calls} {'are' if len(sites) > 1 else 'is'} unchecked ({_clip(counted, 60)})."
+    if beyond:
+        kw = sorted({k for ks in beyond.values() for k in ks})
+        msg += f" Verify {_clip(', '.join(k + '=' for k in kw), 40)}: upstream's API has no such keyword."
+    fitting = [r for r in routes.values() if r.probe]
+    misfit = [(n, r) for n, r in routes.items() if r.probe is None]
+    if fitting and (contract is not None or not misfit):
+        msg += " " + fitting[0].text("")
+        if misfit:
+            msg = msg[:-1] + f"; none covers `{misfit[0][0]}` yet."
+    elif misfit and contract is not None:
+        msg += f" No probe family covers `{misfit[0][0]}` yet."
+    detail = [f"`{v0.qual}`" + (f" is imported at {_rel(h.path, root)}:{h.line}" + (f" under `{h.condition}`" if h.condition else "")
+                                 if h is not None else "") + f"; the target environment has no `{pkg}`, so its "
+              "signature and capabilities cannot be read."]
+    if contract is not None:
+        detail.append(f"Contract {contract.id} ({contract.family}) lists what is known.")
+    for n, rname in sorted(refs.items()):
+        detail.append(f"`{n}`: reference API `{rname}` (installed here)" +
+                      (f" has no {', '.join(k + '=' for k in beyond[n])}." if n in beyond else " accepts every keyword passed."))
+    if contract is not None or fitting:
+        for n, r in routes.items():
+            detail.append(f"`{n}`: " + r.text(n))
+    related = [ctx.site(cs.line, cs.col, cs.end_line, cs.end_col,
+                        f"call of {v.qual.rpartition('.')[2]}" + (f" with {', '.join(k + '=' for k in cs.keywords if k)}" if any(cs.keywords) else ""))
+               for cs, v, *_r in sites]
+    data = dict(chain=chain0, contract=contract.id if contract else None, probe=fitting[0].probe if fitting else None,
+                package=pkg, symbol=v0.qual, symbols=sorted(per_name), unverified_keywords=beyond, calls=len(sites),
+                detail="\n".join(detail))
+    if at_import:
+        name = v0.qual.rpartition(".")[2] if h.symbol is None else h.symbol.rpartition(".")[2]
+        l0, c_0, l1, c_1 = ctx.name_range(h.line, name)
+        ctx.add("AL107", l0, c_0, l1, c_1, msg, related=related, **data)
+    else:
+        ctx.add_at_call("AL107", cs0, msg, related=related[1:], **data)
+
+
+def _routes(sites: list) -> dict:
+    """Per called name: the probe family that can decide its calls (by name and the keywords they pass)."""
+    from .probe_routing import route
+
+    by_name: dict[str, tuple] = {}
+    for cs, v, _chain, c, _h in sites:
+        n = v.qual.rpartition(".")[2]
+        probe, kws = by_name.get(n, (None, ()))
+        by_name[n] = (probe or (c.probe_for() if c is not None else None), kws + tuple(k for k in cs.keywords if k))
+    return {n: route(p, kws, n) for n, (p, kws) in sorted(by_name.items())}
+
+
+def _reference_params(ctx, contract, name: str) -> tuple[str, set] | None:
+    """The installed function of the same name in another contract of the same family (upstream's
+    API the missing kernel mirrors): (its dotted name, its keyword names), or None."""
+    if contract is None:
+        return None
+    for c in ctx.engine.contracts.contracts:
+        if c is contract or c.family != contract.family:
+            continue
+        for cov in c.covers:
+            if not cov.endswith("." + name) or any(ch in cov for ch in "*?["):
+                continue
+            try:
+                v = ctx.r.resolve_symbol(cov)
+            except RecursionError:
+                continue
+            f = v.func if v.kind == "function" else None
+            if f is None or any(p.kind == "kwarg" for p in f.params):
+                continue
+            return v.dotted, {p.name for p in f.params if p.kind != "posonly"}
+    return None
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1].rsplit(",", 1)[0] + ", …"
 
 
 def _rel(path: str, root) -> str:
@@ -565,11 +660,12 @@ def torch_op_schema(ctx):
             if bad is None:
                 continue
             sch, where, _ws, probs = bad
-            msg = (f"torch.ops.{ns}.{op} called with {cs.nargs} positional argument(s)"
-                   + (f" and keyword(s) {', '.join(cs.keywords)}" if cs.keywords else "")
-                   + f", which does not fit its schema `{sch}` ({_rel(where.rsplit(':', 1)[0], root)}"
-                   + (f":{where.rsplit(':', 1)[1]}" if ":" in where else "") + "): " + "; ".join(probs))
-            ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs)
+            loc = _rel(where.rsplit(':', 1)[0], root) + (f":{where.rsplit(':', 1)[1]}" if ":" in where else "")
+            msg = f"`torch.ops.{ns}.{op}` does not fit its schema ({loc}): {_problem(probs, op)}; the call fails when it runs."
+            detail = (f"Called with {cs.nargs} positional argument(s)" + (f" and keyword(s) {', '.join(cs.keywords)}" if cs.keywords else "")
+                      + f"; schema `{sch}`: " + "; ".join(probs) + ".")
+            ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
+                            detail=detail)
         elif v.kind == "function" and v.module is not None and not v.module.workspace and v.func is not None:
             inner = _upstream_op_call(ctx, v)
             if inner is None:
@@ -583,11 +679,23 @@ def torch_op_schema(ctx):
                 continue
             sch, where, _ws, probs = bad
             upath = _short(v.module.path)
-            msg = (f"`{cs.func}` reaches upstream {v.dotted}, which calls torch.ops.{ns}.{op} with {ics.nargs} "
-                   f"positional argument(s) at {upath}:{ics.line}; the schema this workspace registers "
-                   f"({_rel(where.rsplit(':', 1)[0], root)}:{where.rsplit(':', 1)[-1]}) is `{sch}`: " + "; ".join(probs))
+            loc = f"{_rel(where.rsplit(':', 1)[0], root)}:{where.rsplit(':', 1)[-1]}"
+            msg = (f"`{cs.func}` fails on this platform: upstream `{v.qual}` calls `{ns}::{op}` with {ics.nargs} "
+                   f"arguments and the schema registered here ({loc}) {_problem(probs, op, verb=True)}.")
+            detail = (f"Upstream call at {upath}:{ics.line} ({v.dotted}); the schema this workspace registers is `{sch}`: "
+                      + "; ".join(probs) + ".")
             ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
-                            upstream_call=f"{upath}:{ics.line}")
+                            upstream_call=f"{upath}:{ics.line}", detail=detail, cause=f"AL113:{ns}::{op}@{upath}:{ics.line}")
+
+
+def _problem(probs: list, op: str, verb: bool = False) -> str:
+    """The first schema problem without the op-name prefix; with ``verb``, phrased after "the schema"."""
+    p = probs[0] if probs else "it does not bind"
+    p = p.removeprefix(f"{op}: ").removeprefix(f"{op} ")
+    if verb:
+        p = p.replace("missing required argument(s)", "requires").replace("has no argument named", "has no argument")
+        return p if p.startswith(("requires", "has", "takes")) else f"rejects it ({p})"
+    return p
 
 
 def _may_reach_op(ctx, cs) -> bool:

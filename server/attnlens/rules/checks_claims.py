@@ -48,9 +48,9 @@ CAP_FAMILIES = {
     "dcp": ATTN_FAMILIES | {"lse_merge"},
 }
 CAP_PROBE = {
-    "sinks": "varlen_attention", "softcap": "varlen_attention", "sliding_window": "varlen_attention",
-    "alibi": "varlen_attention", "gqa": "varlen_attention", "head_sizes": "varlen_attention",
-    "diff_head_dims": "varlen_attention", "block_sizes": "varlen_attention",
+    "sinks": "varlen", "softcap": "varlen", "sliding_window": "varlen",
+    "alibi": "varlen", "gqa": "varlen", "head_sizes": "varlen",
+    "diff_head_dims": "varlen", "block_sizes": "varlen",
     "fp8_kv_cache": "kv_cache_write", "int8_kv_cache": "kv_cache_write", "scale_layout": "kv_cache_write",
     "kv_layout": "kv_cache_write", "lse_base": "lse_merge", "return_lse": "lse_merge", "dcp": "lse_merge",
 }
@@ -385,6 +385,34 @@ def _chain_for(ctx, k: Kernel):
         return None
 
 
+def _first_clause(why: str) -> str:
+    """The first clause of a kernel verdict, with dotted names shortened to their last part."""
+    first = why.split("; ")[0].rstrip(".")
+    return re.sub(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)\b", r"\1", first)
+
+
+def _cs_range(cs):
+    if cs is None or not all(hasattr(cs, a) for a in ("line", "col", "end_line", "end_col")):
+        return None
+    return cs.line, cs.col, cs.end_line, cs.end_col
+
+
+def _claim_action(probe, undecided: list) -> str:
+    """The probe that decides the claim, or that none can: routed by the undecided kernels' names."""
+    from .probe_routing import route
+
+    if not probe:
+        return "No probe family covers it yet."
+    names = list(dict.fromkeys(k.symbol.rpartition(".")[2] for k in undecided))
+    fit = [n for n in names if route(probe, (), n).probe]
+    miss = [n for n in names if n not in fit]
+    if miss and fit:
+        return f"The `{probe}` probe decides `{fit[0]}`; none covers `{miss[0]}` yet."
+    if miss:
+        return f"No probe family covers `{miss[0]}` yet."
+    return f"Decide with the `{probe}` probe."
+
+
 def _report(ctx, rule_id, pos, claim_text, cap, verdicts, extra_no=(), subject="", **data):
     no, unk, yes, contract, probe = _summarise(ctx, verdicts, cap)
     no = list(extra_no) + no
@@ -394,24 +422,31 @@ def _report(ctx, rule_id, pos, claim_text, cap, verdicts, extra_no=(), subject="
     chain = _chain_for(ctx, first[0]) if first is not None and first[0] is not None else None
     kernels = [{"symbol": k.symbol, "kind": k.kind, "at": _where(ctx, k), "verdict": vd, "reason": why,
                 "contract": c.id if c else None} for k, vd, why, c in verdicts]
+    evidence = [f"{why} (called at {_where(ctx, k)})" if k is not None else why for k, _vd, why, _c in no + unk + yes]
+    if subject:
+        evidence.insert(0, f"Kernels looked at:{subject}.")
+        subject = ""
+    action = _claim_action(probe, [k for k, *_r in unk if k is not None])
     if no:
-        reasons = "; ".join(f"{why} (called at {_where(ctx, k)})" if k is not None else why for k, _vd, why, _c in no[:4])
+        why0 = _first_clause(no[0][2])
         if yes and not extra_no:
-            msg = (f"{claim_text} holds only on some paths{subject}: backed by {', '.join(k.symbol for k, *_ in yes[:3])}, "
-                   f"but {reasons}")
+            msg = f"{claim_text} holds only on some paths{subject}: {why0}."
             sev = "info"
         else:
-            msg = f"{claim_text} is not backed{subject}: {reasons}"
+            msg = f"{claim_text} is not backed{subject}: {why0}."
             sev = "warning"
         if unk:
-            msg += f"; undecided: {', '.join(k.symbol for k, *_ in unk[:3])} (a `{probe}` probe decides)"
+            msg += f" {len(unk)} more kernel{'s are' if len(unk) > 1 else ' is'} undecided."
     elif unk:
-        reasons = "; ".join(f"{why} (called at {_where(ctx, k)})" for k, _vd, why, _c in unk[:4])
-        msg = f"{claim_text}: only a `{probe}` probe on the device can decide it{subject}: {reasons}"
+        msg = f"{claim_text} is undecided here{subject}: {_first_clause(unk[0][2]).replace(' is not installed here', ' is not installed')}. {action}"
         sev = "info"
     else:
-        msg = f"{claim_text}: no kernel behind it was resolved{subject}; only a `{probe}` probe on the device can decide it"
+        msg = f"{claim_text}: no kernel behind it was resolved, so nothing here can decide it."
         sev = "info"
+    related = [ctx.site(*_cs_range(k.cs), f"{k.symbol}: {vd}") for k, vd, _why, _c in no + unk + yes
+               if k is not None and _cs_range(k.cs) is not None and k.path == ctx.path]
+    data["detail"] = "\n".join(evidence)
+    data["related"] = related
     ctx.add(rule_id, *pos, msg, severity=sev, chain=chain, contract=contract, probe=probe, capability=cap,
             kernels=kernels, **data)
 
@@ -489,7 +524,7 @@ def capability_methods(ctx):
             kernels = module_kernels(ctx) + gather_kernels(ctx, ctx.mod, [q])
         verdicts = judge(ctx, kernels, cap)
         pos = ctx.def_range(f)
-        _report(ctx, "AL103", pos, f"`{f.qualname}()` always returns True{via_txt}, claiming {CAP_WORD.get(cap, cap)}",
+        _report(ctx, "AL103", pos, f"`{f.qualname}()` always returns True{via_txt} (claims {CAP_WORD.get(cap, cap)})",
                 cap, verdicts, subject=(f" for the kernels called{subject}" if subject else ""), claim=f.name)
     # capability methods a registered backend inherits from upstream while swapping the kernels
     for cq, pair in backends.items():

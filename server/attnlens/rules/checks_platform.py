@@ -97,6 +97,57 @@ def _platform_facts(engine):
     return engine.memo("platform_facts", compute)
 
 
+def _documented_capability(engine):
+    """The capability the plugin says its device reports: a comment like ``# On MACA it's 8.0`` within
+    three lines above capability code (most frequent value; its place is the evidence)."""
+    def compute():
+        from .capability_eval import documented_capability
+
+        idx = engine.ws.index
+        votes: dict = {}
+        for m in idx.workspace_modules_matching(_DOC_BYTES):
+            lines = (idx.source_text(m.path) or "").splitlines()
+            for i, text in enumerate(lines, 1):
+                if "capabilit" not in text or text.lstrip().startswith("#"):
+                    continue
+                got = documented_capability(lines, i)
+                if got is not None:
+                    cap, ln = got
+                    votes.setdefault(cap, []).append((m.path, ln))
+        if not votes:
+            return None
+        cap, where = max(votes.items(), key=lambda kv: len(kv[1]))
+        return cap, sorted(set(where))[0]
+
+    return engine.memo("documented_capability", compute)
+
+
+_DOC_BYTES = rb"(?i)#[^\n]*\b(?:it'?s|is|reports?|returns?|=)\s*(?:sm[_ ]?)?\d{1,2}\.\d\b"
+
+
+def _norm_text(text: str) -> str:
+    try:
+        import ast
+
+        return ast.unparse(ast.parse(text.strip(), mode="eval"))
+    except (SyntaxError, ValueError):
+        return " ".join(text.split())
+
+
+def _backend_of(ctx, scope: str) -> str | None:
+    """``FLASHMLA`` when ``scope`` is a method of a registered backend class of this module."""
+    from .checks_upstream import registry_pairs
+
+    cq = ctx.r.enclosing_class(ctx.mod, scope) if scope else None
+    if not cq:
+        return None
+    for p in registry_pairs(ctx.engine):
+        pv = p["plugin"]
+        if p["kind"] == "backend" and pv.module is not None and (pv.module.name, pv.qual) == (ctx.mod.name, cq):
+            return p["entry"]
+    return None
+
+
 @check("AL105")
 def capability_checks(ctx):
     r = ctx.r
@@ -108,6 +159,7 @@ def capability_checks(ctx):
     cls_scope_cache = {}
     getters_txt = "; ".join(f"{g.owner or g.dotted}.get_device_capability ({_loc(g, root)})" for g in pf["getters"][:3])
     calls_by_pos = {(cs.line, cs.col): cs for cs in ctx.s.calls}
+    groups: dict[tuple, list] = {}  # one finding per decided statement/expression
     for u in ctx.facts.caps:
         # inside the platform class itself: the definitions, not uses
         if u.scope:
@@ -121,8 +173,8 @@ def capability_checks(ctx):
         guard_cs = cs or _enclosing_call(ctx, u)
         if guard_cs is not None and ctx.call_dead(guard_cs):
             continue  # under a statement guard that is False on this platform (e.g. `if is_cuda():`)
-        if any(_vendor_guard_false(ctx, u, t) for t in u.conj):
-            continue  # short-circuited by a vendor guard: `... and current_platform.is_cuda() and <this>`
+        if any(_conjunct_false(ctx, u, t) for t in u.conj):
+            continue  # short-circuited: `get_fa_version() == 3 and <this>` where the first operand folds to False
         if u.kind != "param_compare":
             try:
                 bv = r.resolve_dotted(ctx.mod, u.scope, u.base, Walk(), line=u.line) if u.base else None
@@ -130,41 +182,99 @@ def capability_checks(ctx):
                 bv = None
             if bv is None or bv.kind != "platform":
                 continue
-        chain = ctx.trace(cs) if cs is not None else None
-        const = None
-        if u.kind == "call":
-            const = prof.method_value(u.method)
-            if const is None and u.method in ("has_device_capability", "is_device_capability") and pf["getter_none"]:
-                const = False
-        if const is not None and isinstance(const, bool):
-            where = ""
-            fv = None
-            for cv in prof.info.classes:
-                fv = r.class_attr(cv.module, cv.qual, u.method, Walk())
-                if fv is not None:
-                    break
-            if fv is not None and fv.func is not None:
-                where = f" ({fv.owner or fv.dotted}.{u.method} at {_loc(fv, root)} returns {const})" if fv.func.returns_const else \
-                    " (get_device_capability() returns None there)"
-            eff = _branch_effect(u.branch, const)
-            msg = f"`{u.text}` is always {const} on {pf['names']}{where}" + (f", {eff}" if eff else "")
-            ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, chain=chain, constant=const,
-                    platform=pf["names"], branch=_branch_json(u.branch))
-            continue
-        if pf["is_cuda"] is True:
-            continue  # an NVIDIA platform: the numbers mean what upstream thinks
-        if u.kind == "call":
-            what = f"compares the device capability with the NVIDIA SM version {_sm(u.args)}"
-        elif u.kind == "param_compare":
-            what = "compares the `capability` upstream's selector passes in (current_platform.get_device_capability()) with NVIDIA SM numbers"
+        key = (u.branch.kind, u.branch.line) if u.branch is not None and u.branch.kind != "other" else ("at", u.line)
+        groups.setdefault(key, []).append((u, cs))
+    for uses in groups.values():
+        _capability_finding(ctx, uses, pf, getters_txt, root)
+
+
+def _capability_finding(ctx, uses: list, pf: dict, getters_txt: str, root) -> None:
+    r = ctx.r
+    prof = r.profile
+    u, cs = uses[0]
+    chain = ctx.trace(cs) if cs is not None else None
+    text = _norm_text(u.text)
+    if len(uses) > 1 and u.branch is not None and u.branch.test and len(_norm_text(u.branch.test)) <= 100:
+        text = _norm_text(u.branch.test)  # several tests of one expression: name the expression
+    more = f" (and {len(uses) - 1} more test{'s' if len(uses) > 2 else ''} of the same expression)" if len(uses) > 1 else ""
+    related = [ctx.site(x.line, x.col, x.end_line, x.end_col, f"`{_norm_text(x.text)}`") for x, _cs in uses[1:]]
+    const = None
+    if u.kind == "call":
+        const = prof.method_value(u.method)
+        if const is None and u.method in ("has_device_capability", "is_device_capability") and pf["getter_none"]:
+            const = False
+    common = dict(chain=chain, platform=pf["names"], branch=_branch_json(u.branch), related=related)
+    if const is not None and isinstance(const, bool):
+        fv = None
+        for cv in prof.info.classes:
+            fv = r.class_attr(cv.module, cv.qual, u.method, Walk())
+            if fv is not None:
+                break
+        where = ""
+        if fv is not None and fv.func is not None:
+            where = (f"{fv.owner or fv.dotted}.{u.method} ({_loc(fv, root)}) returns {const}" if fv.func.returns_const
+                     else "get_device_capability() returns None there")
+        eff = _branch_effect(u.branch, const)
+        b = u.branch
+        if b is not None and b.kind in ("assert", "assign", "return", "if", "while", "ifexp") and b.test:
+            from .capability_eval import reduce
+
+            folded = reduce(b.test, u.text, const)
+            what = {"assert": "the assert", "assign": "the assigned value", "return": "the returned value"}.get(b.kind, "the test")
+            if folded is not None and b.kind in ("assert", "assign", "return"):
+                eff = f"{what} at line {b.line} reduces to `{folded}`"
+        msg = f"`{text}` is always {const} on this platform" + (f": {eff.removeprefix('so ')}" if eff else "") + "."
+        detail = f"On {pf['names']}" + (f", {where}" if where else "") + "." + more
+        ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, constant=const, detail=detail, **common)
+        return
+    if pf["is_cuda"] is True:
+        return  # an NVIDIA platform: the numbers mean what upstream thinks
+    from .capability_eval import evaluate
+
+    doc = _documented_capability(ctx.engine)
+    value = None
+    if doc is not None:
+        vals = {evaluate(x.text, doc[0], x.method) for x, _cs in uses}
+        whole = evaluate(u.branch.test, doc[0]) if u.branch is not None and u.branch.test else None
+        value = whole if whole is not None else (vals.pop() if len(vals) == 1 else None)
+    backend = _backend_of(ctx, u.scope) if u.scope.rpartition(".")[2] == "supports_compute_capability" else None
+    if value is not None:
+        cap, (dpath, dline) = doc
+        reported = f"the platform reports {cap.major}.{cap.minor} ({_rel_path(dpath, root)}:{dline})"
+        if backend is not None:
+            effect = f"{backend} is never selected on this platform" if value is False else f"{backend} passes the capability check for an NVIDIA reason"
+            msg = f"{effect}: `{text}` compares NVIDIA SM numbers and {reported}."
         else:
-            what = "compares get_device_capability() with NVIDIA SM numbers"
-        msg = (f"`{u.text}` {what}; on {pf['names']} get_device_capability() reports "
-               + (f"what {getters_txt} returns" if getters_txt else "vendor values")
-               + ", not an NVIDIA architecture, so this check is taken or skipped for the wrong reason"
-               + _guard_span(u.branch))
-        ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, chain=chain, constant=None,
-                platform=pf["names"], branch=_branch_json(u.branch))
+            msg = f"`{text}` is {value} on this platform: it compares NVIDIA SM numbers and {reported}."
+    else:
+        what = "an NVIDIA SM version" if u.kind == "call" else "NVIDIA SM numbers"
+        eff = _guard_span(u.branch).removeprefix("; it decides ")
+        msg = (f"`{text}` compares the vendor's capability with {what}: "
+               + (f"{backend} is accepted or rejected" if backend else "it is taken or skipped")
+               + " for the wrong reason" + (f" ({eff})" if eff else "") + ".")
+    detail = (f"On {pf['names']} get_device_capability() reports "
+              + (f"what {getters_txt} returns" if getters_txt else "vendor values") + ", not an NVIDIA architecture."
+              + (" The capability comes from upstream's selector (current_platform.get_device_capability())." if u.kind == "param_compare" else "")
+              + more)
+    ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, constant=value, detail=detail,
+            documented=(f"{doc[0].major}.{doc[0].minor}" if value is not None else None), backend=backend, **common)
+
+
+def _rel_path(path: str, root) -> str:
+    from .checks_calls import _rel
+
+    return _rel(path, root)
+
+
+def _conjunct_false(ctx, u, text: str) -> bool:
+    """Is an ``and`` operand evaluated before the use False here (a vendor guard, or anything the
+    platform profile folds: constant-returning functions, module constants, ``self.x`` set once)?"""
+    if _vendor_guard_false(ctx, u, text):
+        return True
+    try:
+        return ctx.r.profile.evaluate(ctx.mod, u.scope, text) is False
+    except RecursionError:
+        return False
 
 
 _VENDOR_GUARD = re.compile(r"\.is_(cuda|rocm|xpu|cpu|tpu|neuron|hpu)\(\)")

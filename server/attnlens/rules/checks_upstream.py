@@ -239,8 +239,17 @@ def missing_upstream_names(ctx):
             pos = _name_pos(ctx, b.line, where.rpartition(".")[2], after="import" if b.kind == "import" else "from")
         else:
             mp = idx.locate(where)
-            msg = f"`{nm}` is not defined in `{where}` ({_short(mp.path) if mp else where}) of {vtxt}: upstream removed or renamed it"
             pos = _name_pos(ctx, b.line, nm)
+            effect = {"error": "importing this module fails", "warning": "the guarded import fails",
+                      "info": "only under TYPE_CHECKING"}.get(sev, "the import fails")
+            if sev == "warning" and any(g[0] in ("try", "except") for g in b.guards):
+                effect = "the ImportError fallback runs instead, silently"
+            msg = f"`{nm}` is not in `{where}` of {vtxt}: {effect}. " + _history_sentence(ctx, top, where, nm)
+            ctx.add("AL108", *pos, msg, severity=sev, module=where, name=nm, installed=ver,
+                    detail=f"Looked up in {_short(mp.path) if mp else where}"
+                           + (f"; guarded by `{r.guard_text(b.guards)}`" if sev == "warning" and b.guards else "") + ".",
+                    **_history(ctx, top, where, nm))
+            continue
         if sev == "warning" and any(g[0] in ("try", "except") for g in b.guards):
             msg += "; the ImportError fallback runs instead, silently"
         elif sev == "warning":
@@ -257,6 +266,70 @@ def missing_upstream_names(ctx):
         for b in bs:
             if b.kind == "assign" and b.target and "." in b.target:
                 _check_attr_text(ctx, "", b.target, b.line, 0, b.guards, seen)
+
+
+def _older_sources(engine, package: str) -> list[tuple[str, str]]:
+    """(version, folder holding <package>/) of the upstream versions in the cache root that are older
+    than the installed one, newest first (``attnlens upstream fetch`` puts them there)."""
+    def compute():
+        installed = _installed_version(engine, package) or ""
+        folder = getattr(engine.ws.cache, "folder", None)
+        base = Path(folder).parent if folder is not None else None
+        out = []
+        d = base / "upstream" if base is not None else None
+        if d is None or not d.is_dir():
+            return out
+        for e in d.iterdir():
+            if e.is_dir() and e.name.startswith(package + "-") and (e / package).is_dir():
+                v = e.name[len(package) + 1:]
+                if _vkey(v) < _vkey(installed):
+                    out.append((v, str(e)))
+        return sorted(out, key=lambda x: _vkey(x[0]), reverse=True)
+
+    return engine.memo(("older_sources", package), compute)
+
+
+def _vkey(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+-]", v or "0")[:4])
+
+
+def _defined_in_text(path: str, name: str) -> bool:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    n = re.escape(name)
+    return re.search(rf"(?m)^(?:class|def|async\s+def)\s+{n}\b|^{n}\s*[:=]|^from\s+\S+\s+import\s+.*\b{n}\b|^\s+{n},?\s*$", text) is not None
+
+
+def _history(ctx, package: str, module: str, name: str) -> dict:
+    """Was ``module.name`` defined by an older cached upstream version? And which name of the installed
+    module is the closest (a rename or a typo)?"""
+    import difflib
+
+    last = None
+    known = [v for v, _f in _older_sources(ctx.engine, package)]
+    for v, folder in _older_sources(ctx.engine, package):
+        base = Path(folder, *module.split("."))
+        if any(_defined_in_text(str(p), name) for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()):
+            last = v
+            break
+    m = ctx.ws.index.module(module)
+    names = []
+    if m is not None:
+        names = [q for q in list(m.summary.classes) + list(m.summary.functions) + list(m.summary.bindings) if "." not in q]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    return {"defined_in": last, "known_versions": known, "closest": close[0] if close else None}
+
+
+def _history_sentence(ctx, package: str, module: str, name: str) -> str:
+    h = _history(ctx, package, module, name)
+    tail = f" (closest: `{h['closest']}`)" if h["closest"] else ""
+    if h["defined_in"]:
+        return f"{package} {h['defined_in']} had it: removed or renamed upstream{tail}."
+    if h["known_versions"]:
+        return f"Not defined there in {package} {', '.join(h['known_versions'])} either: a local name?{tail}"
+    return f"No older {package} version is cached to tell a removal from a local name{tail}."
 
 
 def _check_attr_text(ctx, scope, text, line, col, guards, seen):
@@ -465,10 +538,11 @@ def override_signatures(ctx):
                 continue
             pos = ctx.def_range(f)
             only_renames = all("only keyword callers break" in x for x in probs)
+            more = f" ({len(probs) - 1} more difference{'s' if len(probs) > 2 else ''})" if len(probs) > 1 else ""
             ctx.add("AL110", *pos, severity="info" if only_renames else None, message=
-                    f"`{cq}.{name}` overrides {base.dotted}.{name} ({_short(base.module.path)}:{bf.line}) with an "
-                    f"incompatible signature: " + "; ".join(probs),
-                    base=f"{base.dotted}.{name}", base_location=f"{base.module.path}:{bf.line}", problems=probs)
+                    f"`{cq.rpartition('.')[2]}.{name}` does not match upstream `{base.qual}.{name}`: {probs[0]}{more}.",
+                    base=f"{base.dotted}.{name}", base_location=f"{base.module.path}:{bf.line}", problems=probs,
+                    detail=f"Overrides {base.dotted}.{name} ({_short(base.module.path)}:{bf.line}): " + "; ".join(probs) + ".")
 
 
 # --------------------------------------------------------------------------- registry pairs (AL111, AL112)
@@ -576,17 +650,123 @@ def missing_hooks(ctx):
             df = decl.module.summary.functions.get(decl.cls.methods[h])
             uf = uv.module.summary.functions.get(fq)
             missing.append((h, decl, df, uf, owner is None))
-        pc = pv.cls
-        for h, decl, df, uf, absent in missing:
-            abstract = df is not None and _abstract(df)
-            what = "abstract" if abstract else "with a default"
-            msg = (f"{pair['entry']} {pair['kind']}: `{h}` is declared by {decl.dotted} ({what}, {_short(decl.module.path)}:{df.line if df else '?'}) "
-                   f"and overridden by upstream {uv.dotted} ({_short(uv.module.path)}:{uf.line if uf else '?'}), but {pv.qual} "
-                   + ("does not have it at all" if absent else f"does not override it and gets {decl.qual}.{h}"))
-            pos = ctx.name_range(pc.line, pc.name)
-            ctx.add("AL111", *pos, msg, severity="error" if abstract else "warning", hook=h,
-                    declared_by=f"{decl.dotted}.{h}", upstream_override=f"{uv.dotted}.{h}",
-                    upstream_location=f"{uv.module.path}:{uf.line if uf else 0}")
+        if missing:
+            _hooks_finding(ctx, pair, pv, uv, missing)
+
+
+def _hook_answer(ctx, decl, uv, h):
+    """(upstream's answer, the inherited answer) on this platform, each None when not a decided constant."""
+    r = ctx.r
+    try:
+        up = r.class_attr(uv.module, uv.qual, h, Walk())
+        base = r.class_attr(decl.module, decl.qual, h, Walk())
+    except RecursionError:
+        return None, None
+    prof = r.profile
+    return (prof.result_of(up) if up is not None and up.kind == "function" else None,
+            prof.result_of(base) if base is not None and base.kind == "function" else None)
+
+
+def _override_same_here(ctx, uv, h: str, uf) -> bool:
+    """Does upstream's override answer like the inherited default on this platform? True when each of
+    its returns delegates to the base (``super().h(...)``), sits under a guard the platform profile proves
+    False, or, for a narrow input case (``param == "literal"``), returns a value the profile folds to False
+    (an NVIDIA-only feature such as an SM100 family test)."""
+    if uf is None or not uf.return_alts:
+        return False
+    params = {p.name for p in uf.params}
+    prof = ctx.r.profile
+    deleg = re.compile(r"^super\(\)\." + re.escape(h) + r"\(")
+    lines = (ctx.ws.index.source_text(uv.module.path) or "").splitlines()
+    for text, guards, line in uf.return_alts:
+        text = text or _return_expr(lines, line)
+        if deleg.match(text.strip()):
+            continue
+        gv = ctx.r.guard_value(uv.module, guards, uf.qualname) if guards else True
+        if gv is False:
+            continue
+        narrow = any(re.match(r"^(\w+)\s*(==|in)\s*[\"'\[(]", g[1]) and re.match(r"^(\w+)", g[1]).group(1) in params
+                     for g in guards if g[0] == "if")
+        if narrow and prof.evaluate(uv.module, uf.qualname, text) is False:
+            continue
+        return False
+    return True
+
+
+def _return_expr(lines: list[str], line: int) -> str:
+    """The expression of the ``return`` statement starting on ``line`` (1-based), over several lines."""
+    import ast
+
+    if not 0 < line <= len(lines):
+        return ""
+    first = lines[line - 1].strip()
+    if not first.startswith("return"):
+        return ""
+    buf = first[len("return"):]
+    for extra in range(0, 12):
+        try:
+            ast.parse(buf.strip(), mode="eval")
+            return " ".join(buf.split())
+        except SyntaxError:
+            if line + extra >= len(lines):
+                break
+            buf += "\n" + lines[line + extra]
+    return ""
+
+
+def _hook_sentence(entry: str, h: str, up, inh, uv) -> str:
+    if isinstance(up, bool) and isinstance(inh, bool) and h.startswith("supports_"):
+        what = h[len("supports_"):].replace("_", " ")
+        if up and not inh:
+            return f"{entry} is rejected for {what} on this platform: upstream {uv.qual} now returns True, the plugin inherits False."
+        return f"{entry} claims {what}, which upstream {uv.qual} now refuses: upstream returns False, the plugin inherits True."
+    if up is not None and inh is not None:
+        return f"`{h}` answers differently on this platform: upstream {uv.qual} returns {up!r}, the plugin inherits {inh!r}."
+    return f"`{h}` is overridden by upstream {uv.qual} but inherited here: its answer may differ."
+
+
+def _hooks_finding(ctx, pair, pv, uv, missing) -> None:
+    """One AL111 finding per plugin class: the hooks upstream's counterpart overrides that the plugin
+    inherits, kept only when upstream's answer on this platform differs (or cannot be decided)."""
+    entry = f"{pair['entry']} {pair['kind']}" if pair["kind"] != "backend" else pair["entry"]
+    rows = []
+    for h, decl, df, uf, absent in missing:
+        abstract = df is not None and _abstract(df)
+        up, inh = (None, None) if abstract else _hook_answer(ctx, decl, uv, h)
+        if not abstract and up is not None and inh is not None and up == inh:
+            continue  # same answer on this platform
+        if not abstract and (up is None or inh is None) and _override_same_here(ctx, uv, h, uf):
+            continue  # the override differs only under guards that are False here (`is_xpu()`, SM100 family)
+        if abstract:
+            text = f"`{h}` is abstract in {decl.qual} and {pv.qual} does not implement it."
+        else:
+            text = _hook_sentence(entry, h, up, inh, uv)
+        rank = 0 if abstract else (1 if up is not None and inh is not None else 2)
+        rows.append((rank, h, text, decl, df, uf, abstract, up, inh))
+    if not rows:
+        return
+    rows.sort(key=lambda x: (x[0], x[1]))
+    first = rows[0]
+    msg = first[2]
+    if len(rows) > 1:
+        others = ", ".join(f"`{x[1]}`" for x in rows[1:])
+        msg += f" {len(rows) - 1} more inherited hook{'s' if len(rows) > 2 else ''}: " + (others if len(others) <= 80 else others[:79].rsplit(",", 1)[0] + ", …") + "."
+    detail = []
+    for _rank, h, text, decl, df, uf, abstract, up, inh in rows:
+        detail.append(f"`{h}`: declared by {decl.dotted} ({'abstract' if abstract else 'with a default'}, "
+                      f"{_short(decl.module.path)}:{df.line if df else '?'}), overridden by {uv.dotted} "
+                      f"({_short(uv.module.path)}:{uf.line if uf else '?'})" +
+                      (f"; on this platform upstream returns {up!r}, the inherited one {inh!r}" if up is not None and inh is not None else "") + ".")
+    pc = pv.cls
+    pos = ctx.name_range(pc.line, pc.name)
+    hooks = [{"hook": h, "declared_by": f"{decl.dotted}.{h}", "upstream_override": f"{uv.dotted}.{h}",
+              "upstream_location": f"{uv.module.path}:{uf.line if uf else 0}", "abstract": abstract,
+              "upstream_value": up, "inherited_value": inh}
+             for _rank, h, _t, decl, _df, uf, abstract, up, inh in rows]
+    ctx.add("AL111", *pos, msg, severity="error" if any(x[6] for x in rows) else "warning",
+            detail="\n".join(detail), hook=hooks[0]["hook"], declared_by=hooks[0]["declared_by"],
+            upstream_override=hooks[0]["upstream_override"], upstream_location=hooks[0]["upstream_location"],
+            hooks=hooks)
 
 
 def _norm_ann(a: str) -> str:
@@ -641,9 +821,31 @@ def metadata_drift(ctx):
         sev = "warning" if (missing or changed or required_now) else "info"
         pc = pv.cls
         pos = ctx.name_range(pc.line, pc.name)
-        ctx.add("AL112", *pos,
-                f"{pv.qual} differs from upstream {uv.dotted} ({_short(uv.module.path)}:{uv.cls.line}): " + "; ".join(parts),
-                severity=sev, upstream=uv.dotted, missing=missing, extra=extra, changed=changed, required_now=required_now)
+        names = lambda xs: _clip_names(xs, 70)  # noqa: E731
+        if missing:
+            msg = f"`{pc.name}` lacks {len(missing)} field{'s' if len(missing) > 1 else ''} of upstream `{uv.qual}`: {names(missing)}."
+        elif changed or required_now:
+            msg = f"`{pc.name}` declares fields unlike upstream `{uv.qual}`: {names(changed + required_now)}."
+        else:
+            msg = f"`{pc.name}` has {len(extra)} plugin-only field{'s' if len(extra) > 1 else ''} upstream `{uv.qual}` lacks: {names(extra)}."
+        others = [x for x in (f"{len(changed)} retyped" if changed and missing else "",
+                              f"{len(required_now)} required here, defaulted upstream" if required_now and missing else "",
+                              f"{len(extra)} plugin-only" if extra and (missing or changed or required_now) else "") if x]
+        if others:
+            msg = msg[:-1] + f" ({', '.join(others)})."
+        ctx.add("AL112", *pos, msg, severity=sev, upstream=uv.dotted, missing=missing, extra=extra, changed=changed,
+                required_now=required_now,
+                detail=f"Upstream {uv.dotted} ({_short(uv.module.path)}:{uv.cls.line}): " + "; ".join(parts) + ".")
+
+
+def _clip_names(xs: list, n: int) -> str:
+    out = ""
+    for i, x in enumerate(xs):
+        part = (", " if out else "") + f"`{x}`"
+        if len(out) + len(part) > n:
+            return out + f", … ({len(xs) - i} more)"
+        out += part
+    return out
 
 
 _ = (Path, _rel)

@@ -26,6 +26,7 @@ def add_subparsers(sub) -> None:
 
     add_subject_argument(c)
     c.add_argument("--timing", action="store_true", help="print timing and cache statistics to stderr")
+    c.add_argument("-v", "--verbose", action="store_true", help="text format: each finding's evidence and related locations")
     c.set_defaults(func=cmd_check, fast_exit=True)
 
     r = sub.add_parser("rules", help="list the contract rules")
@@ -91,6 +92,10 @@ def cmd_check(args) -> int:
         for f in findings:
             j = f.to_json(ws.root)
             lines.append(f"{j['path']}:{j['line']}:{j['col']}: {f.severity} {f.rule} [{RULES[f.rule].name}] {f.message}")
+            if args.verbose and f.detail:
+                lines.extend("    " + x for x in f.detail.splitlines())
+            for r in j.get("related", ()) if args.verbose else ():
+                lines.append(f"    {r['path']}:{r['line']}:{r['col']}: {r['message']}")
         counts = {}
         for f in findings:
             counts[f.severity] = counts.get(f.severity, 0) + 1

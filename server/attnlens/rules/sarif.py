@@ -72,6 +72,22 @@ def to_sarif(findings, rules, root) -> dict:
         }
         if f.rule in index:
             res["ruleIndex"] = index[f.rule]
+        rel_locs = []
+        for i, r in enumerate(getattr(f, "related", None) or ()):
+            ruri, rrel = _uri_relative(r.get("path") or f.path, root)
+            rloc = {"uri": ruri}
+            if rrel:
+                rloc["uriBaseId"] = "SRCROOT"
+            rl = int(r.get("line", 1) or 1)
+            rel_locs.append({"id": i + 1, "message": {"text": r.get("message", "")},
+                             "physicalLocation": {"artifactLocation": rloc, "region": {
+                                 "startLine": rl, "startColumn": int(r.get("col", 0)) + 1,
+                                 "endLine": max(int(r.get("end_line") or rl), rl),
+                                 "endColumn": max(int(r.get("end_col", 0)) + 1, int(r.get("col", 0)) + 2)}}})
+        if rel_locs:
+            res["relatedLocations"] = rel_locs
+        if getattr(f, "detail", ""):
+            res["message"]["markdown"] = f"{f.message}\n\n{f.detail}"
         results.append(res)
     return {
         "$schema": SARIF_SCHEMA,

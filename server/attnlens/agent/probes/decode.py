@@ -20,6 +20,8 @@ from . import _common as C
 
 FAMILY = {
     "name": "decode",
+    # the argument names the family's calling conventions pass (rules route a call to a family by them)
+    "keywords": ["q", "k_buffer", "v_buffer", "o", "lse", "req_to_token", "b_seq_len", "attn_logits", "num_kv_splits", "sm_scale", "page_size", "logit_cap"],
     "title": "decode attention kernel (paged, split-KV, GQA, logit cap, LSE)",
     "component": "attention.decode",
     "upstream": [

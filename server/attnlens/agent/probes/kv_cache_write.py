@@ -18,6 +18,8 @@ from . import _common as C
 
 FAMILY = {
     "name": "kv_cache_write",
+    # the argument names the family's calling conventions pass (rules route a call to a family by them)
+    "keywords": ["key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype", "k_scale", "v_scale"],
     "title": "KV-cache write (slot mapping with -1 padding and holes, NHD/HND, strides, FP8 scales)",
     "component": "kv_cache.write",
     "upstream": [

@@ -22,6 +22,8 @@ from . import _common as C
 
 FAMILY = {
     "name": "lse_merge",
+    # the argument names the family's calling conventions pass (rules route a call to a family by them)
+    "keywords": ["output", "prefix_output", "prefix_lse", "suffix_output", "suffix_lse", "output_lse"],
     "title": "LSE merge of two partial attentions (LSE base, empty partitions at -inf)",
     "component": "attention.merge_states",
     "upstream": [

@@ -18,6 +18,8 @@ from . import _common as C
 
 FAMILY = {
     "name": "topk",
+    # the argument names the family's calling conventions pass (rules route a call to a family by them)
+    "keywords": ["logits", "row_starts", "row_ends", "out", "indices", "num_rows", "stride0", "stride1", "k", "topk", "topK"],
     "title": "sparse-indexer top-k per row (row ranges, -1 padding)",
     "component": "sparse_indexer.topk",
     "upstream": [

@@ -20,6 +20,8 @@ from . import _common as C
 
 FAMILY = {
     "name": "varlen",
+    # the argument names the family's calling conventions pass (rules route a call to a family by them)
+    "keywords": ["q", "k", "v", "k_cache", "v_cache", "max_seqlen_q", "cu_seqlens_q", "max_seqlen_k", "seqused_k", "softmax_scale", "causal", "window_size", "softcap", "block_table", "out", "s_aux", "q_descale", "k_descale", "v_descale", "sinks"],
     "title": "varlen / paged attention (causal, sliding window, GQA, softcap, sinks)",
     "component": "attention.varlen",
     "upstream": [

@@ -17,7 +17,7 @@ from typing import Any
 from lsprotocol import types as T
 
 from ..analysis import Analysis
-from ..convert import uri_to_path
+from ..convert import path_to_uri, uri_to_path
 from ..server import AttnLensServer
 from ..worker import IDLE
 
@@ -94,14 +94,41 @@ def to_diagnostic(conv, path: str, f: Any) -> T.Diagnostic:
     end_line = int(getattr(f, "end_line", None) or line)
     end_col = getattr(f, "end_col", None)
     end_col = int(end_col) if end_col is not None else len(conv.line_text(path, end_line))
+    code = getattr(f, "rule", None)
+    related = []
+    for r in getattr(f, "related", None) or ():
+        try:
+            rp = str(r.get("path") or path)
+            rl = int(r.get("line", 1) or 1)
+            related.append(T.DiagnosticRelatedInformation(
+                location=T.Location(uri=path_to_uri(rp), range=conv.range(rp, rl, int(r.get("col", 0) or 0),
+                                                                          int(r.get("end_line") or rl), r.get("end_col"))),
+                message=str(r.get("message", ""))))
+        except Exception:  # noqa: BLE001 - a related location that cannot be converted is dropped, not the finding
+            log.debug("cannot convert related location %r", r, exc_info=True)
+    href = rule_href(code)
     return T.Diagnostic(
         range=conv.range(path, line, col, end_line, end_col),
         message=str(getattr(f, "message", "")),
         severity=SEVERITY.get(str(getattr(f, "severity", "warning")).lower(), T.DiagnosticSeverity.Warning),
         source=SOURCE,
-        code=getattr(f, "rule", None),
+        code=code,
+        code_description=T.CodeDescription(href=href) if href else None,
+        related_information=related or None,
+        tags=[T.DiagnosticTag.Unnecessary] if getattr(f, "unnecessary", False) else None,
         data=getattr(f, "data", None),
     )
+
+
+def rule_href(code: Any) -> str | None:
+    """The docs/rules.md anchor of a rule id (``codeDescription``), or None for an unknown id."""
+    rules = engine()
+    r = rules.RULES.get(str(code)) if rules is not None and code else None
+    if r is None:
+        return None
+    from ...rules.sarif import docs_base
+
+    return f"{docs_base()}#{r.anchor}"
 
 
 PREPARE_AFTER_S = 0.1  # quiet time after a keystroke before the edited buffer is prepared
