@@ -78,9 +78,10 @@ def cmd_trace(args) -> int:
         d["subject"] = _subject(ws)
         print(json.dumps(d, indent=1))
     else:
+        from .envflags import platform_defaults
         from .render import chain_text
 
-        print(chain_text(chain))
+        print(chain_text(chain, platform_defaults(ws.resolver)))
         if args.timing:
             print(f"(resolved in {dt * 1000:.2f} ms)")
     return 0
@@ -223,7 +224,7 @@ COMMAND_MODULES = {
     "env": "attnlens.runtime.cli_cmds", "probe": "attnlens.runtime.cli_cmds",
     "check": "attnlens.rules.cli_cmds", "contracts": "attnlens.rules.cli_cmds",
     "serve": "attnlens.lsp.cli_cmds",
-    "drift": "attnlens.upgrade.cli_cmds", "inventory": "attnlens.upgrade.cli_cmds",
+    "drift": "attnlens.upgrade.cli_cmds", "inventory": "attnlens.upgrade.cli_cmds", "fix": "attnlens.upgrade.cli_cmds",
 }
 
 

@@ -59,6 +59,22 @@ def add_subparsers(sub) -> None:
     i.add_argument("--no-rules", action="store_true", help="do not run the rules engine")
     i.set_defaults(func=cmd_inventory, fast_exit=True)
 
+    fx = sub.add_parser("fix", help="quick fixes of upgrade findings (AL108/AL111/AL112/AL120, drift AL302/AL303/"
+                                    "AL304/AL308): list them, print a fix as a unified diff, write it with --apply",
+                        description="Without --diff or --apply: list the findings that have a quick fix. --finding ID "
+                                    "(from `attnlens check/drift --json`) picks one (repeatable), --all every one. "
+                                    "Nothing is written without --apply, and only to the working tree.")
+    _common(fx)
+    _upstream_args(fx, required_from=False)
+    fx.add_argument("paths", nargs="*", help="files or folders (default: the whole workspace)")
+    fx.add_argument("--finding", action="append", default=None, metavar="ID", help="the finding to fix (repeatable)")
+    fx.add_argument("--all", action="store_true", help="every offered fix (one per change), file by file")
+    fx.add_argument("--rule", default=None, help="with --all: only these rule ids (comma-separated)")
+    fx.add_argument("--diff", action="store_true", help="print the edit as a unified diff")
+    fx.add_argument("--apply", action="store_true", help="write the edit to the working tree")
+    fx.add_argument("--json", action="store_true", help="list the offers as JSON")
+    fx.set_defaults(func=cmd_fix, fast_exit=True)
+
     u = sub.add_parser("upstream", help="upstream versions in the cache (fetch one with pip download)")
     usub = u.add_subparsers(dest="upstream_command", metavar="ACTION")
     uf = usub.add_parser("fetch", help="pip download --no-deps vllm==VERSION and unpack its sources into the cache")
@@ -163,6 +179,90 @@ def cmd_inventory(args) -> int:
     else:
         sys.stdout.write(to_markdown(inv))
     return 0
+
+
+def cmd_fix(args) -> int:
+    """0: done (or listed); 1: a fix was refused or could not be computed; 2: bad arguments."""
+    from . import fixes as FX
+    from .drift import drift_report
+
+    ws = workspace_for_subject(args)
+    ws.allow_fork = ws.index.allow_fork = True
+    subj = subject_of(ws)
+    if args.apply and subj.kind != "worktree":
+        print(f"attnlens: --apply writes to the working tree only; the subject is {subj.description} "
+              "(use --diff to see the fix)", file=sys.stderr)
+        return 2
+    old = _resolve(args.old, ws, args)
+    new = _resolve(args.new, ws, args) if args.new and args.new != "installed" else None
+    drift = drift_report(ws, old, new, patches="none") if old is not None else None
+    paths = [p if os.path.isabs(p) or os.path.exists(p) else os.path.join(str(ws.root), p) for p in args.paths] or None
+    findings = FX.collect_findings(ws, paths, drift)
+    offers = FX.offers(ws, findings, drift)
+    root = str(ws.root)
+    if not args.finding and not args.all:
+        if args.json:
+            print(json.dumps([o.to_json(root) for o in offers], indent=1))
+        else:
+            for o in offers:
+                print(f"{o.id}  {os.path.relpath(o.path, root)}:{o.line}  {o.title}")
+            print(f"{len(offers)} quick fix(es) for {len(findings)} fixable finding(s); "
+                  "show one with --finding ID --diff, write it with --apply")
+        return 0
+    chosen = []
+    status = 0
+    if args.finding:
+        ids = [f["id"] for f in findings]
+        for fid in args.finding:
+            try:
+                chosen.append(FX.select(offers, fid, ids))
+            except FX.FixError as e:
+                print(f"attnlens: {e}", file=sys.stderr)
+                status = 1
+    else:
+        rules = {x.strip().upper() for x in (args.rule or "").split(",") if x.strip()}
+        keys = set()
+        for o in offers:
+            if (rules and o.rule not in rules) or o.key in keys:
+                continue
+            keys.add(o.key)
+            chosen.append(o)
+    by_path: dict = {}
+    for o in chosen:
+        by_path.setdefault(o.path, []).append(o)
+    for path, todo in by_path.items():
+        try:
+            with open(path, encoding="utf-8", newline="") as fh:
+                before = fh.read()
+        except OSError as e:
+            print(f"attnlens: cannot read {path}: {e}", file=sys.stderr)
+            status = 1
+            continue
+        text = before
+        for o in todo:
+            try:
+                text = FX.apply(o, text)
+            except FX.FixError as e:
+                print(f"attnlens: {o.id}: {e}", file=sys.stderr)
+                status = 1
+                continue
+            print(f"# {o.id}: {o.title}", file=sys.stderr)
+        if text == before:
+            continue
+        if args.diff or not args.apply:
+            sys.stdout.write(FX.unified_diff(path, before, text, root))
+        if args.apply:
+            with open(path, encoding="utf-8", newline="") as fh:
+                if fh.read() != before:
+                    print(f"attnlens: refused: {path} changed while the fix was computed; run again", file=sys.stderr)
+                    status = 1
+                    continue
+            tmp = f"{path}.attnlens-fix"
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+            print(f"attnlens: wrote {os.path.relpath(path, root)}", file=sys.stderr)
+    return status
 
 
 def cmd_upstream_fetch(args) -> int:
