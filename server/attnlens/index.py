@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import struct
 import threading
@@ -91,6 +92,9 @@ class Index:
         self._loc_cache: dict[str, Location | None] = {}
         self._dir_cache: dict[str, frozenset | None] = {}
         self._overlays: dict[str, str] = {}
+        # open buffers whose file is not on disk (a new file, an untitled buffer): real path <-> name
+        self._virtual: dict[str, str] = {}
+        self._virtual_paths: dict[str, str] = {}
         self._sha_memo: dict[str, tuple] = self.cache.load_pickle("meta", "shamemo") or {}
         self._sha_memo_dirty = False
         self.ws_files: dict[str, str] = {}  # module name -> path, every workspace module
@@ -127,6 +131,10 @@ class Index:
                             parts.pop()
                         if all(x.isidentifier() for x in parts):
                             files[".".join(parts)] = f
+        for real, name in getattr(self, "_virtual", {}).items():
+            # a new file of a workspace package, not saved yet: a workspace module like the others
+            if "." in name and name.rpartition(".")[0] in files and name not in files:
+                files[name] = real
         self.ws_files = files
         self._ws_reals = {realpath(p) for p in files.values()} | set(files.values())
         for name, path in files.items():
@@ -165,7 +173,10 @@ class Index:
         if modname in self._loc_cache:
             return self._loc_cache[modname]
         loc = None
-        if modname in self.ws_files:
+        if modname in self._virtual_paths:
+            p = self._virtual_paths[modname]
+            loc = Location("py", p, p.endswith("__init__.py"))
+        elif modname in self.ws_files:
             p = self.ws_files[modname]
             loc = Location("py", p, p.endswith("__init__.py"))
         else:
@@ -495,14 +506,55 @@ class Index:
 
     # -- edits -------------------------------------------------------------
     def set_overlay(self, path: str, text: str | None) -> None:
-        """Use ``text`` for ``path`` instead of the disk (None drops the overlay)."""
+        """Use ``text`` for ``path`` instead of the disk (None drops the overlay). A buffer whose
+        file is not on disk becomes a module of its own (see :meth:`_add_virtual`)."""
         real = realpath(path)
         with self._lock:
             if text is None:
                 self._overlays.pop(real, None)
+                self._drop_virtual(real)
             else:
                 self._overlays[real] = text
+                if real not in self._virtual and not os.path.exists(real):
+                    self._add_virtual(real)
             self.invalidate(path)
+
+    def _add_virtual(self, real: str) -> None:
+        """Make the unsaved buffer ``real`` a module: the name its path gives under the search path
+        (``pkg.new_mod`` for a new file of a workspace package, which also joins the workspace
+        modules) when that name is free, else a name of its own (an untitled buffer, a file outside
+        the workspace)."""
+        name = None
+        for base in self.search_path:
+            b = realpath(base)
+            if real.startswith(b + os.sep):
+                parts = list(Path(real[len(b) + 1:]).with_suffix("").parts)
+                if parts and parts[-1] == "__init__":
+                    parts.pop()
+                if parts and all(p.isidentifier() for p in parts):
+                    cand = ".".join(parts)
+                    if self.locate(cand) is None:
+                        name = cand
+                break
+        if name is None:
+            stem = re.sub(r"\W", "_", Path(real).stem) or "buffer"
+            name = f"_buffer_{stem}_{hashlib.sha1(real.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+        self._virtual[real] = name
+        self._virtual_paths[name] = real
+        self._path_to_name[real] = name
+        self._loc_cache.pop(name, None)
+        self._scan_workspace()
+
+    def _drop_virtual(self, real: str) -> None:
+        name = self._virtual.pop(real, None)
+        if name is None:
+            return
+        self._virtual_paths.pop(name, None)
+        self._path_to_name.pop(real, None)
+        self._modules.pop(name, None)
+        self._loc_cache.clear()
+        self._dir_cache.clear()
+        self._scan_workspace()  # saved meanwhile: now found on disk; else gone
 
     def changed_since(self, generation: int) -> set[str] | None:
         """Real paths changed after ``generation``; None when unknown (a full refresh happened)."""
@@ -527,7 +579,7 @@ class Index:
                 name = self._path_to_name.get(real)
             if name is not None:
                 self._modules.pop(name, None)
-            if not os.path.exists(real):
+            if not os.path.exists(real) and real not in self._virtual:
                 self._loc_cache.clear()
                 self._dir_cache.clear()
                 self._scan_workspace()

@@ -33,6 +33,8 @@ import functools
 import sys
 from dataclasses import dataclass, field
 
+from .pyrecover import Parsed, parse_tolerant, syntax_issue
+
 # --------------------------------------------------------------------------
 # data model (plain, picklable)
 # --------------------------------------------------------------------------
@@ -184,6 +186,7 @@ class ModuleSummary:
     all_exports: tuple | None = None
     error: str | None = None
     error_line: int = 0
+    syntax_errors: tuple = ()  # pyrecover.SyntaxIssue of each syntax error (the summary leaves out those statements)
     n_lines: int = 0
     has_getattr: bool = False  # module-level __getattr__
 
@@ -955,11 +958,18 @@ def _walk_own(fn: ast.AST):
 
 
 @functools.lru_cache(maxsize=2)
-def parse_module(text: str) -> ast.Module:
-    """``ast.parse`` memoised on the text for the two latest texts: the index summary and the
+def parse_source(text: str) -> Parsed:
+    """The error-tolerant parse of ``text`` (``pyrecover.parse_tolerant``: a syntax error blanks
+    the broken statements only), memoised for the two latest texts: the index summary and the
     rules' expression facts of an edited buffer share one parse. Callers must not mutate the
-    tree. Raises what ``ast.parse`` raises (failures are not memoised)."""
-    return ast.parse(text, type_comments=False)
+    tree. Raises ``SyntaxError`` only when recovery fails, and what ``ast.parse`` raises for
+    input that is not text (failures are not memoised)."""
+    return parse_tolerant(text)
+
+
+def parse_module(text: str) -> ast.Module:
+    """The tree of :func:`parse_source` (positions are those of ``text``)."""
+    return parse_source(text).tree
 
 
 def summarize(text: str, path: str, sha: str, refs: bool = False) -> ModuleSummary:
@@ -967,19 +977,26 @@ def summarize(text: str, path: str, sha: str, refs: bool = False) -> ModuleSumma
 
     ``refs=True`` also records every name/attribute chain with its range (for
     editor positions); the cached summaries used for resolution leave them out.
+    A syntax error leaves out only the broken statements (``syntax_errors`` says where).
     """
-    b = _Builder(text, path, sha)
-    b.want_refs = refs
     try:
-        tree = parse_module(text)
+        parsed = parse_source(text)
     except SyntaxError as e:
+        b = _Builder(text, path, sha)
         b.s.error = f"syntax error: {e.msg}"
         b.s.error_line = e.lineno or 0
+        b.s.syntax_errors = (syntax_issue(text, e),)
         return b.s
     except (ValueError, RecursionError, MemoryError) as e:  # NUL bytes, absurd nesting
+        b = _Builder(text, path, sha)
         b.s.error = f"cannot parse: {type(e).__name__}: {e}"
         return b.s
-    b._src = text
+    tree = parsed.tree
+    # the blanked text: same lines and columns, and source segments that match the tree
+    b = _Builder(parsed.text, path, sha)
+    b.want_refs = refs
+    b.s.syntax_errors = parsed.errors
+    b._src = parsed.text
     try:
         b.body(tree.body)
     except RecursionError:

@@ -112,7 +112,7 @@ class AstFacts:
 
 
 from ..pyindex import dotted as _dotted  # one implementation of Name/Attribute chains
-from ..pyindex import parse_module  # shares the index's parse of the same text
+from ..pyindex import parse_source  # shares the index's (error-tolerant) parse of the same text
 
 
 class _Cols:
@@ -500,10 +500,12 @@ def collect(text: str, claim_re=None) -> AstFacts:
     if not (want_claims or want_caps or want_shapes):
         return facts
     try:
-        tree = parse_module(text)
+        parsed = parse_source(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         facts.error = f"{type(e).__name__}: {e}"
         return facts
+    tree = parsed.tree
+    text = parsed.text  # a syntax error's statements blanked (same lines and columns): what the tree saw
     starts = line_starts(text)
     if want_claims:
         # the source parsed above, so the string-aware scan finds exactly tokenize's COMMENT tokens

@@ -1,0 +1,328 @@
+"""Error-tolerant parsing: a syntax error blanks the broken statement, not the whole file.
+
+``ast.parse`` stops at the first syntax error, so one stray ``)`` used to leave a buffer with no
+summary at all: no symbols, no hovers, no findings anywhere in the file. :func:`parse_tolerant`
+parses as before and, only when that fails, recovers from the *text alone* (the same text always
+gives the same tree, whatever edits led to it):
+
+1. CPython names the error and its position (``SyntaxError.lineno``/``offset``; for an unclosed
+   bracket or string, the position of its opener).
+2. The statement holding that position starts where its *logical line* starts. CPython has read
+   everything before the error, so a scan of that prefix for strings, comments, brackets,
+   line breaks and ``;`` finds it exactly (a line inside an open bracket continues the logical
+   line). The statement ends before the next code line that is not indented deeper than its first
+   line (a line that starts with a closing bracket still belongs to it): its block, or its
+   continuation lines. Indentation is what says where the user's statement ends when a bracket
+   or a string was left open.
+3. That region is blanked: every character becomes a space (line breaks are kept, so every other
+   node keeps its line and column), and ``pass`` takes the statement's place. A broken
+   compound-statement header whose block follows (``def f(self x):``, ``if a ==:``) is replaced by
+   a header of the same kind that fits on the line (``def f():``, ``if 1:``), so the block below it
+   is still analysed where it is; a def or class that goes takes its decorators with it.
+4. ``ast.parse`` again; repeat for the next error, at most ``MAX_ROUNDS`` times (a round only
+   blanks more, so this ends).
+
+The errors CPython reported (the first one, and later ones that are neither inside nor right after
+a blanked region, so that no error the blanking itself caused is reported) come back as
+:class:`SyntaxIssue` records for the editor. It costs nothing unless ``ast.parse`` fails, and uses
+only the stdlib (no second parser to keep in step with the Python grammar: CPython itself decides
+what is an error, and where).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+MAX_ROUNDS = 16  # more broken statements than this: the file is reported as unparsable (a Python 2 file)
+
+_SPLIT = re.compile(r"(\r\n|\r|\n)")  # the line breaks CPython and LSP count
+_CLOSERS = ")]}"
+# what decides where a logical line ends: strings (with their prefixes), comments, a backslash
+# continuation, brackets, line breaks and `;` (the scanned text has "\n" line breaks only)
+_TOKEN = re.compile(r"""
+      [rRbBuUfF]{0,2}(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*")
+    | \#[^\n]*
+    | \\\n
+    | [()\[\]{}\n;]
+""", re.X | re.S)
+_SKIP = re.compile(r"(?:[ \t\f]*(?:\#[^\n]*)?\n)*[ \t\f]*")  # blank and comment lines, then indentation
+_HEADER = re.compile(
+    r"(?P<async>async\s+)?(?P<kw>def|class|if|elif|else|for|while|with|try|except|finally)\b"
+    r"(?:\s+(?P<name>[^\W\d]\w*))?")
+_DEF = re.compile(r"(?:async\s+)?(?:def|class)\b")
+_LINE_REF = re.compile(r"\bon line (\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class SyntaxIssue:
+    """A syntax error as CPython reports it: 1-based lines, 0-based code point columns."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    tree: ast.Module
+    text: str  # the text ``tree`` was parsed from: the source with the broken statements blanked
+    errors: tuple = ()  # SyntaxIssue, in order of position
+    blanked: tuple = ()  # (first line, last line) of each blanked region, 1-based
+
+
+def parse_tolerant(text: str) -> Parsed:
+    """Parse ``text``; on a syntax error, blank the broken statements (see the module doc).
+
+    Raises ``SyntaxError`` (the first one) only when recovery fails, and what ``ast.parse`` raises
+    for input that is not text (``ValueError`` for NUL bytes, ``RecursionError``, ``MemoryError``).
+    """
+    try:
+        return Parsed(ast.parse(text, type_comments=False), text)
+    except SyntaxError as first:
+        return _Recovery(text).run(first)
+
+
+def syntax_issue(text: str, e: SyntaxError) -> SyntaxIssue:
+    """``e`` (raised for ``text``) as a :class:`SyntaxIssue`."""
+    return _issue(_SPLIT.split(text)[0::2], e)
+
+
+class _Recovery:
+    def __init__(self, text: str):
+        parts = _SPLIT.split(text)
+        self.lines = parts[0::2]  # contents, without line breaks
+        self.breaks = parts[1::2] + [""]
+        self.regions: list[tuple[int, int]] = []  # 0-based, inclusive
+        self.errors: list[SyntaxIssue] = []
+
+    def text(self) -> str:
+        return "".join(c + b for c, b in zip(self.lines, self.breaks))
+
+    def run(self, first: SyntaxError) -> Parsed:
+        err = first
+        self.errors.append(_issue(self.lines, err))
+        for _ in range(MAX_ROUNDS):
+            if not self._blank_at(err):
+                raise first
+            text = self.text()
+            try:
+                tree = ast.parse(text, type_comments=False)
+            except SyntaxError as e:
+                err = e
+                if not self._caused_by_blanking(e):
+                    self.errors.append(_issue(self.lines, e))
+                continue
+            errors = tuple(sorted(set(self.errors), key=lambda i: (i.line, i.col)))
+            return Parsed(tree, text, errors, tuple((a + 1, b + 1) for a, b in sorted(self.regions)))
+        raise first
+
+    def _caused_by_blanking(self, e: SyntaxError) -> bool:
+        """Is the error inside a blanked region, or on the first code line after one?"""
+        i = (e.lineno or 1) - 1
+        for a, b in self.regions:
+            if a <= i <= b:
+                return True
+            j = b + 1
+            while j < len(self.lines) and not _code(self.lines[j]):
+                j += 1
+            if i == j:
+                return True
+        return False
+
+    # -- where ---------------------------------------------------------------------------
+    def _blank_at(self, e: SyntaxError) -> bool:
+        """Blank the statement holding ``e``'s position; False when nothing is left to blank."""
+        n = len(self.lines)
+        line = min(max(e.lineno or 1, 1), n) - 1
+        col = min(max((e.offset or 1) - 1, 0), len(self.lines[line]))
+        msg = e.msg or ""
+        if msg.startswith("expected an indented block"):
+            # reported on the line after the header that has no block: that header is what is broken
+            m = _LINE_REF.search(msg)
+            line = int(m.group(1)) - 1 if m and 0 < int(m.group(1)) <= n else self._code_line_before(line)
+            col = _indent(self.lines[line])
+        elif msg.startswith("expected 'except' or 'finally' block"):
+            line = self._try_header_before(line)
+            col = _indent(self.lines[line])
+        if not _code(self.lines[line]):
+            line = self._code_line_before(line)
+            col = _indent(self.lines[line])
+        start, start_col = self._statement_start(line, col)
+        end = max(self._block_end(start), line)
+        before = self.text()
+        if msg.startswith("unexpected indent"):
+            # lines left over from a statement that ended early (a stray `)`): they go, with no
+            # `pass` at an indentation that has no block
+            for i in range(start, end + 1):
+                self.lines[i] = " " * len(self.lines[i])
+            self.regions.append((start, end))
+            return self.text() != before
+        kept = self._write_region(start, start_col, end)
+        if self.text() == before and end > start:
+            kept = self._write_region(start, start_col, end, keep_block=False)  # its header was replaced already
+        if self.text() == before:
+            return self._blank_top_level(line)
+        self.regions.append((start, start if kept else end))
+        return True
+
+    def _statement_start(self, line: int, col: int) -> tuple[int, int]:
+        """(line, column) where the logical line holding (line, col) starts (0-based)."""
+        text = "\n".join(self.lines[: line + 1])
+        stop = len(text) - len(self.lines[line]) + col
+        depth = 0
+        start = 0
+        for m in _TOKEN.finditer(text, 0, stop):
+            ch = m.group()
+            if ch in "([{":
+                depth += 1
+            elif ch in _CLOSERS:
+                depth = max(depth - 1, 0)
+            elif ch in "\n;" and depth == 0:
+                start = m.end()
+        start = _SKIP.match(text, start).end()  # the first code character from there
+        row = text.count("\n", 0, start)
+        c = start - (text.rfind("\n", 0, start) + 1)
+        if row > line:
+            return line, _indent(self.lines[line])
+        content = self.lines[row]
+        if c == _indent(content) and content[c:c + 1] and content[c] in _CLOSERS:
+            # a logical line that starts with `)`: a stray bracket closed the statement early
+            row = self._opener_line(row)
+            c = _indent(self.lines[row])
+        return row, c
+
+    def _block_end(self, line: int) -> int:
+        """Last line of the statement starting on ``line``: the lines after it indented deeper
+        (its block, or the continuation lines of a multi-line statement) and lines that start with
+        a closing bracket."""
+        ind = _indent(self.lines[line])
+        end = line
+        for i in range(line + 1, len(self.lines)):
+            s = self.lines[i]
+            if not _code(s):
+                continue
+            if _indent(s) <= ind and s.lstrip()[0] not in _CLOSERS:
+                break
+            end = i  # deeper, or the closing bracket of a multi-line statement (black's style)
+        return end
+
+    def _code_line_before(self, line: int) -> int:
+        i = line - 1
+        while i > 0 and not _code(self.lines[i]):
+            i -= 1
+        return max(i, 0)
+
+    def _try_header_before(self, line: int) -> int:
+        """The ``try:`` whose block ends before ``line`` (the nearest one above, not deeper)."""
+        ind = _indent(self.lines[line])
+        for i in range(line - 1, -1, -1):
+            s = self.lines[i]
+            if _code(s) and _indent(s) <= ind and s.strip().startswith("try"):
+                return i
+        return self._code_line_before(line)
+
+    def _opener_line(self, row: int) -> int:
+        """The line a closing-bracket line at the start of ``row`` closes: the nearest code line
+        above that is not indented deeper and does not start with a closing bracket."""
+        ind = _indent(self.lines[row])
+        for i in range(row - 1, -1, -1):
+            s = self.lines[i]
+            if _code(s) and _indent(s) <= ind and s.lstrip()[0] not in _CLOSERS:
+                return i
+        return row
+
+    def _decorators_above(self, row: int) -> int:
+        """The first line of the decorators of the def/class on ``row`` (``row`` without any)."""
+        ind = _indent(self.lines[row])
+        start = row
+        i = row - 1
+        while i >= 0:
+            s = self.lines[i]
+            if not _code(s):
+                i -= 1
+                continue
+            if _indent(s) != ind:
+                break
+            j = self._opener_line(i) if s.lstrip()[0] in _CLOSERS else i
+            if not self.lines[j].lstrip().startswith("@"):
+                break
+            start = j
+            i = j - 1
+        return start
+
+    # -- blanking -----------------------------------------------------------------------
+    def _write_region(self, line: int, col: int, end: int, keep_block: bool = True) -> bool:
+        """Blank lines ``line`` (from ``col``) to ``end``; True when a header replacement kept the
+        block below the header."""
+        content = self.lines[line]
+        head = content[col:]
+        at_line_start = col == _indent(content)
+        if keep_block and end > line and at_line_start:
+            hm = _HEADER.match(head)
+            header = _replacement_header(hm) if hm is not None else None
+            if header is not None and len(header) <= len(head):
+                self.lines[line] = content[:col] + header.ljust(len(head))
+                return True
+        if at_line_start and _DEF.match(head):
+            # the def/class goes: its decorators would decorate nothing
+            for i in range(self._decorators_above(line), line):
+                self.lines[i] = " " * len(self.lines[i])
+        self.lines[line] = content[:col] + ("pass" if len(head) >= 4 else "0").ljust(len(head))
+        for i in range(line + 1, end + 1):
+            self.lines[i] = " " * len(self.lines[i])
+        return False
+
+    def _blank_top_level(self, line: int) -> bool:
+        """Last resort: blank the whole top-level statement around ``line``."""
+        start = line
+        while start > 0 and not (_code(self.lines[start]) and _indent(self.lines[start]) == 0):
+            start -= 1
+        end = self._block_end(start)
+        before = self.text()
+        self._write_region(start, _indent(self.lines[start]), end, keep_block=False)
+        if self.text() == before:
+            return False
+        self.regions.append((start, end))
+        return True
+
+
+def _issue(lines: list[str], e: SyntaxError) -> SyntaxIssue:
+    n = len(lines)
+    line = min(max(e.lineno or 1, 1), n)
+    content = lines[line - 1]
+    col = min(max((e.offset or 1) - 1, 0), len(content))
+    end_line, end_col = line, min(col + _token_len(content, col), len(content))
+    el, eo = getattr(e, "end_lineno", None), getattr(e, "end_offset", None)
+    if isinstance(el, int) and isinstance(eo, int) and line <= el <= n and (el, eo - 1) > (line, col):
+        end_line, end_col = el, min(max(eo - 1, 0), len(lines[el - 1]))
+    return SyntaxIssue(line, col, end_line, end_col, e.msg or "invalid syntax")
+
+
+def _replacement_header(m: re.Match) -> str | None:
+    kw = m.group("kw")
+    name = m.group("name")
+    if kw in ("def", "class"):
+        if not name:
+            return None
+        return f"{m.group('async') or ''}def {name}():" if kw == "def" else f"class {name}:"
+    return {"if": "if 1:", "for": "if 1:", "while": "if 1:", "with": "if 1:", "elif": "elif 1:", "else": "else:",
+            "try": "try:", "except": "except:", "finally": "finally:"}[kw]
+
+
+def _indent(s: str) -> int:
+    return len(s) - len(s.lstrip(" \t\f"))
+
+
+def _code(s: str) -> bool:
+    """Does the line hold code (not only blanks or a comment)?"""
+    t = s.strip()
+    return bool(t) and not t.startswith("#")
+
+
+def _token_len(s: str, col: int) -> int:
+    m = re.match(r"\w+|\S", s[col:])
+    return len(m.group(0)) if m else 0
