@@ -150,9 +150,14 @@ def _module_of(ws, path: str):
     return ws.index.module_for_path(path)
 
 
-def _rel_upstream(path: str) -> str:
+def _rel_upstream(path: str, module: str | None = None) -> str:
     """``.../site-packages/vllm/x.py`` -> ``vllm/x.py`` (the part from the top package on)."""
-    parts = path.replace(os.sep, "/").split("/")
+    norm = path.replace(os.sep, "/")
+    if module:
+        for rel in (module.replace(".", "/") + ".py", module.replace(".", "/") + "/__init__.py"):
+            if norm.endswith("/" + rel):
+                return rel
+    parts = norm.split("/")
     for i in range(len(parts) - 1, 0, -1):
         if parts[i - 1].endswith(("site-packages", "dist-packages")) or re.match(r"vllm-[0-9]", parts[i - 1]):
             return "/".join(parts[i:])
@@ -262,7 +267,7 @@ def _offer_hook(ws, f, data, drift) -> Offer | None:
     source = "\n".join(lines[start - 1:node.end_lineno])  # as upstream indents it (string contents stay exact)
     order = [n.name for n in ucls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     before = list(reversed(order[:order.index(hook)]))
-    where = f"{_rel_upstream(upath)}:{node.lineno}"
+    where = f"{_rel_upstream(upath, ucls_qual.rpartition('.')[0])}:{node.lineno}"
     imports = _needed_imports(ws, m, node, tree, ucls_qual.rpartition(".")[0])
     spec = {"class": qual, "hook": hook, "source": source, "after": before, "upstream": where,
             "upstream_class": ucls_qual, "imports": imports}
@@ -344,8 +349,9 @@ def _offer_op_param(ws, f, data, drift) -> Offer | None:
     if not params:
         return None
     fname = qual.rpartition(".")[2]
-    title = f"Add upstream's {', '.join(p['name'] for p in params)} to {fname}() ({_rel_upstream(upath)}:{uline})"
-    spec = {"function": qual, "params": params, "upstream": f"{_rel_upstream(upath)}:{uline}"}
+    where = f"{_rel_upstream(upath, (data.get('upstream_function') or '').rpartition('.')[0])}:{uline}"
+    title = f"Add upstream's {', '.join(p['name'] for p in params)} to {fname}() ({where})"
+    spec = {"function": qual, "params": params, "upstream": where}
     return Offer(f["id"], f["rule"], "op_param", title, f["path"], f["line"], spec,
                  ("op_param", f["path"], qual, tuple(p["name"] for p in params)), f)
 
@@ -396,7 +402,7 @@ def _offer_fields(ws, f, data, drift) -> Offer | None:
     _ = present
     names = ", ".join(t["name"] for t in todo)
     title = f"Add upstream's field{'s' if len(todo) > 1 else ''} {names} to {qual.rpartition('.')[2]} (read by upstream at {todo[0]['read_at']})"
-    spec = {"class": qual, "fields": todo, "upstream": f"{_rel_upstream(upath)}:{unode.lineno}"}
+    spec = {"class": qual, "fields": todo, "upstream": f"{_rel_upstream(upath, umod)}:{unode.lineno}"}
     return Offer(f["id"], f["rule"], "fields", title, f["path"], f["line"], spec,
                  ("fields", f["path"], qual, tuple(t["name"] for t in todo)), f)
 
@@ -464,7 +470,7 @@ def _readers(ws, upath: str, unode, umod: str, names: list[str]) -> dict:
         for i, ln in enumerate(lines, 1):
             for n, pat in pats.items():
                 if n not in out and pat.search(ln):
-                    out[n] = f"{_rel_upstream(p)}:{i}"
+                    out[n] = f"{_rel_upstream(p, umod if p == upath else None)}:{i}"
         if len(out) == len(names):
             break
     return out
@@ -520,15 +526,22 @@ def _import_line(cst, module: str, names: list[tuple[str, str | None]]):
     return cst.parse_statement(f"from {module} import {text}\n")
 
 
+def _bare(cst, comma):
+    """A comma like ``comma`` without the comment its line may carry (a comment stays on its own line)."""
+    ws = getattr(comma, "whitespace_after", None)
+    if isinstance(ws, cst.ParenthesizedWhitespace) and ws.first_line.comment is not None:
+        return comma.with_changes(whitespace_after=ws.with_changes(first_line=cst.TrailingWhitespace(newline=ws.first_line.newline)))
+    return comma
+
+
 def _with_alias(cst, imp, name: str, asname: str | None):
     """``imp`` (an ImportFrom) with ``name`` appended, in its own style (one per line when it is so)."""
     names = list(imp.names)
     last = names[-1]
-    comma = names[-2].comma if len(names) > 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    comma = _bare(cst, names[-2].comma) if len(names) > 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     alias = cst.ImportAlias(name=cst.Name(name), asname=cst.AsName(name=cst.Name(asname)) if asname and asname != name else None)
     if isinstance(last.comma, cst.Comma):  # a trailing comma (one name per line): keep it last
-        alias = alias.with_changes(comma=last.comma)
-        names[-1] = last.with_changes(comma=comma if len(names) > 1 else last.comma)
+        alias = alias.with_changes(comma=_bare(cst, last.comma))
     else:
         names[-1] = last.with_changes(comma=comma)
     names.append(alias)
@@ -608,8 +621,15 @@ def _without_alias(cst, stmt, name: str):
     names = [a for a in imp.names if a.evaluated_name != name]
     if not names:
         return None
-    if imp.names[-1].evaluated_name == name:  # the last one goes: its successor takes its comma (or none)
-        names[-1] = names[-1].with_changes(comma=imp.names[-1].comma)
+    gone = imp.names[-1].comma if imp.names[-1].evaluated_name == name else None
+    if gone is not None:  # the last one goes: the new last keeps its comment, and takes the line end of the gone one
+        prev = names[-1].comma
+        pw = getattr(prev, "whitespace_after", None)
+        gw = getattr(gone, "whitespace_after", None)
+        if isinstance(pw, cst.ParenthesizedWhitespace) and isinstance(gw, cst.ParenthesizedWhitespace):
+            names[-1] = names[-1].with_changes(comma=prev.with_changes(whitespace_after=pw.with_changes(last_line=gw.last_line)))
+        else:
+            names[-1] = names[-1].with_changes(comma=gone)
     return stmt.with_changes(body=[imp.with_changes(names=names)])
 
 
@@ -745,20 +765,29 @@ def _place(cst, plist: list, todo: list) -> list:
         return plist
     entries = list(plist)
     last_comma = entries[-1].comma if entries else cst.MaybeSentinel.DEFAULT
-    sep = next((e.comma for e in entries[:-1] if isinstance(e.comma, cst.Comma)), None) or \
+    sep = next((_bare(cst, e.comma) for e in entries[:-1] if isinstance(e.comma, cst.Comma)), None) or \
         cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    was_last = entries[-1] if entries else None
     kept = {id(e) for e in entries[:-1]}  # original parameters that are not the last keep their comma
     for t in todo:
         names = [e.name.value for e in entries]
         at = names.index(t["after"]) + 1 if t.get("after") in names else (len(entries) if t.get("after") else 0)
         template = entries[at - 1] if at > 0 else (entries[0] if entries else None)
         entries.insert(at, _new_param(cst, template, t))
+    trailing = isinstance(last_comma, cst.Comma) and isinstance(last_comma.whitespace_after, cst.ParenthesizedWhitespace)
     for i, e in enumerate(entries):
         if i < len(entries) - 1:
-            keep = isinstance(e.comma, cst.Comma) and id(e) in kept
-            entries[i] = e.with_changes(comma=e.comma if keep else sep)
+            # an original parameter keeps its comma (and its comment); so does a former last one with a
+            # trailing comma on its own line
+            keep = isinstance(e.comma, cst.Comma) and (id(e) in kept or (e is was_last and trailing))
+            comma = e.comma if keep else sep
+            if keep and e is was_last and isinstance(getattr(sep, "whitespace_after", None), cst.ParenthesizedWhitespace):
+                # its line end led to the closing parenthesis; now it leads to a parameter
+                comma = comma.with_changes(whitespace_after=comma.whitespace_after.with_changes(
+                    last_line=sep.whitespace_after.last_line))
+            entries[i] = e.with_changes(comma=comma)
         else:
-            entries[i] = e.with_changes(comma=last_comma)
+            entries[i] = e.with_changes(comma=_bare(cst, last_comma) if e is not was_last else last_comma)
     return entries
 
 

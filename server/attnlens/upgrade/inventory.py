@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from .. import model as M
 from . import astsyms as A
 from .config import load_config
+from .fixes import FIX_RULES as _FIX_RULES
 from .mapping import Side, class_counterpart, function_counterpart
 from .scope import default_globs, relpath, scope_files
 
@@ -94,10 +95,11 @@ class FileEntry:
     items: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     action: str = "keep"
+    fixes: list = field(default_factory=list)  # quick fixes offered (upgrade.fixes): id, rule, kind, title, line
 
     def to_json(self) -> dict:
         return {"path": self.path, "module": self.module, "action": self.action, "notes": self.notes,
-                "items": [i.to_json() for i in self.items]}
+                "fixes": self.fixes, "items": [i.to_json() for i in self.items]}
 
 
 @dataclass
@@ -132,6 +134,7 @@ class Inventory:
 
 class InventoryBuilder:
     def __init__(self, ws, globs: list | None = None, old=None, new=None, rules: bool = True, drift_report=None):
+        self._fixable: dict = {}  # realpath -> rule findings that may have a quick fix
         self.ws = ws
         self.cfg = load_config(ws.root)
         self.globs = list(globs or self.cfg.scope or default_globs(ws, wide=False))
@@ -217,6 +220,10 @@ class InventoryBuilder:
                     for ch in mod_item.changes:
                         if ch.status in ("removed_upstream", "changed_upstream"):
                             fe.notes.append(f"drift {ch.rule or ''} L{ch.line}: {ch.message}".replace("  ", " "))
+            try:
+                fe.fixes = self._fixes(p)
+            except Exception as e:  # noqa: BLE001 - the inventory stands without its fixes
+                self.errors.append(f"{fe.path}: fixes: {type(e).__name__}: {e}")
             fe.action = min([it.action for it in items] + (["fix"] if any(f["severity"] == "error" for f in unassigned) else []) +
                             (["sync"] if any(n.startswith("drift AL302") for n in fe.notes) else []) + ["keep"],
                             key=lambda a: _ACTION_RANK[a])
@@ -266,6 +273,23 @@ class InventoryBuilder:
             d = {"rule": f.rule, "severity": f.severity, "line": f.line, "end_line": f.end_line, "message": f.message,
                  "source": "attnlens"}
             out.setdefault(os.path.realpath(f.path), []).append(d)
+            if f.rule in _FIX_RULES:
+                self._fixable.setdefault(os.path.realpath(f.path), []).append(f)
+        return out
+
+    def _fixes(self, path: str) -> list:
+        """The quick fixes offered for a file's findings (analysis only: no edit is computed)."""
+        from . import fixes as FX
+
+        found = list(self._fixable.get(os.path.realpath(path), []))
+        if self.drift is not None:
+            found += [f for f in self.drift.findings() if f["rule"] in _FIX_RULES
+                      and os.path.realpath(f["path"]) == os.path.realpath(path)]
+        out, keys = [], set()
+        for o in FX.offers(self.ws, found, self.drift):
+            if o.key not in keys:
+                keys.add(o.key)
+                out.append({"id": o.id, "rule": o.rule, "kind": o.kind, "line": o.line, "title": o.title})
         return out
 
     def _evidence(self):
@@ -828,13 +852,17 @@ def to_markdown(inv: Inventory) -> str:
     out.append("| file | items | action |")
     out.append("|---|---|---|")
     for f in inv.files:
-        out.append(f"| `{f.path}` | {len(f.items)} | {f.action} |")
+        fx = f" ({len(f.fixes)} quick fix{'es' if len(f.fixes) != 1 else ''})" if f.fixes else ""
+        out.append(f"| `{f.path}` | {len(f.items)} | {f.action}{fx} |")
     out.append("")
     for f in inv.files:
         out.append(f"## `{f.path}` — {f.action}")
         out.append("")
         for n in f.notes:
             out.append(f"- note: {_md_escape(n)}")
+        for x in f.fixes:
+            out.append(f"- quick fix `{x['id']}` (L{x['line']}): {_md_escape(x['title'])}; "
+                       f"`attnlens fix --finding {x['id']} --diff`")
         if not f.items:
             out.append("")
             continue

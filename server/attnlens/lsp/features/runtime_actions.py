@@ -334,6 +334,12 @@ def code_actions(a: Analysis, ls: AttnLensServer, path: str, uri: str, rng: T.Ra
             kind=T.CodeActionKind.QuickFix,
             command=T.Command(title=f"Run probe {fam} on {target}", command="attnlens.runProbe", arguments=[spec]),
         ))
+    try:
+        from .fixes import fix_actions
+
+        out.extend(fix_actions(a, ls, path, uri, rng, diags))
+    except Exception:  # noqa: BLE001 - an action request must never fail the editor
+        log.warning("quick fixes failed on %s", path, exc_info=True)
     return out
 
 
