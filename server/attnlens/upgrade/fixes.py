@@ -449,6 +449,22 @@ def _readers(ws, upath: str, unode, umod: str, names: list[str]) -> dict:
     upstream modules that use the class by name (a byte pre-filter, then a regex per line)."""
     if not names:
         return {}
+    try:
+        stamp = os.stat(upath).st_mtime_ns
+    except OSError:
+        stamp = 0
+    key = (upath, stamp, unode.name, umod, tuple(names))
+    if key not in _READERS:
+        if len(_READERS) > 256:
+            _READERS.clear()
+        _READERS[key] = _scan_readers(ws, upath, unode, umod, names)
+    return _READERS[key]
+
+
+_READERS: dict = {}  # upstream sources do not change under a running server: one scan per question
+
+
+def _scan_readers(ws, upath: str, unode, umod: str, names: list[str]) -> dict:
     cls = unode.name
     files = [upath]
     top = umod.split(".", 1)[0]
@@ -484,13 +500,9 @@ def apply(offer: Offer, text: str) -> str:
     when the text does not have the fix's target, or the fix would not leave valid Python."""
     import libcst as cst
 
-    try:
-        mod = cst.parse_module(text)
-    except cst.ParserSyntaxError as e:
-        raise FixError(f"cannot parse {offer.path}: {e.message} (line {e.raw_line})") from None
     fn = {"import": _apply_import, "hook": _apply_hook, "op_param": _apply_op_param, "fields": _apply_fields}[offer.kind]
     try:
-        new = fn(cst, mod, offer.spec).code
+        new = _apply_in_segments(cst, text, offer, fn)
     except FixError:
         raise
     except cst.CSTValidationError as e:
@@ -504,6 +516,53 @@ def apply(offer: Offer, text: str) -> str:
     except SyntaxError as e:
         raise FixError(f"the fix would not leave valid Python ({e.msg}, line {e.lineno}): edit by hand") from None
     return new
+
+
+def _top_span(tree, name: str) -> tuple[int, int] | None:
+    """1-based (first, last) lines of the top-level class/def ``name`` (decorators included)."""
+    for st in tree.body:
+        if isinstance(st, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and st.name == name:
+            return min([d.lineno for d in st.decorator_list] + [st.lineno]), st.end_lineno
+    return None
+
+
+def _import_span(tree) -> tuple[int, int] | None:
+    spans = [(st.lineno, st.end_lineno) for st in tree.body if isinstance(st, (ast.Import, ast.ImportFrom))]
+    return (spans[0][0], spans[-1][1]) if spans else None
+
+
+def _edit_span(cst, text: str, span, fn, what: str) -> str:
+    """Parse only the lines ``span`` (whole top-level statements) with libcst, edit them, splice them
+    back: libcst's cost is that of the statement, not of the file."""
+    lines = text.splitlines(keepends=True)
+    a, b = span if span is not None else (1, len(lines))
+    seg = "".join(lines[a - 1:b])
+    try:
+        mod = cst.parse_module(seg)
+    except cst.ParserSyntaxError as e:
+        raise FixError(f"cannot parse {what}: {e.message} (line {a - 1 + e.raw_line})") from None
+    return "".join(lines[:a - 1]) + fn(mod).code + "".join(lines[b:])
+
+
+def _apply_in_segments(cst, text: str, offer: Offer, fn) -> str:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError) as e:
+        raise FixError(f"cannot parse {offer.path}: {e}") from None
+    spec = offer.spec
+    if offer.kind == "import":
+        return _edit_span(cst, text, None, lambda m: fn(cst, m, spec), offer.path)
+    top = (spec.get("class") or spec.get("function") or "").split(".")[0]
+    span = _top_span(tree, top)
+    if span is None:
+        raise FixError(f"no {'class' if spec.get('class') else 'function'} {spec.get('class') or spec.get('function')} "
+                       "in the current text")
+    body_spec = dict(spec, imports=[])
+    text = _edit_span(cst, text, span, lambda m: fn(cst, m, body_spec), offer.path)
+    if spec.get("imports"):
+        text = _edit_span(cst, text, _import_span(ast.parse(text)), lambda m: _add_imports(cst, m, spec["imports"]),
+                          offer.path)
+    return text
 
 
 def unified_diff(path: str, before: str, after: str, root=None) -> str:

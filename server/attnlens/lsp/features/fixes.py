@@ -31,28 +31,21 @@ def _fixable(d: T.Diagnostic) -> bool:
     return d.source in FIX_SOURCES and str(d.code) in FIX_RULES and isinstance(data.get("id"), str)
 
 
-def _current(a: Analysis, path: str, drift_wanted: bool) -> tuple[list[dict], object]:
-    """The fixable findings of ``path`` now (rules on the buffer; drift from its last report)."""
-    from ...upgrade.fixes import _as_dict, fixable
+def _finding(d: T.Diagnostic, path: str) -> dict:
+    """The finding behind a diagnostic: its ``data`` carries the id and everything a fix needs."""
+    return {"id": d.data["id"], "rule": str(d.code), "path": path, "line": d.range.start.line + 1,
+            "end_line": d.range.end.line + 1, "message": d.message, "data": d.data}
 
-    out = []
-    try:
-        from ...rules.engine import check_module
 
-        out = [_as_dict(f) for f in check_module(a.ws, path) if fixable(f)]
-    except Exception:  # noqa: BLE001 - an action request must never fail the editor
-        log.debug("rules unavailable for fixes", exc_info=True)
-    rep = None
+def _drift_report(a: Analysis):
+    """The report the drift diagnostics came from (never computed here), for renamed imports."""
     try:
         from ...upgrade.drift import _MEMO
 
-        hit = _MEMO.get(a.ws)  # the report the drift diagnostics came from (never computed here)
-        rep = hit[1] if hit is not None else None
+        hit = _MEMO.get(a.ws)
+        return hit[1] if hit is not None else None
     except Exception:  # noqa: BLE001
-        rep = None
-    if rep is not None and drift_wanted:
-        out += [f for f in rep.findings() if f.get("path") == path and fixable(f)]
-    return out, rep
+        return None
 
 
 def text_edit(ls, a: Analysis, path: str, old: str, new: str) -> T.TextEdit:
@@ -105,24 +98,22 @@ def fix_actions(a: Analysis, ls, path: str, uri: str, rng: T.Range, diags: list[
         return []
     from ...upgrade import fixes as FX
 
-    current, rep = _current(a, path, any(d.source == "attnlens-drift" for d in wanted))
+    rep = _drift_report(a)
     text = a.ws.index.source_text(path) or ""
     lines = text.splitlines()
     out: list[T.CodeAction] = []
     seen = set()
     for d in wanted:
-        fid = d.data["id"]
-        cur = next((f for f in current if f.get("id") == fid), None)
-        parts = IDS.split(fid)
-        if cur is not None and parts is not None:
-            now = IDS.make_id(cur["rule"], "", IDS.span_text(lines, int(cur["line"]), int(cur.get("end_line") or cur["line"])))
-            if now[-4:] != parts[2]:
-                cur = None  # the drift report predates this buffer: the target lines differ
-        if cur is None:
+        cur = _finding(d, path)
+        parts = IDS.split(cur["id"])
+        now = IDS.make_id(cur["rule"], "", IDS.span_text(lines, cur["line"], cur["end_line"]))
+        if parts is None or now[-4:] != parts[2]:
+            # the buffer's lines under the diagnostic are not those the finding was computed on
             out.append(_disabled("Quick fix: the code changed since this finding was computed",
                                  "The finding's target text changed since it was computed; save or wait for the "
                                  "diagnostics to refresh, then review the fix again.", d))
             continue
+        fid = cur["id"]
         try:
             offer = FX.offer_for(a.ws, cur, rep)
         except Exception:  # noqa: BLE001 - an action request must never fail the editor
