@@ -523,6 +523,9 @@ def capability_methods(ctx):
         else:
             kernels = module_kernels(ctx) + gather_kernels(ctx, ctx.mod, [q])
         verdicts = judge(ctx, kernels, cap)
+        if f.class_name and _upstream_identical(ctx, f, backends.get(f.class_name)) and kernels \
+                and not any(k.symbol.split(".", 1)[0] in ctx.engine.ws_tops for k in kernels):
+            continue  # the same claim as upstream's, backed by upstream's own kernels: not the plugin's to answer
         pos = ctx.def_range(f)
         _report(ctx, "AL103", pos, f"`{f.qualname}()` always returns True{via_txt} (claims {CAP_WORD.get(cap, cap)})",
                 cap, verdicts, subject=(f" for the kernels called{subject}" if subject else ""), claim=f.name)
@@ -550,6 +553,39 @@ def capability_methods(ctx):
                     f"{cq} inherits `{name}()` -> True from upstream {fv.owner or fv.dotted} ({_short(fv.module.path)}:{fv.func.line}), "
                     f"claiming {CAP_WORD.get(cap, cap)}", cap, verdicts, subject=f" by the kernels {iv.qual} calls",
                     claim=name, inherited_from=fv.dotted)
+
+
+def _upstream_identical(ctx, f, pair) -> bool:
+    """Is method ``f`` of a registered backend the same code as the method of that name on the upstream
+    counterpart (docstrings and formatting aside)?"""
+    if pair is None or pair.get("upstream") is None:
+        return False
+    uv = pair["upstream"]
+    try:
+        fv = ctx.r.class_attr(uv.module, uv.qual, f.name, Walk())
+    except RecursionError:
+        return False
+    if fv is None or fv.func is None or fv.module is None:
+        return False
+    a = _body_dump(ctx.lines, f)
+    b = _body_dump((ctx.ws.index.source_text(fv.module.path) or "").splitlines(), fv.func)
+    return a is not None and a == b
+
+
+def _body_dump(lines: list[str], f) -> str | None:
+    import ast
+    import textwrap
+
+    try:
+        src = textwrap.dedent("\n".join(lines[f.line - 1:f.end_line]))
+        node = ast.parse(src).body[0]
+    except (SyntaxError, IndexError, ValueError):
+        return None
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return ast.dump(ast.Module(body=body, type_ignores=[]))
 
 
 # --------------------------------------------------------------------------- AL104

@@ -225,7 +225,8 @@ def _capability_finding(ctx, uses: list, pf: dict, getters_txt: str, root) -> No
                 eff = f"{what} at line {b.line} reduces to `{folded}`"
         msg = f"`{text}` is always {const} on this platform" + (f": {eff.removeprefix('so ')}" if eff else "") + "."
         detail = f"On {pf['names']}" + (f", {where}" if where else "") + "." + more
-        ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, constant=const, detail=detail, **common)
+        ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, constant=const, detail=detail,
+                dead_lines=_dead_lines(u.branch, const), **common)
         return
     if pf["is_cuda"] is True:
         return  # an NVIDIA platform: the numbers mean what upstream thinks
@@ -258,6 +259,18 @@ def _capability_finding(ctx, uses: list, pf: dict, getters_txt: str, root) -> No
               + more)
     ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, constant=value, detail=detail,
             documented=(f"{doc[0].major}.{doc[0].minor}" if value is not None else None), backend=backend, **common)
+
+
+def _dead_lines(b, value) -> list | None:
+    """[first, last] lines of the branch body that never runs when the use is the constant ``value``."""
+    if b is None or b.kind not in ("if", "while"):
+        return None
+    tv = b.when_true if value else b.when_false
+    if tv is False and b.body:
+        return list(b.body)
+    if tv is True and b.orelse:
+        return list(b.orelse)
+    return None
 
 
 def _rel_path(path: str, root) -> str:

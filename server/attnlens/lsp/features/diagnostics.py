@@ -9,6 +9,7 @@ rules engine is not importable nothing is published and pulls answer empty.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -24,6 +25,7 @@ from ..worker import IDLE
 log = logging.getLogger("attnlens.lsp")
 
 SOURCE = "attnlens"
+SYNTAX_ERROR = "syntax-error"  # the code of a syntax error's diagnostic
 _reported: set[str] = set()  # engine errors already logged (once each)
 SEVERITY = {"error": T.DiagnosticSeverity.Error, "warning": T.DiagnosticSeverity.Warning,
             "info": T.DiagnosticSeverity.Information, "information": T.DiagnosticSeverity.Information,
@@ -40,6 +42,10 @@ def engine():
 
 
 def register(ls: AttnLensServer) -> None:
+    @ls.command(CHECK_WORKSPACE)
+    async def _check_workspace(*args: Any) -> dict:
+        return await check_workspace(ls)
+
     @ls.feature(T.TEXT_DOCUMENT_DIAGNOSTIC, T.DiagnosticOptions(identifier=SOURCE, inter_file_dependencies=True,
                                                                  workspace_diagnostics=False))
     async def diagnostic(params: T.DocumentDiagnosticParams) -> T.DocumentDiagnosticReport:
@@ -55,8 +61,10 @@ def register(ls: AttnLensServer) -> None:
 
 
 def check(a: Analysis, ls: AttnLensServer, path: str, uri: str | None = None) -> list[T.Diagnostic]:
-    """Every source's diagnostics of ``path``: rules, probe verdicts, upstream drift (worker thread)."""
-    out = _rule_diagnostics(a, ls, path)
+    """Every source's diagnostics of ``path``: syntax errors, rules, probe verdicts, upstream drift
+    (worker thread)."""
+    out = syntax_diagnostics(a, ls, path)
+    out.extend(_rule_diagnostics(a, ls, path))
     try:
         from .runtime_actions import extra_diagnostics
 
@@ -64,6 +72,19 @@ def check(a: Analysis, ls: AttnLensServer, path: str, uri: str | None = None) ->
     except Exception:  # noqa: BLE001 - extra sources are optional
         log.warning("extra diagnostics failed on %s", path, exc_info=True)
     return out
+
+
+def syntax_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
+    """The syntax errors of the analysed text (``ModuleSummary.syntax_errors``): the rest of the
+    file is still analysed (``pyrecover``), so its other diagnostics stay."""
+    mod = a.module(path) if path.endswith(".py") else None
+    if mod is None or not mod.summary.syntax_errors:
+        return []
+    conv = ls.positions(a)
+    return [T.Diagnostic(range=conv.range(path, i.line, i.col, i.end_line, i.end_col),
+                         message=f"SyntaxError: {i.message}", severity=T.DiagnosticSeverity.Error,
+                         source=SOURCE, code=SYNTAX_ERROR)
+            for i in mod.summary.syntax_errors]
 
 
 def _rule_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
@@ -83,9 +104,25 @@ def _rule_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diag
     for f in findings:
         try:
             out.append(to_diagnostic(conv, path, f))
+            dead = dead_code_hint(conv, path, f)
+            if dead is not None:
+                out.append(dead)
         except Exception:  # noqa: BLE001 - one malformed finding must not hide the rest
             log.warning("cannot convert finding %r", f, exc_info=True)
     return out
+
+
+def dead_code_hint(conv, path: str, f: Any) -> T.Diagnostic | None:
+    """Code a finding proves never runs on this platform (``data["dead_lines"]``): a hint with the
+    ``Unnecessary`` tag, which editors render greyed out, like unreachable code."""
+    span = (getattr(f, "data", None) or {}).get("dead_lines")
+    if not span or len(span) != 2:
+        return None
+    first, last = int(span[0]), int(span[1])
+    return T.Diagnostic(range=conv.line_range(path, first, last),
+                        message=f"Never runs on this platform ({getattr(f, 'rule', '')}: line {getattr(f, 'line', '?')}).",
+                        severity=T.DiagnosticSeverity.Hint, source=SOURCE, code=getattr(f, "rule", None),
+                        tags=[T.DiagnosticTag.Unnecessary])
 
 
 def to_diagnostic(conv, path: str, f: Any) -> T.Diagnostic:
@@ -191,8 +228,51 @@ async def publish(ls: AttnLensServer, uri: str) -> None:
 def forget(ls: AttnLensServer, uri: str) -> None:
     ls.debouncer.cancel(("prepare", uri))
     ls.debouncer.cancel(("diagnostics", uri))
-    if not ls.caps.pull_diagnostics and engine() is not None:
+    if engine() is None:
+        return
+    if uri in _workspace_checked.get(id(ls), set()):
+        # the workspace check published this file: keep its findings in the Problems panel, now for the
+        # text on disk (the closed buffer's edits are gone)
+        asyncio.ensure_future(_publish_from_disk(ls, uri))
+    elif not ls.caps.pull_diagnostics:
         ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
+CHECK_WORKSPACE = "attnlens.checkWorkspace"
+_workspace_checked: dict[int, set] = {}  # server id -> URIs the workspace check published
+
+
+async def _publish_from_disk(ls: AttnLensServer, uri: str) -> None:
+    path = uri_to_path(uri)
+    if path is None:
+        return
+    items = await ls.call(check, ls, path, uri, priority=IDLE)
+    if items is not None and ls.doc_version(uri) is None:
+        ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=items))
+
+
+async def check_workspace(ls: AttnLensServer) -> dict:
+    """Every workspace file's findings published to the client (the Problems panel keeps them while the
+    files are closed). Each file is checked as its own background job, so hovers and other requests go
+    first; open buffers are left to their own (debounced) diagnostics."""
+    rules = engine()
+    if rules is None:
+        return {"files": 0, "findings": 0, "error": "the rules engine is not available"}
+    files = await ls.call(lambda a: sorted(p for p in a.ws.index.ws_files.values() if p.endswith(".py")), priority=IDLE) or []
+    done = _workspace_checked.setdefault(id(ls), set())
+    n_findings = 0
+    t0 = time.perf_counter()
+    for path in files:
+        uri = path_to_uri(path)
+        if ls.doc_version(uri) is not None:
+            continue  # open: its buffer's diagnostics are current
+        items = await ls.call(check, ls, path, uri, priority=IDLE)
+        if items is None:
+            continue
+        done.add(uri)
+        n_findings += len(items)
+        ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=items))
+    return {"files": len(files), "findings": n_findings, "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def refresh_all(ls: AttnLensServer) -> None:
