@@ -200,6 +200,7 @@ export class ServerManager implements vscode.Disposable {
     const clientOptions: LanguageClientOptions = {
       documentSelector: [
         { scheme: "file", language: "python" },
+        { scheme: "untitled", language: "python" }, // an unsaved new buffer is analysed too
         { scheme: "file", language: "cpp" },
         { scheme: "file", language: "c" },
         { scheme: "file", language: "cuda-cpp" },

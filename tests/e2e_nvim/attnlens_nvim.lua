@@ -72,7 +72,82 @@ local function run()
   check(value:find('conditional_import', 1, true) ~= nil and value:find('`alias`', 1, true) ~= nil,
     'hover lists the import and alias hops')
 
-  -- 2. implementation through the real UI path: vim.lsp.buf.implementation() jumps
+  -- 2. a `)` typed mid-line (in _forward_cascade): the other diagnostics of the file stay, a
+  --    syntax-error diagnostic appears on that line, and hovers elsewhere still answer
+  local function diags()
+    local out = {}
+    for _, d in ipairs(vim.diagnostic.get(bufnr)) do
+      if d.source == 'attnlens' then table.insert(out, d) end
+    end
+    table.sort(out, function(a, b) return a.lnum < b.lnum or (a.lnum == b.lnum and a.message < b.message) end)
+    return out
+  end
+  local function keys(list, skip_line)
+    local out = {}
+    for _, d in ipairs(list) do
+      if d.lnum ~= skip_line and not d.message:find('^SyntaxError') then
+        table.insert(out, d.lnum .. ':' .. d.col .. ':' .. d.message)
+      end
+    end
+    return table.concat(out, '\n')
+  end
+  check(vim.wait(timeout, function() return #diags() > 0 end, 100), 'diagnostics published (' .. #diags() .. ')')
+  local before = diags()
+  local eline, ecol
+  for i, l in ipairs(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)) do
+    if l == '        n = md.num_actual_tokens' and (vim.api.nvim_buf_get_lines(bufnr, i, i + 1, false)[1] or ''):find('prefix_out', 1, true) then
+      eline, ecol = i, #'        n = md.num_act'
+    end
+  end
+  check(eline ~= nil, 'found the statement to break (line ' .. tostring(eline) .. ')')
+  vim.api.nvim_buf_set_text(bufnr, eline - 1, ecol, eline - 1, ecol, { ')' })
+  local syntax
+  vim.wait(timeout, function()
+    for _, d in ipairs(diags()) do
+      if d.message:find('^SyntaxError') then syntax = d end
+    end
+    return syntax ~= nil
+  end, 100)
+  check(syntax ~= nil and syntax.lnum == eline - 1 and syntax.col == ecol and syntax.severity == vim.diagnostic.severity.ERROR,
+    'syntax error reported at ' .. (syntax and (syntax.lnum + 1 .. ':' .. syntax.col .. ' ' .. syntax.message) or 'nowhere'))
+  check(keys(diags(), eline - 1) == keys(before, eline - 1) and #diags() == #before + 1,
+    'the other ' .. #before .. ' diagnostics of the file stay (now ' .. #diags() .. ')')
+  vim.api.nvim_win_set_cursor(0, { line, col })
+  hover = request(bufnr, 'textDocument/hover', vim.lsp.util.make_position_params())
+  value = hover and hover.contents and (hover.contents.value or hover.contents) or ''
+  if type(value) ~= 'string' then value = vim.inspect(value) end
+  check(value:find('_C_cache_ops::reshape_and_cache_flash', 1, true) ~= nil, 'hover still answers with the syntax error in the file')
+  vim.api.nvim_buf_set_text(bufnr, eline - 1, ecol, eline - 1, ecol + 1, { '' })
+  check(vim.wait(timeout, function()
+    for _, d in ipairs(diags()) do if d.message:find('^SyntaxError') then return false end end
+    return #diags() == #before
+  end, 100), 'syntax error gone when undone')
+
+  -- 3. a new file that is not on disk (never written): symbols and hover
+  local newfile = root .. '/mini_metax/attention/backends/brand_new_nvim.py'
+  check(vim.loop.fs_stat(newfile) == nil, 'the new file is not on disk')
+  vim.cmd('edit ' .. vim.fn.fnameescape(newfile))
+  local nbuf = vim.api.nvim_get_current_buf()
+  vim.api.nvim_buf_set_lines(nbuf, 0, -1, false, {
+    'from mini_metax.attention.backends.fa_utils import reshape_and_cache_flash',
+    '',
+    '',
+    'def write_kv_demo(key, value, key_cache, value_cache, slot_mapping):',
+    '    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, "auto", 1.0, 1.0)',
+  })
+  if not vim.lsp.buf_is_attached(nbuf, client_id) then vim.lsp.buf_attach_client(nbuf, client_id) end
+  local syms = request(nbuf, 'textDocument/documentSymbol', { textDocument = vim.lsp.util.make_text_document_params(nbuf) })
+  local names = {}
+  for _, sym in ipairs(syms or {}) do table.insert(names, sym.name .. '@' .. ((sym.range or sym.location.range).start.line + 1)) end
+  check(table.concat(names, ',') == 'write_kv_demo@4', 'new buffer symbols: ' .. table.concat(names, ','))
+  vim.api.nvim_win_set_cursor(0, { 5, 4 })
+  local nh = request(nbuf, 'textDocument/hover', vim.lsp.util.make_position_params())
+  local nv = nh and nh.contents and (nh.contents.value or nh.contents) or ''
+  if type(nv) ~= 'string' then nv = vim.inspect(nv) end
+  check(nv:find('_C_cache_ops::reshape_and_cache_flash', 1, true) ~= nil, 'new buffer hover names the torch op')
+  vim.cmd('buffer ' .. bufnr)
+
+  -- 4. implementation through the real UI path: vim.lsp.buf.implementation() jumps
   vim.lsp.buf.implementation()
   local jumped = vim.wait(timeout, function()
     return vim.api.nvim_buf_get_name(0) ~= file

@@ -35,3 +35,13 @@ def test_hover_and_implementation_in_neovim(tmp_path):
     assert proc.returncode == 0, output
     assert "FAIL" not in output and "PASS hover names the torch op" in output
     assert "PASS implementation jumped to" in output and "cache_kernels.cu" in output
+    # a `)` typed mid-line: the error is a diagnostic of its own, the rest of the file keeps answering
+    line = next(i for i, ln in enumerate((EXAMPLE / "mini_metax/attention/backends/flash_attn.py").read_text().split("\n"), 1)
+                if ln == "        n = md.num_actual_tokens" and "prefix_out" in
+                (EXAMPLE / "mini_metax/attention/backends/flash_attn.py").read_text().split("\n")[i])
+    assert f"PASS syntax error reported at {line}:{len('        n = md.num_act')} SyntaxError: unmatched ')'" in output, output
+    assert "PASS hover still answers with the syntax error in the file" in output
+    assert "PASS syntax error gone when undone" in output
+    # a new file, never written: symbols and hover
+    assert "PASS new buffer symbols: write_kv_demo@4" in output and "PASS new buffer hover names the torch op" in output
+    assert not (EXAMPLE / "mini_metax/attention/backends/brand_new_nvim.py").exists()

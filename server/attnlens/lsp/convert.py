@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Callable
+from urllib.parse import quote, unquote
 
 from lsprotocol import types as T
 from pygls.uris import from_fs_path, to_fs_path
@@ -68,8 +69,17 @@ def from_code_points(line: str, cp: int, encoding: str = UTF16) -> int:
     return sum(_unit_len(ch, encoding) for ch in line[:cp])
 
 
+# An unsaved ``untitled:`` buffer is analysed under a path of its own that no file has (the
+# index makes an open buffer whose file is not on disk a module of its own); path_to_uri maps it back.
+UNTITLED_DIR = os.path.join(os.sep, "attnlens-untitled")
+
+
 def uri_to_path(uri: str) -> str | None:
-    """A ``file:`` URI to a real absolute path (None for other schemes)."""
+    """A ``file:`` URI to a real absolute path, an ``untitled:`` one to its path under
+    ``UNTITLED_DIR`` (None for other schemes)."""
+    if uri.startswith("untitled:"):
+        name = quote(uri[len("untitled:"):], safe="")
+        return os.path.join(UNTITLED_DIR, name + ".py") if name else None
     if not uri.startswith("file:"):
         return None
     p = to_fs_path(uri)
@@ -77,6 +87,8 @@ def uri_to_path(uri: str) -> str | None:
 
 
 def path_to_uri(path: str) -> str:
+    if path.startswith(UNTITLED_DIR + os.sep) and path.endswith(".py"):
+        return "untitled:" + unquote(os.path.basename(path)[:-3])
     return from_fs_path(path) or ("file://" + path)
 
 

@@ -26,7 +26,8 @@ def register(ls: AttnLensServer) -> None:
     @ls.feature(T.TEXT_DOCUMENT_DID_OPEN)
     def did_open(params: T.DidOpenTextDocumentParams) -> None:
         path = uri_to_path(params.text_document.uri)
-        if path is None:
+        if path is None or (params.text_document.uri.startswith("untitled:")
+                            and params.text_document.language_id != "python"):
             return
         ls.open_docs[path] = params.text_document.uri
         if path.endswith(".py") and ls.analysis is not None:
@@ -37,7 +38,7 @@ def register(ls: AttnLensServer) -> None:
     def did_change(params: T.DidChangeTextDocumentParams) -> None:
         uri = params.text_document.uri
         path = uri_to_path(uri)
-        if path is None or not path.endswith(".py"):
+        if path is None or not path.endswith(".py") or (uri.startswith("untitled:") and path not in ls.open_docs):
             return
         text = ls.workspace.get_text_document(uri).source
         ls.overlaid.add(path)
