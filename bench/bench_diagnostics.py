@@ -75,7 +75,8 @@ async def diag_latency(root: Path, python: str, rel: str, edits: int, debounce_m
         out = []
         for k in range(edits):
             v = k + 2
-            new = f"{indent}_attnlens_bench = {k}" if edit_kind == "code" else f"# attnlens bench edit {k}"
+            new = {"code": f"{indent}_attnlens_bench = {k}", "comment": f"# attnlens bench edit {k}",
+                   "syntax": f"{indent}_attnlens_bench = ({k}))"}[edit_kind]  # syntax: a stray `)`
             old_len = len(lines[target])
             lines[target] = new
             t0 = time.perf_counter()
@@ -99,6 +100,7 @@ def edit_line(lines: list[str], kind: str) -> tuple[int, str]:
     """A blank line near the middle of the file to overwrite, and the indentation to use.
 
     ``code``: a statement inside a function body (the module's summary changes, like typing);
+    ``syntax``: the same line with a stray ``)`` (the file does not parse: pyrecover blanks it);
     ``comment``: a comment (only the text changes)."""
     import ast
 
@@ -135,8 +137,8 @@ def main() -> int:
     ap.add_argument("--edits", type=int, default=10)
     ap.add_argument("--debounce-ms", type=int, default=300)
     ap.add_argument("--cold-runs", type=int, default=5, help="cold `attnlens check` runs, each with a fresh cache (0: none)")
-    ap.add_argument("--edit-kind", choices=("code", "comment"), default="code",
-                    help="code: a statement typed into a method body (default); comment: a comment line")
+    ap.add_argument("--edit-kind", choices=("code", "comment", "syntax"), default="code",
+                    help="code: a statement typed into a method body (default); syntax: the same with a stray ); comment: a comment line")
     ap.add_argument("--during-indexing", action="store_true",
                     help="start editing as soon as the file's first diagnostics arrive (indexing still running)")
     ap.add_argument("--server-log", default=None, help="write the server's debug log (with per-run timings) here")
