@@ -1,0 +1,164 @@
+"""AL115 unloadable-import, AL116 capability-entry-raises, AL117 unregistered-torch-op and AL105's
+torch.cuda forms: exact findings on the `loading` fixture and on both example plugins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from attnlens.rules import checks_loading as L
+from attnlens.rules.engine import Engine
+
+from .conftest import FIXTURES, MINI, REPO, make_workspace
+
+ROOT = FIXTURES / "loading"
+NEW_RULES = ("AL115", "AL116", "AL117")
+
+
+@pytest.fixture(scope="module")
+def loading(cache_root):
+    ws = make_workspace(ROOT, cache_root)
+    eng = Engine(ws)
+    findings = eng.check_paths(None)
+    assert not eng.errors, eng.errors
+    return ws, eng, findings
+
+
+def _rel(f, root=ROOT) -> str:
+    return Path(f.path).resolve().relative_to(root.resolve()).as_posix()
+
+
+def _by(findings, rule, rel, line):
+    got = [f for f in findings if f.rule == rule and _rel(f) == rel and f.line == line]
+    assert len(got) == 1, [(f.rule, _rel(f), f.line) for f in findings if _rel(f) == rel]
+    return got[0]
+
+
+def test_module_level_moved_import_names_what_becomes_unusable(loading):
+    _ws, _eng, findings = loading
+    f = _by(findings, "AL115", "fxload/backends/broken.py", 5)
+    assert f.severity == "error"
+    assert f.message == "`kernels_old` does not exist: this module cannot be imported; unusable: backend FLEX_ATTENTION."
+    assert [(u["kind"], u["name"], u["module"]) for u in f.data["unusable"]] == [
+        ("backend", "FLEX_ATTENTION", "fxload.backends.broken")]
+    assert (f.data["kind"], f.data["missing"], f.data["mode"]) == ("module", "fxload.kernels_old", "module")
+    # the range is the module text as written in the statement
+    assert (f.col, f.end_col) == (5, 23)
+
+
+def test_moved_package_suggests_where_it_went_and_names_the_model(loading):
+    _ws, _eng, findings = loading
+    f = _by(findings, "AL115", "fxload/models/fxtiny.py", 5)
+    assert f.message == ("`customized.rotary` does not exist (`customized` → `layers`?): this module cannot be "
+                         "imported; unusable: model FxTinyForCausalLM.")
+    assert f.data["moved_to"] == "fxload.layers.rotary"
+    assert [(Path(r["path"]).name, r["line"], r["message"]) for r in f.related] == [
+        ("rotary.py", 2, "`FxRotary` is defined here")]
+    g = _by(findings, "AL115", "fxload/models/fxlm.py", 3)
+    assert g.message == ("`FxRMSNormV2` is not in `layers.norms`: this module cannot be imported; unusable: model "
+                         "FxLMForCausalLM.")
+    assert g.data["kind"] == "name" and g.data["name"] == "FxRMSNormV2"
+
+
+def test_guarded_imports_name_the_feature_that_disappears(loading):
+    _ws, _eng, findings = loading
+    f = _by(findings, "AL115", "fxload/imports.py", 44)
+    assert f.severity == "warning"
+    assert f.message == ("`old_place.helpers` does not exist (`old_place` → `layers`?): the `except ModuleNotFoundError` "
+                         "always runs, silently: `fast_available` is never True.")
+    g = _by(findings, "AL115", "fxload/imports.py", 52)
+    assert g.message == ("`fxsilent_vendor` is not installed and no requirement declares it: the `except ImportError` "
+                         "always runs, silently: `vendor_available` is never True.")
+    h = _by(findings, "AL115", "fxload/imports.py", 60)
+    assert (h.severity, h.message) == ("warning", "`renamed_helper` is not in `layers.helpers`: `load_old()` raises ImportError.")
+
+
+def test_one_finding_per_missing_package(loading):
+    _ws, _eng, findings = loading
+    f = _by(findings, "AL115", "fxload/vendor_a.py", 5)
+    assert f.message == ("`fxundeclared_vendor` is not installed and no requirement declares it: this module and 1 other "
+                         "cannot be imported.")
+    assert [(Path(r["path"]).name, r["line"], r["message"]) for r in f.related] == [
+        ("vendor_b.py", 3, "vendor_b imports it too")]
+    assert not [x for x in findings if x.rule == "AL115" and _rel(x) == "fxload/vendor_b.py"]
+
+
+def test_precision_patterns_are_not_reported(loading):
+    _ws, _eng, findings = loading
+    al115 = sorted((_rel(f), f.line) for f in findings if f.rule == "AL115")
+    assert al115 == [("fxload/backends/broken.py", 5), ("fxload/imports.py", 44), ("fxload/imports.py", 52),
+                     ("fxload/imports.py", 60), ("fxload/models/fxlm.py", 3), ("fxload/models/fxtiny.py", 5),
+                     ("fxload/vendor_a.py", 5)]
+
+
+def test_capability_advertisement_whose_entry_raises(loading):
+    _ws, _eng, findings = loading
+    f = _by(findings, "AL116", "fxload/backends/fp8.py", 17)
+    assert f.message == ("TRITON_ATTN advertises the 'fp8' KV cache, but `_fp8_decode_stub` raises NotImplementedError "
+                         "on that path (fp8.py:53): it fails when used.")
+    assert [(r["line"], r["message"]) for r in f.related] == [
+        (53, "`_fp8_decode_stub` raises NotImplementedError when `not (self.sinks is not None) and "
+             "self.kv_cache_dtype.startswith(\"fp8\")`")]
+    g = _by(findings, "AL116", "fxload/backends/fp8.py", 29)
+    assert g.message == ("TRITON_ATTN advertises attention sinks (`supports_sink()`), but `raise NotImplementedError` on "
+                         "that path (fp8.py:48): it fails when used.")
+    assert g.data["capability"] == "sinks"
+    # the dead ROCm refusal, the encoder-only combination and the unadvertised feature are not reported
+    assert sorted(x.line for x in findings if x.rule == "AL116") == [17, 29]
+
+
+def test_unregistered_ops(loading):
+    _ws, _eng, findings = loading
+    got = sorted((f.line, f.severity, f.message) for f in findings if f.rule == "AL117")
+    assert got == [
+        (24, "error", "`torch.ops._fxload_C.paged_decode` is registered nowhere in reach (csrc has `paged_decode_v2`): "
+                      "this call fails (no such operator)."),
+        (32, "error", "`torch.ops._fxload_C.missing_op` is registered nowhere in reach: this call fails (no such operator)."),
+        (62, "info", "`torch.ops._fxload_C.unused_missing_op` is registered nowhere in reach: this call fails (no such "
+                     "operator). Nothing in the workspace calls `uncalled_wrapper`."),
+    ]
+
+
+def test_torch_cuda_capability_with_the_documented_value(loading):
+    _ws, _eng, findings = loading
+    f = _by(findings, "AL105", "fxload/capability.py", 9)
+    assert f.message == ("`torch.cuda.get_device_capability()[0] >= 9` is always False here: torch reports the device's "
+                         "8.0 (capability.py:7), not an SM version; the returned value at line 9 is always False.")
+    assert (f.data["constant"], f.data["documented"]) == (False, "8.0")
+    g = _by(findings, "AL105", "fxload/capability.py", 15)
+    assert g.data["constant"] is False and g.message.endswith("the `if` body at line 16 never runs.")
+    assert sorted(x.line for x in findings if x.rule == "AL105") == [9, 15]
+
+
+def test_messages_are_short(loading):
+    _ws, _eng, findings = loading
+    assert max(len(f.message) for f in findings if f.rule in NEW_RULES) <= 200
+
+
+def test_environment_facts(loading):
+    ws, eng, _findings = loading
+    assert {"fla", "flash_linear_attention"} <= L.import_names_of("flash-linear-attention")
+    assert "zmq" in L.import_names_of("pyzmq") and "cv2" in L.import_names_of("opencv-python-headless")
+    assert "cutlass" in L.import_names_of("nvidia-cutlass-dsl")
+    assert L._requirement_names(["# fxcommented==0.1", "--extra-index-url x", "a-b>=1 ; python_version>'3'", "c[x]"]) == [
+        "a-b", "c"]
+    d = L.declared(eng)
+    assert "fxvendor_runtime" in d and "fx_declared_pkg" in d and "fxcommented" not in d
+    assert L.is_build_artifact(eng, "fxload._C") and L.is_build_artifact(eng, "fxload._version")
+    assert not L.is_build_artifact(eng, "fxload.kernels_old")
+
+
+def test_example_plugins(cache_root):
+    ws = make_workspace(MINI, cache_root)
+    got = sorted((_rel(f, MINI), f.line, f.severity, f.message) for f in Engine(ws).check_paths(None)
+                 if f.rule in NEW_RULES)
+    assert got == [
+        ("mini_metax/attention/backends/fa_utils.py", 18, "warning",
+         "`miniflash` is not installed and no requirement declares it: this module cannot be imported; unusable: "
+         "backend FLASH_ATTN, MLA prefill backend FLASH_ATTN."),
+        ("mini_metax/platform.py", 26, "warning",
+         "`minismi` is not installed and no requirement declares it: the `except ImportError` always runs, silently: "
+         "`smi_available` is never True."),
+    ]
+    tiny = make_workspace(REPO / "examples" / "tiny-npu", cache_root)
+    assert [f for f in Engine(tiny).check_paths(None) if f.rule in NEW_RULES] == []
