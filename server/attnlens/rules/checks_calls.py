@@ -505,7 +505,10 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
     fitting = [r for r in routes.values() if r.probe]
     misfit = [(n, r) for n, r in routes.items() if r.probe is None]
     if fitting and (contract is not None or not misfit):
-        msg += " " + fitting[0].text("")
+        act = fitting[0].text("")
+        if len(msg) + len(act) > 160 and "(" in act:
+            act = act.split(" (")[0] + "."  # the keywords it does not pass are in the detail
+        msg += " " + act
         if misfit:
             msg = msg[:-1] + f"; none covers `{misfit[0][0]}` yet."
     elif misfit and contract is not None:

@@ -193,7 +193,7 @@ def _capability_finding(ctx, uses: list, pf: dict, getters_txt: str, root) -> No
     prof = r.profile
     u, cs = uses[0]
     chain = ctx.trace(cs) if cs is not None else None
-    text = _norm_text(u.text)
+    text = _norm_text(u.text).removeprefix("current_platform.")
     if len(uses) > 1 and u.branch is not None and u.branch.test and len(_norm_text(u.branch.test)) <= 100:
         text = _norm_text(u.branch.test)  # several tests of one expression: name the expression
     more = f" (and {len(uses) - 1} more test{'s' if len(uses) > 2 else ''} of the same expression)" if len(uses) > 1 else ""

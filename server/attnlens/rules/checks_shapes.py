@@ -59,10 +59,14 @@ def per_request_reshape(ctx):
             continue
         fn = sc.scope.rpartition(".")[2] or "this module"
         req = first.rpartition(".")[2]
-        msg = (f"`{sc.receiver}.{sc.method}({', '.join(sc.args)})` turns a token-major tensor into a per-request "
-               f"shape ({req}, -1, ...). That is only right if every request has the same number of query tokens, and "
-               f"no uniform-length check on the query lengths is visible in {fn}: with a short, zero-length or "
-               f"variable-length request the tokens are split across requests wrongly (silently when the total "
-               f"happens to be divisible). Prove uniformity (assert on query_start_loc differences) or flatten/bucket "
-               f"by per-token metadata.")
-        ctx.add("AL114", sc.line, sc.col, sc.end_line, sc.end_col, msg, receiver=sc.receiver, request_dim=first)
+        call = f"{sc.receiver}.{sc.method}({', '.join(sc.args)})"
+        call = call if len(call) <= 60 else call[:57] + "..."
+        msg = (f"`{call}` splits tokens per request ({req}, -1, ...) with no uniform-length check in {fn}: "
+               f"variable-length requests get the wrong tokens. Assert uniform query lengths or bucket per token.")
+        detail = (f"`{sc.receiver}.{sc.method}({', '.join(sc.args)})` turns a token-major tensor into a per-request shape. "
+                  "That is only right if every request has the same number of query tokens; with a short, zero-length or "
+                  "variable-length request the tokens are split across requests wrongly (silently when the total happens "
+                  "to be divisible). Prove uniformity (assert on query_start_loc differences) or flatten/bucket by "
+                  "per-token metadata.")
+        ctx.add("AL114", sc.line, sc.col, sc.end_line, sc.end_col, msg, receiver=sc.receiver, request_dim=first,
+                detail=detail)

@@ -84,6 +84,51 @@ class Finding:
         return (self.path, self.line, self.col, self.rule, self.message)
 
 
+_PATH_LOC = re.compile(r"(?<![\w.])(?:[\w.-]+/)+([\w.-]+\.(?:py|pyi|cpp|cc|cu|cuh|h|hpp)(?::\d+)?)")
+
+
+def short_paths(message: str) -> str:
+    """A Problems-panel line names files by their base name (``flashinfer.py:436``); the full paths
+    are in the finding's detail, related locations and data."""
+    return _PATH_LOC.sub(r"\1", message)
+
+
+def _fold_covered(findings: list[Finding]) -> list[Finding]:
+    """One finding per cause within a module: a dummy call (AL106) on the path of an advertised capability
+    whose entry point raises (AL116) is reported once, on the advertisement where the fix belongs; the call
+    is already one of its related locations."""
+    covered = {(e.get("path"), e.get("line")) for f in findings if f.rule == "AL116"
+               for e in (f.data or {}).get("entries") or ()}
+    if not covered:
+        return findings
+    return [f for f in findings if not (f.rule == "AL106" and (f.path, f.line) in covered)]
+
+
+def merge_causes(findings: list[Finding]) -> list[Finding]:
+    """One finding per cause across modules (a workspace report): findings whose ``data["cause"]`` is
+    the same (one upstream call that breaks on this platform, reached from several files) become the
+    first one, with the others as related locations. Per-file answers (the editor) keep their own."""
+    first: dict[str, Finding] = {}
+    out = []
+    for f in findings:
+        cause = (f.data or {}).get("cause")
+        if not cause:
+            out.append(f)
+            continue
+        keep = first.get(cause)
+        if keep is None:
+            first[cause] = f
+            out.append(f)
+            continue
+        keep.related = list(keep.related) + [{"path": f.path, "line": f.line, "col": f.col, "end_line": f.end_line,
+                                              "end_col": f.end_col, "message": "same cause"}] + list(f.related)
+    for f in first.values():
+        n = sum(1 for r in f.related if r.get("message") == "same cause")
+        if n and "(also reached from" not in f.message:
+            f.message = f.message[:-1] + f" (also reached from {n} other place{'s' if n > 1 else ''})."
+    return out
+
+
 def _rel_to(path: str, root: str | os.PathLike | None) -> str:
     if root is None or not path:
         return path
@@ -243,7 +288,7 @@ class ModuleContext:
         if probe:
             data["probe_agent_family"] = PROBE_AGENT_FAMILY.get(probe, probe)
         data.update(extra)
-        f = Finding(rule_id, severity or r.severity, self.path, line, col, end_line, end_col, message, data,
+        f = Finding(rule_id, severity or r.severity, self.path, line, col, end_line, end_col, short_paths(message), data,
                     detail=detail, related=list(related or ()), unnecessary=unnecessary)
         self.findings.append(f)
         return f
@@ -754,6 +799,7 @@ class Engine:
                 continue
             seen.add(k)
             out.append(f)
+        out = _fold_covered(out)
         out.sort(key=Finding.sort_key)
         from .ids import assign
 
@@ -779,7 +825,7 @@ class Engine:
         except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
             pass
         out.sort(key=Finding.sort_key)
-        return out
+        return merge_causes(out)
 
     def files_for(self, paths: Iterable[str] | None) -> list[str]:
         idx = self.ws.index
