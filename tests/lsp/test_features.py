@@ -99,18 +99,6 @@ async def test_hover_is_served_again_from_cache(vscode):
     assert "_mini_unified_attention_kernel" in first.contents.value
 
 
-async def test_definition_lands_on_the_binding(vscode):
-    path, text = readme_text("upstream op served by the plugin's extension (call)")
-    locs = await vscode.client.text_document_definition_async(
-        T.DefinitionParams(T.TextDocumentIdentifier(uri(path)), position_of(path, text)))
-    assert locs and locs[0].uri == uri(path)
-    rng = locs[0].range
-    assert line_of(locs[0])[rng.start.character:rng.end.character] == "reshape_and_cache_flash"
-    lines = path.read_text().splitlines()
-    above = lines[rng.start.line - 3: rng.start.line + 1]
-    assert any("from mini_metax.attention.backends.fa_utils import" in line for line in above)
-
-
 async def test_implementation_lands_in_cpp_triton_and_python(vscode):
     cases = [
         ("upstream op served by the plugin's extension (call)", 0, "cache_kernels.cu", "reshape_and_cache_flash"),

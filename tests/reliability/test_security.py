@@ -227,8 +227,9 @@ def test_probe_target_with_path_characters_stays_in_the_cache(tmp_path, example_
 def _evil_target(srv: ServerHandle, tmp: Path) -> None:
     evil = "../../../../../../tmp/attnlens-evil-target/../x:y"
     before = set(Path("/tmp").iterdir())
-    rep = srv.command("attnlens.runProbe", [{"family": "lse_merge", "target": evil, "device": "cpu", "timeout": 60}],
-                      timeout=200)
+    # force: past the editor's pre-flight check (the analysis venv has no torch), so that evidence is written
+    rep = srv.command("attnlens.runProbe", [{"family": "lse_merge", "target": evil, "device": "cpu", "timeout": 60,
+                                             "force": True}], timeout=200)
     # the server's target is the analysis venv here (no torch): whatever the verdict, it is recorded safely
     assert rep.ok, rep
     rid = rep.result["id"]

@@ -82,5 +82,5 @@ def test_claim_findings_name_a_probe(results):
     for _ws, _eng, findings in results.values():
         for f in findings:
             if f.rule in ("AL103", "AL104") and f.severity == "info":
-                assert f.data["probe"] in ("varlen_attention", "kv_cache_write", "lse_merge", "decode_attention", "sparse_topk")
+                assert f.data["probe"] in ("varlen", "kv_cache_write", "lse_merge", "decode", "topk")
                 assert f.data["probe_agent_family"]

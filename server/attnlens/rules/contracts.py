@@ -72,7 +72,10 @@ Family = Literal[
     "mla_prefill",
     "sparse_topk",
 ]
-ProbeFamily = Literal["varlen_attention", "kv_cache_write", "lse_merge", "decode_attention", "sparse_topk"]
+# Probe families are named as the probe agent names them (``attnlens probe list``); the older contract
+# spellings (varlen_attention, decode_attention, sparse_topk) are accepted and read as those names.
+ProbeFamily = Literal["varlen", "kv_cache_write", "lse_merge", "decode", "topk",
+                      "varlen_attention", "decode_attention", "sparse_topk"]
 CapabilityName = Literal[
     "sinks",
     "sliding_window",
@@ -96,9 +99,9 @@ ObservationStatus = Literal["observed", "refuted", "needs_revalidation"]
 
 CAPABILITY_NAMES: tuple[str, ...] = get_args(CapabilityName)
 FAMILIES: tuple[str, ...] = get_args(Family)
-PROBE_FAMILIES: tuple[str, ...] = get_args(ProbeFamily)
+PROBE_FAMILIES: tuple[str, ...] = ("varlen", "kv_cache_write", "lse_merge", "decode", "topk")
 
-# The probe agent (attnlens.agent.probes) names its family modules shortly.
+# Older spellings -> the one name of each probe family (the agent's module name).
 PROBE_AGENT_FAMILY = {
     "varlen_attention": "varlen",
     "kv_cache_write": "kv_cache_write",
@@ -109,16 +112,16 @@ PROBE_AGENT_FAMILY = {
 
 # Which probe family decides a capability when the contract names none.
 DEFAULT_PROBE_FOR_FAMILY = {
-    "varlen_attention": "varlen_attention",
-    "paged_attention": "decode_attention",
-    "decode_attention": "decode_attention",
-    "triton_attention": "varlen_attention",
+    "varlen_attention": "varlen",
+    "paged_attention": "decode",
+    "decode_attention": "decode",
+    "triton_attention": "varlen",
     "kv_cache_write": "kv_cache_write",
     "kv_cache_gather": "kv_cache_write",
     "lse_merge": "lse_merge",
-    "mla_decode": "decode_attention",
-    "mla_prefill": "varlen_attention",
-    "sparse_topk": "sparse_topk",
+    "mla_decode": "decode",
+    "mla_prefill": "varlen",
+    "sparse_topk": "topk",
 }
 
 
@@ -183,7 +186,8 @@ class Contract:
             cap = self.capabilities.get(capability)  # type: ignore[call-overload]
             if cap is not None and cap.probe:
                 return cap.probe
-        return self.probe or DEFAULT_PROBE_FOR_FAMILY.get(self.family)
+        fam = self.probe or DEFAULT_PROBE_FOR_FAMILY.get(self.family)
+        return PROBE_AGENT_FAMILY.get(fam, fam) if fam else None
 
     def observations_for(self, capability: str | None) -> list[Observation]:
         return [o for o in self.observations if capability is None or o.capability in (None, capability)]
@@ -492,6 +496,15 @@ def _hints(cls) -> dict:
     return h
 
 
+def _one_probe_name(c: Contract) -> None:
+    """Read an older probe spelling (``varlen_attention``) as the family's one name (``varlen``)."""
+    if c.probe:
+        c.probe = PROBE_AGENT_FAMILY.get(c.probe, c.probe)  # type: ignore[assignment]
+    for cap in c.capabilities.values():
+        if cap.probe:
+            cap.probe = PROBE_AGENT_FAMILY.get(cap.probe, cap.probe)  # type: ignore[assignment]
+
+
 def parse_contract_text(text: str, file: str = "<string>") -> tuple[list[Contract], list[SchemaError]]:
     errors: list[SchemaError] = []
     try:
@@ -523,6 +536,7 @@ def parse_contract_text(text: str, file: str = "<string>") -> tuple[list[Contrac
             continue
         c.file = file
         c.line = lines.entry(i)
+        _one_probe_name(c)
         for j, pat in enumerate(c.covers):
             if not pat or pat != pat.strip():
                 conv.err(["covers", j], f"empty or padded pattern {pat!r}")
@@ -673,14 +687,7 @@ def probes_for_symbol(symbol: str | None, root: str | os.PathLike | None = None)
     c = _default_contracts(root).match(symbol)
     if c is None or not getattr(c, "probe", None):
         return []
-    fam = str(c.probe)
-    try:
-        from ..runtime.probes import canonical_family
-
-        fam = canonical_family(fam)
-    except Exception:  # noqa: BLE001 - runtime part optional
-        pass
-    return [fam]
+    return [str(c.probe)]  # the loader already reads older spellings as the family's one name
 
 
 # --------------------------------------------------------------------------- CLI

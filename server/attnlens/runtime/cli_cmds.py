@@ -81,7 +81,9 @@ def add_subparsers(subparsers) -> None:
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     pl.set_defaults(func=cmd_probe_list)
     pr = psub.add_parser("run", help="run one probe family on a target")
-    pr.add_argument("family", choices=probemod.family_names())
+    pr.add_argument("family", type=probemod.canonical_family, choices=probemod.family_names(),
+                    help="probe family; the older names " + ", ".join(sorted(probemod.FAMILY_ALIASES))
+                    + " are accepted")
     pr.add_argument("--target", required=True, metavar="SYMBOL",
                     help="pkg.mod:attr, dotted pkg.mod.attr, ns::op or torch.ops.ns.op")
     pr.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")

@@ -78,6 +78,30 @@ class EvidenceRecord:
         return f"{self.family} {self.target}: {self.verdict} ({ok}/{n} cases pass) [{self.id}]"
 
 
+def reason_line(record: dict, limit: int = 200) -> str:
+    """Why a probe came out as it did, in one line (for a notification and a list row): the count of
+    passing cases, the first failing case and its note, or the message of an import error, crash,
+    timeout or tool error."""
+    verdict = str(record.get("verdict") or "error")
+    cases = [c for c in record.get("cases") or [] if isinstance(c, dict)]
+    ok = sum(1 for c in cases if c.get("status") == "pass")
+    message = str(record.get("message") or "")
+    if verdict == "pass":
+        text = f"{ok}/{len(cases)} cases pass"
+    elif verdict == "fail" and cases:
+        bad = [c for c in cases if c.get("status") not in ("pass", "skip") and c.get("required", True)]
+        first = bad[0] if bad else next((c for c in cases if c.get("status") != "pass"), cases[0])
+        note = str(first.get("note") or first.get("status") or "").strip()
+        text = f"{len(bad)}/{len(cases)} cases fail; {first.get('name', '?')}: {note}"
+    elif verdict == "inconclusive":
+        note = next((str(c.get("note")) for c in cases if c.get("note")), "")
+        text = "every case was skipped" + (f": {note}" if note else "")
+    else:
+        text = message or verdict
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def utc_stamp(now: _dt.datetime | None = None) -> tuple[str, str]:
     now = now or _dt.datetime.now(_dt.timezone.utc)
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), now.strftime("%Y%m%dT%H%M%S%fZ")

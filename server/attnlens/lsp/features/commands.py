@@ -74,7 +74,7 @@ def register(ls: AttnLensServer) -> None:
             raise JsonRpcInternalError(f"{RUN_PROBE}: no workspace is analysed")
         # a probe runs a subprocess for seconds or minutes: off the analysis thread
         try:
-            result = _to_json(await asyncio.to_thread(_call_with, probes.run_probe, spec, context))
+            result = await asyncio.to_thread(run_requested_probe, probes, spec, context)
         except (TypeError, ValueError) as e:
             raise JsonRpcInvalidParams(f"{RUN_PROBE}: {e}") from None
         try:
@@ -125,6 +125,43 @@ def register(ls: AttnLensServer) -> None:
         if got is None:
             raise JsonRpcInternalError(f"{INVENTORY}: no workspace is analysed")
         return got
+
+
+def run_requested_probe(probes, spec: dict, context: dict) -> dict:
+    """``attnlens.runProbe`` with ``{family, target, device?, requires?, module?, force?, ...}`` (thread).
+
+    The family may be spelled the older way (``varlen_attention``). Unless ``force``, a pre-flight check
+    against the target's environment record comes first: a probe that cannot succeed there is not run,
+    and the answer says why and what to do (``verdict: not_run``, ``reason``, ``next``). Every answer
+    carries ``reason``, one line for the notification and the Probe runs row."""
+    from ...runtime import environment as envmod
+    from ...runtime.evidence import reason_line
+    from ...runtime.preflight import check
+
+    for key in ("family", "target"):
+        if not isinstance(spec.get(key), str) or not spec[key].strip():
+            raise ValueError(f"{key} must be a non-empty string")
+        if any(c in spec[key] for c in "\n\r\0"):
+            raise ValueError(f"{key} must be one line without NUL characters")
+    spec = {**spec, "family": probes.canonical_family(spec["family"].strip()), "target": spec["target"].strip()}
+    if spec["family"] not in probes.family_names():
+        raise ValueError(f"unknown probe family {spec['family']!r}; known: {', '.join(probes.family_names())}")
+    if not spec.get("force"):
+        record, env_error = None, None
+        try:
+            record = envmod.load_or_collect(context["python"], context["cache"])[0]
+        except envmod.EnvironmentError_ as e:
+            env_error = str(e)
+        pf = check(record, spec["family"], spec["target"], spec.get("requires"), env_error=env_error,
+                   device=spec.get("device"))
+        if not pf.ok:
+            return {"family": spec["family"], "target": spec["target"], "verdict": "not_run", "reason": pf.reason,
+                    "next": pf.next_step, "preflight": pf.to_json(),
+                    "environment": envmod.short(record) if record else {}, "cases": []}
+    result = _to_json(_call_with(probes.run_probe, spec, context))
+    if isinstance(result, dict):
+        result["reason"] = reason_line(result)
+    return result
 
 
 def _inventory(a: Analysis, inv, scope, fmt: str) -> dict:

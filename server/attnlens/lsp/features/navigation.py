@@ -1,7 +1,10 @@
 """textDocument/definition and textDocument/implementation over chains.
 
-definition: where the name is bound or defined, i.e. the first hop after the
-call that sits somewhere else (an import, an alias, the def).
+definition: the Python ``def`` the name is finally bound to, through imports,
+aliases and re-exports (never an import line on the way: next to Pylance, an
+import line only adds a second result to every F12); one per distinct def when
+the leaves of a tree are bound to different functions. No Python def: the import
+of a package that is not installed, or the schema of a torch op called directly.
 implementation: the code that finally runs: one location per leaf of the
 chain's tree that can run on this platform (live or decided at run time); for
 a torch op, the C++ functions its registrations bind; for a not-installed
@@ -15,14 +18,28 @@ from lsprotocol import types as T
 
 from ... import model as M
 from ...render import leaf_paths
-from ..analysis import Analysis
+from ..analysis import Analysis, DefRef
 from ..convert import name_span, uri_to_path
+from ..hover import HoverContext, register_section
 from ..server import AttnLensServer
 
 NAV_BUDGET_S = 5.0
 
 
+NAV_HINT = "*Go to Implementation* (Ctrl+F12): the kernel · *Go to Definition* (F12): the Python `def`"
+
+
+def _nav_hint(ctx: HoverContext) -> str | None:
+    """One hint line under a hover whose chain reaches a kernel that can run here."""
+    ch = ctx.chain
+    if ch is None or not any(lf.final.kind in M.KERNEL_KINDS for lf in ch.live_leaves()):
+        return None
+    return NAV_HINT
+
+
 def register(ls: AttnLensServer) -> None:
+    register_section("navigation", _nav_hint, order=950)
+
     @ls.feature(T.TEXT_DOCUMENT_DEFINITION)
     async def definition(params: T.DefinitionParams) -> list[T.Location] | None:
         path = uri_to_path(params.text_document.uri)
@@ -47,18 +64,69 @@ def _definition(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
     r = a.resolve(path, line, col, NAV_BUDGET_S)
     if r is None:
         return None
-    hops = r.chain.hops
-    call = hops[0] if hops else None
-    for h in hops[1:]:
-        if h.path and h.line and (call is None or (h.path, h.line) != (call.path, call.line)):
-            line, col, end = _name_in_statement(a, h)
-            return [conv.location(h.path, line, col, end)]
-    f = r.chain.final
-    if f.fork is not None and f.fork.path and f.fork.line:
-        return [conv.location(f.fork.path, f.fork.line)]
-    if f.path and f.line:
-        return [conv.location(f.path, f.line)]
-    return None
+    return _locations(a, conv, definition_targets(a, r.chain))
+
+
+def _locations(a: Analysis, conv, targets: list) -> list[T.Location] | None:
+    """LSP locations of definition / implementation targets: a def's name, the bound name in an import
+    statement, or a (path, line)."""
+    out = []
+    for t in targets:
+        if isinstance(t, DefRef):
+            out.append(conv.location(t.path, t.line, t.col, t.end_col))
+        elif isinstance(t, M.Hop):
+            ln, c0, c1 = _name_in_statement(a, t)
+            out.append(conv.location(t.path, ln, c0, c1))
+        else:
+            out.append(conv.location(t[0], t[1]))
+    return out or None
+
+
+def _python_defs(a: Analysis, lp) -> list[DefRef]:
+    """The Python defs a leaf's path goes through, in order: bodies that make a call on the way, the
+    ``def`` hops, and the final function (or Triton kernel) itself."""
+    out: list[DefRef] = []
+
+    def add(d: DefRef | None) -> None:
+        if d is not None and (not out or (out[-1].path, out[-1].line) != (d.path, d.line)):
+            out.append(d)
+
+    for i, h in enumerate(lp.hops):
+        if not (h.path and h.line and h.path.endswith(".py")):
+            continue
+        if h.kind in ("call", "wrapper", "autograd_apply", "triton_launch") and i > 0:  # hop 0: the call at the cursor
+            add(a.enclosing_def(h.path, h.line))
+        elif h.kind == "definition":
+            add(a.defref_at_line(h.path, h.line))
+    f = lp.final
+    if f.kind in (M.PYTHON_FUNCTION, M.TRITON_KERNEL, M.PYTHON_CLASS, M.DUMMY) and f.path and f.line \
+            and f.path.endswith(".py"):
+        add(a.defref_at_line(f.path, f.line) or DefRef("function", "", f.symbol, f.symbol, f.path, f.line, 0, 0,
+                                                        f.line, f.line))
+    return out
+
+
+def definition_targets(a: Analysis, chain: M.Chain) -> list:
+    """Go to Definition targets of a chain (DefRefs, import hops or (path, line)): per leaf that can run,
+    the first Python def its path reaches (the function the name is bound to, whatever imports, aliases
+    and re-exports lie between); without one, the import of the missing package, or the op's schema."""
+    paths = leaf_paths(chain)
+    live = [lp for lp in paths if lp.leaf.reachable is not False] or paths
+    out: list = []
+    for lp in live:
+        defs = _python_defs(a, lp)
+        f = lp.final
+        if defs:
+            out.append(defs[0])
+        elif f.kind == M.NOT_INSTALLED and lp.binding_import() is not None:
+            out.append(lp.binding_import())
+        elif f.kind == M.TORCH_OP:
+            out.extend((r.path, r.line) for r in f.registrations
+                       if r.kind in ("cpp_def", "python_def") and r.path and r.line)
+    unique: dict = {}
+    for t in out:
+        unique.setdefault((t.path, t.line) if isinstance(t, (DefRef, M.Hop)) else tuple(t), t)
+    return list(unique.values())
 
 
 IMPORT_HOPS = ("import", "conditional_import", "lazy_import", "reexport", "alias")
@@ -132,11 +200,4 @@ def _implementation(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position)
         if res is None:
             return None
         chain = res.chain
-    locs = []
-    for t in leaf_locations(chain):
-        if isinstance(t, M.Hop):
-            ln, c0, c1 = _name_in_statement(a, t)
-            locs.append(conv.location(t.path, ln, c0, c1))
-        else:
-            locs.append(conv.location(t[0], t[1]))
-    return locs or None
+    return _locations(a, conv, leaf_locations(chain))

@@ -108,6 +108,27 @@ def probe_candidates(chain: M.Chain) -> list[tuple[str, str]]:
     return out
 
 
+def probe_requires(chain: M.Chain | None, target: str) -> dict:
+    """What the run needs, from the chain (for the pre-flight check): ``{"requires": {...}}``, plus
+    ``module`` (an installed extension that registers the op, imported before the target). The target
+    may be a wrapper on the way: the run still ends in the chain's leaf, so its needs count too."""
+    from ...runtime.preflight import requires_from_final, target_package
+
+    pkg = target_package(target)
+    f = chain.single_leaf() if chain is not None else None
+    if f is None:
+        return {"requires": {"package": pkg}} if pkg else {}
+    providers = [p.split(" (", 1)[0] for p in f.providers] if f.kind == M.TORCH_OP else []
+    if f.kind == M.NOT_INSTALLED and f.package and f.package != pkg:
+        providers = [f.package]
+    keys = [r.dispatch_key for r in f.registrations if r.kind in ("cpp_impl", "python")]
+    out: dict = {"requires": requires_from_final(f.kind, package=pkg, dispatch_keys=keys, providers=providers)}
+    installed = [p.split(" (", 1)[0] for p in f.providers if " (installed at " in p] if f.kind == M.TORCH_OP else []
+    if installed:
+        out["module"] = installed[0]
+    return out
+
+
 def families_for(chain: M.Chain) -> list[str]:
     return [f for f, _ in probe_candidates(chain)]
 
@@ -148,8 +169,9 @@ def record_probe(ls: AttnLensServer, spec: dict, result: Any) -> None:
     sev = T.DiagnosticSeverity.Information if verdict == "pass" else T.DiagnosticSeverity.Warning
     msg = (f"probe {d.get('family', spec.get('family'))} on {d.get('target', spec.get('target'))}: "
            f"{verdict.upper()} ({passed}/{len(cases)} cases) [env {env_hash}]")
-    if d.get("message") and verdict != "pass":
-        msg += f": {str(d.get('message'))[:200]}"
+    why = d.get("reason") or d.get("message")
+    if why and verdict != "pass":
+        msg += f": {str(why)[:200]}"
     diag = T.Diagnostic(
         range=T.Range(T.Position(line, 0), T.Position(line, 10_000)),
         message=msg, severity=sev, source=PROBE_SOURCE, code=f"probe.{d.get('family', spec.get('family'))}",
@@ -329,6 +351,7 @@ def code_actions(a: Analysis, ls: AttnLensServer, path: str, uri: str, rng: T.Ra
             continue
         seen.add((fam, target))
         spec = {"family": fam, "target": target, "uri": uri, "line": rng.start.line, "character": rng.start.character}
+        spec.update(probe_requires(chain, target))
         out.append(T.CodeAction(
             title=f"Run probe {fam} on {target}",
             kind=T.CodeActionKind.QuickFix,
