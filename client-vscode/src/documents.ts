@@ -137,6 +137,12 @@ export function probeMarkdown(rec: ProbeRecord): string {
   out.push(`# Probe ${mdCode(rec.family ?? "?")} on ${mdCode(rec.target ?? "?")}`);
   out.push("");
   out.push(`- verdict: **${mdEscape(rec.verdict ?? "?")}**`);
+  if (rec.reason) {
+    out.push(`- reason: ${mdEscape(rec.reason)}`);
+  }
+  if (rec.next) {
+    out.push(`- next step: ${mdEscape(rec.next)}`);
+  }
   if (rec.id) {
     out.push(`- id: ${mdCode(rec.id)}`);
   }

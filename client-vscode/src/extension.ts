@@ -3,11 +3,13 @@ import * as vscode from "vscode";
 import { BackendsProvider, callSiteLoc, Node, probeTargetFor } from "./backendsView";
 import { chainMarkdown, chainPlain, DocumentStore, environmentMarkdown, probeMarkdown } from "./documents";
 import { onPythonInterpreterChanged } from "./interpreter";
+import { runProbeFlow } from "./probeFlow";
 import { ProbeRun, ProbesProvider } from "./probesView";
+import { registerSelectCommands } from "./select";
 import { normalizeEnvironment, RESTART_SETTINGS, ServerManager } from "./server";
 import { StatusBar } from "./statusBar";
 import { TracePanel } from "./tracePanel";
-import { Chain, EnvironmentRecord, Loc, PROBE_FAMILIES, ProbeRecord, ProbeRequest } from "./types";
+import { Chain, EnvironmentRecord, Loc, ProbeRecord, ProbeRequest } from "./types";
 import { errorMessage, hasLoc, openLocation, showCommandError, toUri } from "./util";
 
 let server: ServerManager | undefined;
@@ -48,6 +50,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (hit.length) {
         mgr.log(`settings changed: ${hit.join(", ")}`);
         mgr.scheduleRestart(`settings changed (${hit.join(", ")})`);
+      } else {
+        void mgr.reresolve(e); // any other change: a server that could not start tries again if the interpreter resolves now
       }
     }),
     vscode.workspace.onDidGrantWorkspaceTrust(() => mgr.scheduleRestart("workspace trusted")),
@@ -67,6 +71,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: "AttnLens: restarting server" }, () => mgr.restart("command")),
   );
   reg("attnlens.showOutput", () => output.show(true));
+  registerSelectCommands(context, mgr);
   reg("attnlens.openLocation", (loc: Loc) => openLocation(loc));
   reg("attnlens.refreshBackends", () => backends.refresh(true));
   reg("attnlens.reindex", async () => {
@@ -171,66 +176,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }
   });
 
-  const runProbe = async (prefill: Partial<ProbeRequest> = {}) => {
-    if (!vscode.workspace.isTrusted) {
-      const c = await vscode.window.showWarningMessage(
-        "AttnLens: probes are disabled in an untrusted workspace. A probe imports and runs this workspace's code " +
-          "(the plugin and its kernels) in the target interpreter; trust the workspace to run probes.",
-        "Manage Workspace Trust",
-      );
-      if (c) {
-        await vscode.commands.executeCommand("workbench.trust.manage");
-      }
-      return;
-    }
-    const target0 = prefill.target ?? "";
-    const guess = prefill.family ?? PROBE_FAMILIES.find((f) => target0 && f.hint.test(target0))?.name;
-    const items = PROBE_FAMILIES.map((f) => ({ label: f.name, description: f.description, picked: f.name === guess }));
-    items.sort((a, b) => Number(b.picked) - Number(a.picked));
-    const family = await vscode.window.showQuickPick(items, {
-      title: "AttnLens: run probe (1/2) — family",
-      placeHolder: "Which contract should the target be checked against?",
-      matchOnDescription: true,
-    });
-    if (!family) {
-      return;
-    }
-    const target = await vscode.window.showInputBox({
-      title: `AttnLens: run probe (2/2) — ${family.label} target`,
-      prompt: "Symbol to probe: package.module:attr, package.module.attr, ns::op or torch.ops.ns.op",
-      value: target0,
-      ignoreFocusOut: true,
-      validateInput: (v) => (v.trim() ? undefined : "Enter the symbol to probe"),
-    });
-    if (!target) {
-      return;
-    }
-    const device = prefill.device || vscode.workspace.getConfiguration("attnlens").get<string>("probe.device") || undefined;
-    const req: ProbeRequest = { family: family.label, target: target.trim(), ...(device ? { device } : {}) };
-    let record: ProbeRecord;
-    try {
-      record = await vscode.window.withProgress(
-        { location: vscode.ProgressLocation.Notification, title: `AttnLens: probing ${req.family} on ${req.target}`, cancellable: true },
-        (_p, token) => mgr.executeCommand<ProbeRecord>("attnlens.runProbe", [req], token),
-      );
-    } catch (e) {
-      showCommandError(`probe ${req.family} on ${req.target}`, e, output);
-      return;
-    }
-    if (!record || typeof record !== "object" || (record.error && !record.verdict)) {
-      const why = record && typeof record === "object" ? JSON.stringify(record.error) : "no record returned";
-      showCommandError(`probe ${req.family} on ${req.target}`, new Error(why), output);
-      return;
-    }
-    record.family ??= req.family;
-    record.target ??= req.target;
-    const run = probes.add(record);
-    void probesView.reveal(run, { select: true, focus: false }).then(undefined, () => undefined);
-    const c = await vscode.window.showInformationMessage(`AttnLens probe ${record.family} on ${record.target}: ${record.verdict ?? "?"}`, "Details");
-    if (c === "Details") {
-      await vscode.commands.executeCommand("attnlens.showProbe", run);
-    }
-  };
+  // Asks only for what the caller did not name; the server's pre-flight check may answer "not run" (why, next step).
+  const runProbe = (prefill: Partial<ProbeRequest> = {}) =>
+    runProbeFlow({ mgr, probes, probesView: probesView as vscode.TreeView<unknown>, output }, prefill);
+
   // Also the target of server code actions / hover links: args [{family?, target?, device?}].
   reg("attnlens.runProbe", (arg?: unknown) => {
     if (arg && typeof arg === "object" && !Array.isArray(arg)) {

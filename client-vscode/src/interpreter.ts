@@ -102,25 +102,28 @@ export async function resolveTargetPython(resource?: vscode.Uri): Promise<string
 export interface ProbeResult {
   ok: boolean;
   version?: string;
+  executable?: string;
   message?: string;
 }
 
 /**
- * Check that `python` starts and can import attnlens and pygls, so that a wrong interpreter
- * gives one clear message instead of a crash loop.
+ * Check that `python` starts and can import `modules` (argv only, never a shell), within `timeoutMs`.
+ * `version` is the first module's `__version__`; `executable` the interpreter's `sys.executable`.
  */
-export function checkInterpreter(python: string, timeoutMs = 20000): Promise<ProbeResult> {
+export function checkImports(python: string, modules: string[], timeoutMs = 20000, what = modules.join(", ")): Promise<ProbeResult> {
   const script =
-    "import sys\n" +
+    "import sys, importlib\n" +
     "try:\n" +
-    "    import attnlens, pygls\n" +
-    "except Exception as e:\n" +
+    `    mods = [importlib.import_module(m) for m in ${JSON.stringify(modules)}]\n` +
+    "except BaseException as e:\n" +
     "    print('%s: %s' % (type(e).__name__, e)); sys.exit(3)\n" +
-    "print(getattr(attnlens, '__version__', '?'))\n";
+    "print(getattr(mods[0], '__version__', '?'))\n" +
+    "print(sys.executable)\n";
   return new Promise((resolve) => {
     execFile(python, ["-c", script], { timeout: timeoutMs, windowsHide: true }, (err, stdout, stderr) => {
       if (!err) {
-        resolve({ ok: true, version: stdout.trim() });
+        const [version, executable] = stdout.trim().split("\n");
+        resolve({ ok: true, version: version?.trim(), executable: executable?.trim() });
         return;
       }
       const code = (err as NodeJS.ErrnoException).code;
@@ -132,8 +135,16 @@ export function checkInterpreter(python: string, timeoutMs = 20000): Promise<Pro
         resolve({ ok: false, message: `${python} did not answer within ${timeoutMs / 1000} s` });
       } else {
         const why = (stdout.trim() || stderr.trim().split("\n").slice(-1)[0] || err.message).trim();
-        resolve({ ok: false, message: `${python} cannot import attnlens (${why})` });
+        resolve({ ok: false, message: `${python} cannot import ${what} (${why})` });
       }
     });
   });
+}
+
+/**
+ * Check that `python` starts and can import attnlens and pygls, so that a wrong interpreter
+ * gives one clear message instead of a crash loop.
+ */
+export function checkInterpreter(python: string, timeoutMs = 20000): Promise<ProbeResult> {
+  return checkImports(python, ["attnlens", "pygls"], timeoutMs, "attnlens");
 }

@@ -96,7 +96,8 @@ export class ProbesProvider implements vscode.TreeDataProvider<Item>, vscode.Dis
     const verdict = (r.verdict ?? "?").toString();
     const item = new vscode.TreeItem(`${r.family ?? "?"} · ${r.target ?? "?"}`, vscode.TreeItemCollapsibleState.None);
     const hash = r.environment?.hash ? r.environment.hash.slice(0, 10) : "?";
-    item.description = `${verdict} · env ${hash}`;
+    // the verdict, then the server's one-line reason (why it failed, or why it was not run)
+    item.description = `${verdict === "not_run" ? "not run" : verdict}${r.reason ? ` · ${r.reason}` : ""} · env ${hash}`;
     const v = verdict.toLowerCase();
     item.iconPath =
       v.startsWith("pass") || v === "ok" || v === "conformant"
@@ -106,7 +107,8 @@ export class ProbesProvider implements vscode.TreeDataProvider<Item>, vscode.Dis
           : new vscode.ThemeIcon("warning", new vscode.ThemeColor("testing.iconSkipped"));
     const cases = r.cases ?? [];
     const passed = cases.filter((c) => c.passed === true || c.status === "pass").length;
-    item.tooltip = `${r.family} on ${r.target}\nverdict: ${verdict}\ncases: ${passed}/${cases.length} passed\nenvironment: ${r.environment?.summary ?? "?"} (${r.environment?.hash ?? "?"})\n${new Date(run.at).toLocaleString()}`;
+    const why = `${r.reason ? `\nreason: ${r.reason}` : ""}${r.next ? `\nnext step: ${r.next}` : ""}`;
+    item.tooltip = `${r.family} on ${r.target}\nverdict: ${verdict}${why}\ncases: ${passed}/${cases.length} passed\nenvironment: ${r.environment?.summary ?? "?"} (${r.environment?.hash ?? "?"})\n${new Date(run.at).toLocaleString()}`;
     item.command = { command: "attnlens.showProbe", title: "Show probe details", arguments: [run] };
     item.contextValue = "probeRun";
     return item;

@@ -1,5 +1,6 @@
 import * as vscode from "vscode";
 import {
+  DefinitionRequest,
   ExecuteCommandOptions,
   ExecuteCommandRequest,
   LanguageClient,
@@ -39,7 +40,43 @@ export const CLIENT_OWNED_COMMANDS = new Set<string>([
 const CLIENT_ONLY_SETTINGS = ["interpreter", "trace", "probe"];
 
 /** Settings whose change restarts the server. */
-export const RESTART_SETTINGS = ["attnlens.interpreter", "attnlens.targetPython", "attnlens.cacheDir", "attnlens.trace.server"];
+export const RESTART_SETTINGS = [
+  "attnlens.interpreter",
+  "attnlens.targetPython",
+  "attnlens.cacheDir",
+  "attnlens.trace.server",
+  "attnlens.definitionProvider",
+];
+
+/** Python language servers that answer Go to Definition themselves (extension id, name). */
+const OTHER_PYTHON_SERVERS: [string, string][] = [
+  ["ms-pyright.pyright", "Pyright"],
+  ["detachhead.basedpyright", "basedpyright"],
+  ["astral-sh.ty", "ty"],
+  ["pyrefly.pyrefly", "Pyrefly"],
+];
+
+/** The other Python language server that is enabled in this window, if any (Pylance, Jedi via the Python extension, Pyright, ...). */
+export function otherPythonServer(): string | undefined {
+  const choice = vscode.workspace.getConfiguration("python").get<string>("languageServer") ?? "Default";
+  if (vscode.extensions.getExtension("ms-python.vscode-pylance") && choice !== "None" && choice !== "Jedi") {
+    return "Pylance";
+  }
+  if (vscode.extensions.getExtension("ms-python.python") && choice === "Jedi") {
+    return "Jedi (Python extension)";
+  }
+  return OTHER_PYTHON_SERVERS.find(([id]) => vscode.extensions.getExtension(id))?.[1];
+}
+
+/** attnlens.definitionProvider: "on", "off", or "auto" (off while another Python server answers F12). */
+export function definitionProviderOn(): { on: boolean; why: string } {
+  const mode = vscode.workspace.getConfiguration("attnlens").get<string>("definitionProvider") ?? "auto";
+  if (mode === "on" || mode === "off") {
+    return { on: mode === "on", why: `attnlens.definitionProvider is "${mode}"` };
+  }
+  const other = otherPythonServer();
+  return other ? { on: false, why: `auto: ${other} answers Go to Definition` } : { on: true, why: "auto: no other Python language server" };
+}
 
 const OPEN_SETTINGS = "Open Settings";
 const SHOW_LOG = "Show Log";
@@ -78,6 +115,8 @@ export class ServerManager implements vscode.Disposable {
   private restartTimer: NodeJS.Timeout | undefined;
   private environmentGeneration: unknown = undefined;
   private disposed = false;
+  /** The interpreter the last failed start used ("" when none resolved). */
+  private failedInterpreter: string | undefined;
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -99,7 +138,24 @@ export class ServerManager implements vscode.Disposable {
 
   private setState(state: ServerState): void {
     this.state = state;
+    // for the views' welcome content ("when": "attnlens.serverState == failed")
+    void vscode.commands.executeCommand("setContext", "attnlens.serverState", state);
     this.stateEmitter.fire(state);
+  }
+
+  /**
+   * After a configuration change that restarts nothing by itself: a server that could not start (no
+   * interpreter, a wrong one) starts again when the interpreters resolve to something else now.
+   */
+  async reresolve(e?: vscode.ConfigurationChangeEvent): Promise<void> {
+    if (this.state !== "failed" || (e && !e.affectsConfiguration("attnlens") && !e.affectsConfiguration("python"))) {
+      return;
+    }
+    const folder = vscode.workspace.workspaceFolders?.[0];
+    const now = await resolveServerInterpreter(folder?.uri);
+    if (now && now.path !== this.failedInterpreter) {
+      this.scheduleRestart(`the server interpreter now resolves to ${now.path} (${now.source})`);
+    }
   }
 
   /** Run start/stop operations one after another. */
@@ -139,6 +195,25 @@ export class ServerManager implements vscode.Disposable {
     }, delayMs);
   }
 
+  private waitForInterpreter(resource: vscode.Uri | undefined, ms: number): Promise<Interpreter | undefined> {
+    return new Promise((resolve) => {
+      const done = (v: Interpreter | undefined) => {
+        clearTimeout(timer);
+        sub.dispose();
+        resolve(v);
+      };
+      const timer = setTimeout(() => done(undefined), ms);
+      const sub = vscode.workspace.onDidChangeConfiguration(async (e) => {
+        if (e.affectsConfiguration("attnlens.interpreter")) {
+          const now = await resolveServerInterpreter(resource);
+          if (now) {
+            done(now);
+          }
+        }
+      });
+    });
+  }
+
   private async failed(message: string, detail?: string): Promise<void> {
     this.lastError = message;
     this.output.error(`[client] ${message}${detail ? `\n${detail}` : ""}`);
@@ -164,7 +239,13 @@ export class ServerManager implements vscode.Disposable {
     this.progress.clear();
     this.setState("starting");
     const folder = vscode.workspace.workspaceFolders?.[0];
-    const interpreter = await resolveServerInterpreter(folder?.uri);
+    // Re-resolved on every start (Restart server included): never a value remembered from an earlier start.
+    let interpreter = await resolveServerInterpreter(folder?.uri);
+    if (!interpreter) {
+      // Settings can still be arriving while the window loads: wait briefly for a change before giving up.
+      interpreter = await this.waitForInterpreter(folder?.uri, 3000);
+    }
+    this.failedInterpreter = interpreter?.path ?? "";
     if (!interpreter) {
       await this.failed(
         "no Python interpreter to run the language server. Set \"attnlens.interpreter\" to a Python " +
@@ -185,6 +266,7 @@ export class ServerManager implements vscode.Disposable {
       return;
     }
     this.log(`attnlens ${check.version} found`);
+    this.failedInterpreter = undefined;
 
     const cfg = vscode.workspace.getConfiguration("attnlens", folder?.uri);
     const cacheDir = expandPath(cfg.get<string>("cacheDir") ?? "") || null;
@@ -238,6 +320,15 @@ export class ServerManager implements vscode.Disposable {
     };
     const client = new LanguageClient("attnlens", "AttnLens", serverOptions, clientOptions);
     this.client = client;
+
+    // Go to Definition next to another Python server: its answer alone (AttnLens keeps Go to Implementation).
+    const definition = definitionProviderOn();
+    this.log(`definition provider: ${definition.on ? "on" : "off"} (${definition.why})`);
+    if (!definition.on) {
+      const feature = client.getFeature(DefinitionRequest.method);
+      feature.initialize = () => undefined;
+      feature.register = () => undefined;
+    }
 
     // languageclient registers every command the server lists in executeCommandProvider as a
     // VS Code command; skip the ids the extension owns (attnlens.runProbe has a UI here).

@@ -105,7 +105,12 @@ export interface ProbeRecord {
   id?: string;
   family?: string;
   target?: string;
+  /** pass, fail, ..., or not_run when the server's pre-flight check found the probe cannot succeed here */
   verdict?: string;
+  /** One line: why the probe came out as it did (or why it was not run). */
+  reason?: string;
+  /** One line: what to do when it was not run. */
+  next?: string;
   cases?: ProbeCase[];
   environment?: { hash?: string; summary?: string; [key: string]: unknown } | null;
   error?: unknown;
@@ -116,6 +121,28 @@ export interface ProbeRequest {
   family: string;
   target: string;
   device?: string;
+  /** Where the code action was offered (the server publishes the verdict on that line). */
+  uri?: string;
+  line?: number;
+  character?: number;
+  /** What the pre-flight check verifies (from the chain), and an extension to import first. */
+  requires?: Record<string, unknown>;
+  module?: string;
+  /** Skip the pre-flight check ("Run anyway"). */
+  force?: boolean;
+}
+
+/** Older family names (contracts, earlier diagnostics) -> the one name (attnlens.runtime.probes.FAMILY_ALIASES). */
+export const FAMILY_ALIASES: Record<string, string> = {
+  varlen_attention: "varlen",
+  decode_attention: "decode",
+  sparse_topk: "topk",
+  kv_write: "kv_cache_write",
+  merge_states: "lse_merge",
+};
+
+export function canonicalFamily(name: string): string {
+  return FAMILY_ALIASES[name] ?? name;
 }
 
 /** Probe families known to the server (attnlens.agent.probes.FAMILY_MODULES). */
