@@ -512,7 +512,7 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
         if misfit:
             msg = msg[:-1] + f"; none covers `{misfit[0][0]}` yet."
     elif misfit and contract is not None:
-        msg += f" No probe family covers `{misfit[0][0]}` yet."
+        msg += f" No probe covers `{misfit[0][0]}` yet."
     detail = [f"`{v0.qual}`" + (f" is imported at {_rel(h.path, root)}:{h.line}" + (f" under `{h.condition}`" if h.condition else "")
                                  if h is not None else "") + f"; the target environment has no `{pkg}`, so its "
               "signature and capabilities cannot be read."]
@@ -665,6 +665,10 @@ def torch_op_schema(ctx):
             sch, where, _ws, probs = bad
             loc = _rel(where.rsplit(':', 1)[0], root) + (f":{where.rsplit(':', 1)[1]}" if ":" in where else "")
             msg = f"`torch.ops.{ns}.{op}` does not fit its schema ({loc}): {_problem(probs, op)}; the call fails when it runs."
+            record = _schema_of_record(ctx, where)
+            if record:
+                msg = (f"`torch.ops.{ns}.{op}` does not fit its source-build schema ({loc}): {_problem(probs, op)}; "
+                       f"{record}.")
             detail = (f"Called with {cs.nargs} positional argument(s)" + (f" and keyword(s) {', '.join(cs.keywords)}" if cs.keywords else "")
                       + f"; schema `{sch}`: " + "; ".join(probs) + ".")
             ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
@@ -685,10 +689,30 @@ def torch_op_schema(ctx):
             loc = f"{_rel(where.rsplit(':', 1)[0], root)}:{where.rsplit(':', 1)[-1]}"
             msg = (f"`{cs.func}` fails on this platform: upstream `{v.qual}` calls `{ns}::{op}` with {ics.nargs} "
                    f"arguments and the schema registered here ({loc}) {_problem(probs, op, verb=True)}.")
+            record = _schema_of_record(ctx, where)
+            if record:
+                msg = (f"`{cs.func}` fails in a source build: upstream `{v.qual}` passes {ics.nargs} arguments to "
+                       f"`{ns}::{op}` ({loc}: {_problem(probs, op, verb=True)}); {record}.")
             detail = (f"Upstream call at {upath}:{ics.line} ({v.dotted}); the schema this workspace registers is `{sch}`: "
                       + "; ".join(probs) + ".")
             ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
                             upstream_call=f"{upath}:{ics.line}", detail=detail, cause=f"AL113:{ns}::{op}@{upath}:{ics.line}")
+
+
+def _schema_of_record(ctx, where: str) -> str:
+    """When the schema comes from the workspace's C++ (the source build) but the platform's default
+    configuration loads a precompiled provider instead, say which one and that it is not installed here."""
+    if not where or not ctx.ws.index.is_workspace_path(where.rsplit(":", 1)[0]):
+        return ""
+    try:
+        from ..envflags import platform_defaults
+    except ImportError:
+        return ""
+    prov = platform_defaults(ctx.r).provider
+    if prov is None or prov.guard is None or "not installed" not in (prov.status or ""):
+        return ""
+    flag = prov.flags[0].text.rpartition(".")[2] if prov.flags else prov.guard
+    return f"by default (`{flag}`) `{prov.module}` is loaded instead, not installed here"
 
 
 def _problem(probs: list, op: str, verb: bool = False) -> str:

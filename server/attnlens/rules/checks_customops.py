@@ -51,8 +51,9 @@ def custom_op_parameters(ctx):
         um = v.upstream.module
         where = f"{_short(um.path)}:{uf.line}"
         names = ", ".join(f"`{n}`" for n in d["missing"])
-        role = "fake of op" if d["which"] == "fake" else "op"
-        msg = f"`{pf.name}` ({role} variant of {v.upstream.qualname}) lacks upstream's {names}: add them (quick fix)"
+        role = "fake of " if d["which"] == "fake" else ""
+        msg = (f"`{pf.name}` ({role}a variant of {v.upstream.qualname}) lacks the {names} upstream's op takes: "
+               "callers passing them fail.")
         detail = (f"Registered as {v.plugin.qualname} (line {v.plugin.line}); paired with upstream's "
                   f"{v.upstream.qualname} by {'its name' if v.via == 'name' else 'the call site of its layer'}; "
                   f"upstream's {'fake' if d['which'] == 'fake' else 'op function'} `{uf.name}` is at {where}.")

@@ -1558,7 +1558,7 @@ def unregistered_ops(ctx):
         similar = _similar_ops(ctx, ns, op)
         near = f" (csrc has `{similar[0]}`" + (f" +{len(similar) - 1}" if len(similar) > 1 else "") + ")" if similar else ""
         if missing:
-            msg = (f"`torch.ops.{ns}.{op}` is not registered in the workspace{near}: a source build fails here; "
+            msg = (f"`torch.ops.{ns}.{op}` is registered nowhere here{near}: a source build lacks it; "
                    f"only `{missing[0][0]}` (not installed) may provide it.")
             sev = "warning"
         else:

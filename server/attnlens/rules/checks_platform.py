@@ -26,7 +26,7 @@ def _branch_effect(b, value) -> str:
     span = lambda s: (f"lines {s[0]}-{s[1]}" if s and s[0] != s[1] else (f"line {s[0]}" if s else ""))
     if b.kind in ("if", "while"):
         if tv is False:
-            return f"so the `{b.kind}` body at {span(b.body)} never runs" + (f" (only the `else` branch at {span(b.orelse)} does)" if b.orelse else "")
+            return f"so the `{b.kind}` body at {span(b.body)} never runs"
         if tv is True:
             return (f"so the `else` branch at {span(b.orelse)} never runs" if b.orelse else f"so the `{b.kind}` at line {b.line} is always taken")
         return f"in the condition of the `{b.kind}` at line {b.line} ({span(b.body)})"
