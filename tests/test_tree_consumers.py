@@ -166,20 +166,20 @@ def _link(path, line):
 
 def test_hover_markdown_leads_with_what_runs(merge_chain):
     md = chain_markdown(merge_chain, title="### AttnLens", link=_link)
-    lines = md.splitlines()
+    lines = [ln.rstrip() for ln in md.splitlines()]
     kline = line_of(MERGE, "def merge_attn_states_kernel(")
     assert lines[0] == "### AttnLens"
-    assert lines[1].rstrip() == (f"Runs: `merge_attn_states_kernel` ([merge_attn_states.py:{kline}]({_link(str(MERGE), kline)}), "
-                                 f"if `{NOT_CUDA}`: taken on this platform) — Triton kernel")
-    assert lines[2].rstrip() == f"*1 branch dead on this platform:* torch custom op `_C::merge_attn_states` if `{CUDA}`"
+    assert lines[1] == (f"Runs: `merge_attn_states_kernel` (Triton, [merge_attn_states.py:{kline}]({_link(str(MERGE), kline)} "
+                        f'"Triton kernel: {KERNEL}"), taken on this platform)')
+    assert lines[2] == f"Not taken on this platform: `merge_attn_states` (torch op, if `{CUDA}`)"
     assert sum(ln.startswith("Runs:") for ln in lines) == 1
     # then the chain: trunk hops, the fork, the dead branch folded into one line, the taken one expanded
-    assert "1. `call` `merge_attn_states` [flash_attn.py:" in md and "2. `import` " in md
-    assert "⇒ **fork** (calls) `mini_metax.attention.ops.merge_attn_states.merge_attn_states`" in md
-    dead = [ln for ln in lines if ln.startswith("- ~~dead~~")]
-    assert len(dead) == 1 and f"[*if* `{CUDA}` → **DEAD on this platform**]" in dead[0]
-    assert "folded (3 hops): would reach torch custom op `_C::merge_attn_states`" in dead[0]
-    assert any(ln.startswith(f"- [*if* `{NOT_CUDA}` → **taken on this platform**] line 26: merge_attn_states_triton(...)")
+    assert "1. call `merge_attn_states` [flash_attn.py:" in md and "2. import " in md
+    assert f"⇒ `mini_metax.attention.ops.merge_attn_states.merge_attn_states` chooses among calls by `{CUDA}; {NOT_CUDA}`" in md
+    dead = [ln for ln in lines if ln.startswith(f"- *if* `{CUDA}`")]
+    assert len(dead) == 1 and dead[0].startswith(f"- *if* `{CUDA}` — **DEAD on this platform**: line 22: torch.ops.\\_C.merge_attn_states(...)")
+    assert dead[0].endswith("folded (3 hops): would reach torch custom op `_C::merge_attn_states`")
+    assert any(ln.startswith(f"- *if* `{NOT_CUDA}` — **taken on this platform**: line 26: merge_attn_states_triton(...)")
                for ln in lines)
     assert f"  - ⇒ **Triton kernel** `{KERNEL}` [merge_attn_states.py:{kline}]" in md
     assert "constexpr: `HEAD_SIZE, PADDED_HEAD_SIZE, OUTPUT_LSE`" in md
@@ -187,20 +187,40 @@ def test_hover_markdown_leads_with_what_runs(merge_chain):
 
 def test_hover_markdown_escapes_and_runtime_words():
     md = chain_markdown(_tree(truncated="depth bound"), link=_link)
-    lines = md.splitlines()
-    runs = [ln.rstrip() for ln in lines if ln.startswith("Runs:")]
+    lines = [ln.rstrip() for ln in md.splitlines()]
+    runs = [ln for ln in lines if ln.startswith("Runs:")]
     assert runs == [
-        f'Runs: `_C::write` ([k.py:3]({_link("/x/k.py", 3)}), if `not (is_cuda())` and `kv_cache_dtype == "auto"`: '
-        "decided at run time) — torch custom op",
-        f'Runs: `kernel` ([\\_\\_init\\_\\_.py:5]({_link("/x/__init__.py", 5)}), if `not (is_cuda())` and '
-        '`kv_cache_dtype == "fp8"`: decided at run time) — Triton kernel',
-        "Runs: `vendorlib` (always taken on this platform) — NOT INSTALLED",
+        f'Runs: `write` (torch op `_C::write`, [k.py:3]({_link("/x/k.py", 3)} "torch op: _C::write"), decided at run time by '
+        '`kv_cache_dtype == "auto"`)',
+        f'Runs: `kernel` (Triton, [\\_\\_init\\_\\_.py:5]({_link("/x/__init__.py", 5)} "Triton kernel: pkg.__init__.kernel"), '
+        'decided at run time by `kv_cache_dtype == "fp8"`)',
+        "Runs: `vendorlib` (not installed here: `vendorlib`, taken on this platform)",
     ]
-    assert "*1 branch dead on this platform:* torch custom op `_C::cuda_op` if `is_cuda()`" in md
-    assert "*truncated: the tree hit its bounds; more leaves exist than are shown*" in md
+    assert "Not taken on this platform: `cuda_op` (torch op, if `is_cuda()`)" in lines
+    assert "*The tree hit its bounds: more leaves exist than are listed.*" in lines
     assert '"fp8": kernel\\[grid\\]' in md  # a label with Markdown syntax, escaped
     assert md_escape("__init__") == "\\_\\_init\\_\\_" and md_escape("kernel[grid]") == "kernel\\[grid\\]"
     assert md_escape("merge_attn_states") == "merge_attn_states"
+
+
+def test_verdict_defaults_say_what_the_default_configuration_does():
+    """Env flags at their defaults: a run-time condition they decide says so, and the provider line names the
+    kernel module loaded first (hand-built defaults; envflags is tested on the example below)."""
+    from attnlens.envflags import DefaultProvider, Flag
+    from attnlens.render import Defaults, verdict_markdown, verdict_text
+
+    chain = _tree()
+    defaults = Defaults(condition=lambda text, path, line: text == 'kv_cache_dtype == "auto"',
+                        provider=DefaultProvider("vendor._C", "not installed", "envs.USE_VENDOR", (Flag("envs.USE_VENDOR", True),)))
+    # a torch op leaf without providers: no provider line
+    md = verdict_markdown(chain, _link, defaults)
+    assert md[0].endswith('decided at run time by `kv_cache_dtype == "auto"`; taken by default)')
+    assert md[1].endswith('decided at run time by `kv_cache_dtype == "fp8"`; not taken by default)')
+    assert not any(ln.startswith("Loaded by default from:") for ln in md)
+    chain.final.fork.branches[1].chain.final.fork.branches[0].chain.final.providers = ["vendor._C (not installed, if envs.USE_VENDOR)"]
+    text = verdict_text(chain, defaults)
+    assert text[3] == "Loaded by default from: vendor._C (not installed here; envs.USE_VENDOR defaults to True)"
+    assert text[0] == 'Runs: write (torch op _C::write, /x/k.py:3, decided at run time by kv_cache_dtype == "auto"; taken by default)'
 
 
 def test_hover_section_uses_the_tree(ws, merge_chain):
@@ -208,8 +228,8 @@ def test_hover_section_uses_the_tree(ws, merge_chain):
 
     ctx = HoverContext(analysis=None, path=str(FA), line=1, col=0, chain=merge_chain)
     text = chain_section(ctx)
-    assert text.splitlines()[1].startswith("Runs: `merge_attn_states_kernel` ([merge_attn_states.py:")
-    assert "constexpr: none" not in text
+    assert text.splitlines()[0].startswith("Runs: `merge_attn_states_kernel` (Triton, [merge_attn_states.py:")
+    assert text.splitlines()[-1].startswith("Chain (2 hops): [call flash_attn.py:")
 
 
 # -- attnlens trace --json and its schema -----------------------------------------------------------
@@ -407,11 +427,10 @@ def _uri(path: Path) -> str:
 @pytest.mark.asyncio(loop_scope="module")
 async def test_lsp_hover_runs_line(lsp):
     md = await lsp.hover_text(FA, _pos(FA, MERGE_CALL))
-    lines = md.splitlines()
-    assert lines[0] == "### AttnLens"
-    assert lines[1].startswith(f"Runs: `merge_attn_states_kernel` ([merge_attn_states.py:{line_of(MERGE, 'def merge_attn_states_kernel(')}](")
-    assert lines[1].rstrip().endswith(f"if `{NOT_CUDA}`: taken on this platform) — Triton kernel")
-    assert lines[2].rstrip() == f"*1 branch dead on this platform:* torch custom op `_C::merge_attn_states` if `{CUDA}`"
+    lines = [ln.rstrip() for ln in md.splitlines()]
+    assert lines[0].startswith(f"Runs: `merge_attn_states_kernel` (Triton, [merge_attn_states.py:{line_of(MERGE, 'def merge_attn_states_kernel(')}](")
+    assert lines[0].endswith("), taken on this platform)")
+    assert lines[1] == f"Not taken on this platform: `merge_attn_states` (torch op, if `{CUDA}`)"
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -441,7 +460,9 @@ async def test_lsp_outgoing_calls_list_every_leaf(lsp):
         T.TextDocumentIdentifier(_uri(FA)), _pos(FA, "def _forward_cascade(", offset=4)))
     assert items and items[0].name == "_forward_cascade"
     out = await lsp.client.call_hierarchy_outgoing_calls_async(T.CallHierarchyOutgoingCallsParams(items[0]))
-    by_name = {c.to.name: c.to for c in out}
-    assert {"merge_attn_states_kernel", "_C::merge_attn_states", "miniflash"} <= set(by_name), set(by_name)
-    assert by_name["_C::merge_attn_states"].detail.startswith(f"DEAD on this platform (if {CUDA})")
-    assert not (by_name["merge_attn_states_kernel"].detail or "").startswith("DEAD")
+    # items are named after the called symbol; what each reaches leads the detail
+    by_leaf = {(c.to.detail or "").split(" · ")[0]: c.to for c in out}
+    assert {"→ merge_attn_states_kernel", "→ _C::merge_attn_states", "→ miniflash"} <= set(by_leaf), set(by_leaf)
+    assert by_leaf["→ _C::merge_attn_states"].detail.startswith(f"→ _C::merge_attn_states · DEAD on this platform (if {CUDA})")
+    assert by_leaf["→ merge_attn_states_kernel"].name == "merge_attn_states"
+    assert not by_leaf["→ merge_attn_states_kernel"].detail.split(" · ")[1].startswith("DEAD")

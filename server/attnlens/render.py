@@ -37,7 +37,7 @@ def _loc(path: str | None, line: int | None) -> str:
 
 
 def _reach(v) -> str:
-    return {True: "live", False: "DEAD on this platform", None: "unknown"}[v]
+    return reach_words(v)
 
 
 def reach_words(v: bool | None) -> str:
@@ -60,12 +60,33 @@ def conditions_words(conds: list[str]) -> str:
 # -- the tree, flattened with the hops on each leaf's path ---------------------
 
 
+@dataclass(frozen=True)
+class Cond:
+    """A condition on the way to a leaf, where it is decided and how it stands on this platform."""
+
+    text: str
+    reachable: bool | None
+    path: str | None
+    line: int | None
+
+
 @dataclass
 class LeafPath:
     """A :class:`model.Leaf` plus every hop from the root to it (trunk first)."""
 
     leaf: M.Leaf
     hops: list[M.Hop]
+    branch_conds: tuple = ()  # Cond of each branch taken from the root
+
+    def conds(self) -> list[Cond]:
+        """The branch conditions from the root, then the guards of the hops on the way (once each)."""
+        out: dict[str, Cond] = {}
+        for c in self.branch_conds:
+            out.setdefault(c.text, c)
+        for h in self.hops:
+            if h.condition:
+                out.setdefault(h.condition, Cond(h.condition, h.reachable, h.path or None, h.line or None))
+        return list(out.values())
 
     @property
     def final(self) -> M.Final:
@@ -88,23 +109,39 @@ class LeafPath:
         return None
 
 
-def leaf_paths(chain: M.Chain) -> list[LeafPath]:
-    """``chain.leaves()`` in the same (depth-first) order, each with the hops on its path."""
-    hop_lists: list[list[M.Hop]] = []
+_LEAF_PATHS: dict[int, tuple] = {}  # id(chain) -> (chain, its leaf paths): the renderers ask several times
 
-    def walk(c: M.Chain, hops: list[M.Hop]) -> None:
+
+def leaf_paths(chain: M.Chain) -> list[LeafPath]:
+    """``chain.leaves()`` in the same (depth-first) order, each with the hops and branch conditions on its path
+    (memoised for the last few chains: a hover, its sections and the lens ask for the same tree)."""
+    hit = _LEAF_PATHS.get(id(chain))
+    if hit is not None and hit[0] is chain:
+        return hit[1]
+    out = _leaf_paths(chain)
+    if len(_LEAF_PATHS) >= 512:
+        _LEAF_PATHS.clear()
+    _LEAF_PATHS[id(chain)] = (chain, out)
+    return out
+
+
+def _leaf_paths(chain: M.Chain) -> list[LeafPath]:
+    walks: list[tuple[list[M.Hop], tuple]] = []
+
+    def walk(c: M.Chain, hops: list[M.Hop], conds: tuple) -> None:
         hops = hops + list(c.hops)
         if c.final.fork is None:
-            hop_lists.append(hops)
+            walks.append((hops, conds))
             return
         for b in c.final.fork.branches:
-            walk(b.chain, hops)
+            more = (Cond(b.condition, b.reachable, b.path, b.line),) if b.condition else ()
+            walk(b.chain, hops, conds + more)
 
-    walk(chain, [])
+    walk(chain, [], ())
     leaves = chain.leaves()
-    if len(leaves) != len(hop_lists):  # pragma: no cover - both walk the same tree
-        hop_lists = [list(chain.hops)] * len(leaves)
-    return [LeafPath(lf, hs) for lf, hs in zip(leaves, hop_lists)]
+    if len(leaves) != len(walks):  # pragma: no cover - both walk the same tree
+        walks = [(list(chain.hops), ())] * len(leaves)
+    return [LeafPath(lf, hs, cs) for lf, (hs, cs) in zip(leaves, walks)]
 
 
 def leaf_summary(lf: M.Leaf, conditions: list[str] | None = None) -> str:
@@ -131,6 +168,452 @@ def site_leaves_text(chain: M.Chain) -> str:
         parts.append(f"{lf.final.kind}{mark}")
     trunc = " (truncated)" if chain.truncated() else ""
     return f"{len(leaves)} leaves: {', '.join(parts)}{trunc}"
+
+
+# -- the verdict: what runs, one line per leaf that can run ------------------------------------
+
+# a leaf's kind in one or two words (verdict lines, link titles)
+KIND_TAG = {
+    M.PYTHON_FUNCTION: "Python", M.PYTHON_CLASS: "class", M.TORCH_OP: "torch op", M.TRITON_KERNEL: "Triton",
+    M.EXTENSION_FUNCTION: "extension", M.DUMMY: "dummy", M.NOT_INSTALLED: "not installed here",
+    M.UNRESOLVED: "unresolved", M.FORK: "fork",
+}
+# a leaf's kind in plain words (link titles, the folded chain)
+KIND_WORDS = {
+    M.PYTHON_FUNCTION: "Python function", M.PYTHON_CLASS: "Python class", M.TORCH_OP: "torch op",
+    M.TRITON_KERNEL: "Triton kernel", M.EXTENSION_FUNCTION: "native extension function", M.DUMMY: "dummy",
+    M.NOT_INSTALLED: "not installed", M.UNRESOLVED: "unresolved", M.FORK: "fork",
+}
+# a hop's kind in plain words (the folded chain, the full tree)
+HOP_WORDS = {
+    "call": "call", "import": "import", "conditional_import": "import", "lazy_import": "lazy import",
+    "dynamic_import": "importlib", "reexport": "re-export", "alias": "alias", "wrapper": "wrapper",
+    "decorator": "decorator", "autograd_apply": "autograd", "patch": "patched", "torch_op": "torch dispatcher",
+    "op_registration": "registration", "definition": "def", "triton_launch": "launch", "extension": "extension",
+    "platform": "platform", "selection": "never selected", "registry": "registry", "backend_part": "backend part",
+    "dummy": "dummy", "not_installed": "not installed", "unresolved": "unresolved",
+}
+MAX_RUNS = 5  # verdict lines of leaves that can run before "… and N more"
+MAX_DEAD = 3  # leaves named in the "not taken on this platform" line
+
+
+@dataclass
+class Defaults:
+    """What the platform's default configuration (no environment flag set) decides:
+    ``condition(text, path, line)`` evaluates a guard with the flags at their defaults; ``provider``
+    is the kernel module the platform loads first by default (``envflags.DefaultProvider``).
+    ``envflags.platform_defaults(resolver)`` gives the real one; tests build this one by hand."""
+
+    condition: object = None  # Callable[[str, str | None, int | None], bool | None]
+    provider: object = None
+
+
+@dataclass(frozen=True)
+class LeafName:
+    short: str  # the name a verdict shows
+    full: str  # the full name (a link's title)
+    path: str | None  # the leaf's definition; for a missing package, the import that names it
+    line: int | None
+
+
+def _last(name: str) -> str:
+    for sep in ("::", "."):
+        if sep in name:
+            name = name.rpartition(sep)[2] or name
+    return name or "?"
+
+
+def leaf_name(lp: LeafPath) -> LeafName:
+    """What a leaf is called where it runs: a torch op by the function its registration binds (the C++
+    or Python kernel), a missing package by the name imported from it, others by their last name."""
+    f = lp.final
+    if f.kind == M.TORCH_OP:
+        bound = next((h for h in reversed(lp.hops) if h.kind == "definition" and h.path and h.line
+                      and h.detail.startswith("C++")), None)
+        if bound is not None:
+            return LeafName(_last(bound.symbol), f"{f.symbol} → {bound.symbol}", bound.path, bound.line)
+        reg = next((r for r in f.registrations if r.function and r.function_path and r.kind in ("cpp_impl", "python")), None)
+        if reg is not None:
+            return LeafName(_last(reg.function), f"{f.symbol} → {reg.function}", reg.function_path, reg.function_line)
+        return LeafName(_last(f.symbol), f.symbol, f.path, f.line)
+    if f.kind == M.NOT_INSTALLED:
+        hop = next((h for h in reversed(lp.hops) if h.kind == "not_installed" and h.symbol), None)
+        full = hop.symbol if hop is not None else f.symbol
+        imp = lp.binding_import() if not f.path else None
+        where = (imp.path, imp.line) if imp is not None else (f.path, f.line)
+        return LeafName(_last(full), full, *where)
+    parts = (f.symbol or "").split(".")
+    if f.kind in (M.PYTHON_FUNCTION, M.DUMMY) and len(parts) >= 2 and parts[-2].lstrip("_")[:1].isupper():
+        return LeafName(f"{parts[-2]}.{parts[-1]}", f.symbol, f.path, f.line)  # a method: with its class
+    return LeafName(_last(f.symbol), f.symbol, f.path, f.line)
+
+
+@dataclass
+class Verdict:
+    """One line of the verdict: a leaf (or several paths to the same leaf) and how it stands here."""
+
+    name: LeafName
+    lp: LeafPath
+    reachable: bool | None
+    runtime: list  # Cond decided at run time on the way
+    by_default: bool | None = None  # the runtime conditions with no environment flag set
+    paths: int = 1
+    shared: tuple = ()  # runtime conditions every leaf that can run has (said once, after the verdict lines)
+
+    @property
+    def own(self) -> list:
+        """The runtime conditions of this leaf that not every other leaf shares."""
+        return [c for c in self.runtime if c.text not in {x.text for x in self.shared}]
+
+    @property
+    def final(self) -> M.Final:
+        return self.lp.final
+
+
+def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Verdict], list[Verdict]]:
+    """(leaves that can run, leaves that cannot), one Verdict per distinct leaf, depth-first order."""
+    live: dict[tuple, Verdict] = {}
+    dead: dict[tuple, Verdict] = {}
+    cond_of = defaults.condition if defaults is not None else None
+    for lp in leaf_paths(chain):
+        nm = leaf_name(lp)
+        key = (lp.final.kind, nm.full, nm.path, nm.line)
+        r = lp.leaf.reachable
+        table = dead if r is False else live
+        if key in table:
+            v = table[key]
+            v.paths += 1
+            if r is True and v.reachable is not True:
+                v.reachable, v.runtime, v.by_default = True, [], None
+            continue
+        runtime = [c for c in lp.conds() if c.reachable is None] if r is None else []
+        by_default = None
+        if runtime and cond_of is not None:
+            vals = [cond_of(c.text, c.path, c.line) for c in runtime]
+            by_default = False if any(x is False for x in vals) else True if all(x is True for x in vals) else None
+        table[key] = Verdict(nm, lp, r, runtime, by_default)
+    lv = list(live.values())
+    if len(lv) > 1:  # the trunk's guards, on every line, would hide what tells the leaves apart
+        common = [c for c in lv[0].runtime if all(any(x.text == c.text for x in v.runtime) for v in lv[1:])]
+        for v in lv:
+            v.shared = tuple(common)
+    return lv, list(dead.values())
+
+
+def shared_conditions(live: list[Verdict]) -> list:
+    return list(live[0].shared) if live else []
+
+
+def has_kernel_story(chain: M.Chain) -> bool:
+    """Is there anything kernel-related to say: a leaf that is a kernel, an op, a dummy or a missing package
+    (dead ones count: the code the platform no longer takes), or a torch op / patch on the way?"""
+    for lp in leaf_paths(chain):
+        if lp.final.kind in M.RUNTIME_LEAF_KINDS or any(h.kind in ("torch_op", "patch") for h in lp.hops):
+            return True
+    return False
+
+
+def unreadable_code(chain: M.Chain) -> bool:
+    """Does a leaf stop because a file could not be read (a permission, an I/O error)? Then the user must be told,
+    whatever else the chain has to say."""
+    return any(lp.final.kind == M.UNRESOLVED and "cannot read" in (lp.final.reason or "") for lp in leaf_paths(chain))
+
+
+def _dead_reason(lp: LeafPath) -> tuple[str, str]:
+    """(kind, text) of the first thing on the way that the platform proves false."""
+    for h in lp.hops:
+        if h.kind == "selection" and h.reachable is False:
+            return "selection", h.detail.removeprefix("never selected on this platform: ")
+    for c in lp.conds():
+        if c.reachable is False:
+            return "condition", c.text
+    return "", ""
+
+
+def _status_words(status: str) -> str:
+    return "not installed here" if status == "not installed" else "installed" if status.startswith("installed") else status
+
+
+_GETENV_TEXT = re.compile(r"""^(?:os\.)?(?:getenv|environ\.get)\(\s*(['"])([^'"]+)\1""")
+
+
+def _flag_words(fl, code) -> str:
+    m = _GETENV_TEXT.match(fl.text)
+    if m:
+        return f"{code(m.group(2))} is unset"
+    from .envflags import UNKNOWN
+
+    val = "unknown" if fl.value is UNKNOWN else repr(fl.value)
+    return f"{code(fl.text)} defaults to {val}"
+
+
+def provider_words(defaults: Defaults | None, code=lambda s: s) -> str | None:
+    """``mcoplib._C (not installed here; mx_envs.USE_PRECOMPILED_KERNEL defaults to True)``: the kernel
+    module loaded first by default."""
+    dp = defaults.provider if defaults is not None else None
+    if dp is None:
+        return None
+    why = [_status_words(dp.status)] + [_flag_words(fl, code) for fl in dp.flags]
+    return f"{code(dp.module)} ({'; '.join(why)})"
+
+
+def _has_providers(vs: list[Verdict]) -> bool:
+    return any(v.final.kind == M.TORCH_OP and v.final.providers for v in vs)
+
+
+# plain text (the CLI) -----------------------------------------------------------------------------
+
+
+def _cond_plain(v: Verdict) -> str:
+    return _cond(v, _PLAIN)
+
+def _where_plain(v: Verdict) -> str:
+    return _where(v, _PLAIN)
+
+def _missing_providers(f: M.Final) -> list[str]:
+    """The not-installed packages a torch op with no registration in reach would come from (its ``detail``
+    names them: ``provided by `a` or `b` (not installed)``)."""
+    if "(not installed)" not in (f.detail or ""):
+        return []
+    return re.findall(r"`([^`]+)`", f.detail)
+
+
+def dummy_reason(f: M.Final) -> str:
+    """What a dummy does (``only logs and returns None``), without the dummy's name in front."""
+    reason = (f.reason or "").strip()
+    return reason[len(f.symbol):].strip() if f.symbol and reason.startswith(f.symbol) else reason
+
+
+def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
+    """The verdict as plain lines (`attnlens trace`): the same lines as the hover's, every leaf listed."""
+    live, dead = verdicts(chain, defaults)
+    out = [f"Runs: {v.name.short} ({_where_plain(v)}, {_cond_plain(v)})" for v in live]
+    common = shared_conditions(live)
+    if common:
+        out.append("All of them only if " + " and ".join(c.text for c in common) + f" ({RUNTIME})")
+    if not live:
+        why = _dead_reason(dead[0].lp) if dead else ("", "")
+        out.append("Runs: nothing on this platform" + (f" ({why[1]})" if why[1] and why[0] == "selection" else
+                                                       f" ({why[1]} is false here)" if why[1] else ""))
+    pw = provider_words(defaults) if _has_providers(live) else None
+    if pw:
+        out.append(f"Loaded by default from: {pw}")
+    for v in dead:
+        kind, why = _dead_reason(v.lp)
+        out.append(f"Not taken on this platform: {v.name.short} ({KIND_TAG.get(v.final.kind, v.final.kind)}"
+                   + (f", never selected" if kind == "selection" else f", if {why}" if why else "") + ")")
+    return out
+
+
+# Markdown (the hover) ------------------------------------------------------------------------------
+
+
+def md_link(label: str, target: str, title: str | None = None) -> str:
+    """``[label](target "title")`` with the label escaped, the target safe for Markdown and the title quoted."""
+    target = target.replace("(", "%28").replace(")", "%29").replace(" ", "%20")
+    t = ""
+    if title:
+        t = ' "' + title.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+    return f"[{md_escape(label)}]({target}{t})"
+
+
+def _loc_md(path: str | None, line: int | None, link, title: str | None = None) -> str:
+    if not path:
+        return ""
+    label = f"{os.path.basename(path)}:{line}" if line else os.path.basename(path)
+    return md_link(label, link(path, line or 1), title)
+
+
+def _short_text(text: str | None, n: int = 90) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _cond_md(v: Verdict) -> str:
+    return _cond(v, _MarkdownFormat(None))
+
+
+def _cond(v: Verdict, fmt) -> str:
+    """How a leaf stands on this platform: taken, or decided at run time by its own conditions (the hover shows
+    one, cut to 90 characters; the CLI all), and what the default configuration does."""
+    if v.reachable is True:
+        text = TAKEN
+    elif v.own:
+        shown = v.own if fmt.conditions is None else v.own[:fmt.conditions]
+        more = len(v.own) - len(shown)
+        text = f"{RUNTIME} by " + " and ".join(fmt.code(fmt.cut(c.text, 90)) for c in shown) \
+            + (f" and {more} more" if more else "")
+    else:
+        text = RUNTIME
+    text += {True: "; taken by default", False: "; not taken by default"}.get(v.by_default, "")
+    return text + (f"; {v.paths} paths" if v.paths > 1 else "")
+
+def _where_md(v: Verdict, link) -> str:
+    return _where(v, _MarkdownFormat(link))
+
+
+class _PlainFormat:
+    """How :func:`_where` and :func:`_cond` write a name, a prose text and a location in plain text (`attnlens
+    trace`): everything in full."""
+
+    conditions: int | None = None  # conditions shown per leaf (None: all)
+
+    def code(self, text: str) -> str:
+        return text
+
+    def cut(self, text: str, n: int) -> str:
+        return text
+
+    def prose(self, text: str | None, n: int) -> str:
+        return text or ""
+
+    def loc(self, path: str | None, line: int | None, title: str) -> str:
+        return _loc(path, line) if path else ""
+
+
+class _MarkdownFormat(_PlainFormat):
+    """The same in Markdown (the hover): code spans, escaped prose cut to ``n`` characters, file:line links."""
+
+    conditions = 1  # one condition per line (the hover is not the place for every guard: Copy as Markdown)
+
+    def __init__(self, link):
+        self.link = link
+
+    def cut(self, text: str, n: int) -> str:
+        return _short_text(text, n)
+
+    def code(self, text: str) -> str:
+        return md_code(text)
+
+    def prose(self, text: str | None, n: int) -> str:
+        return md_escape(_short_text(text, n))
+
+    def loc(self, path: str | None, line: int | None, title: str) -> str:
+        return _loc_md(path, line, self.link, title)
+
+
+_PLAIN = _PlainFormat()
+
+
+def _where(v: Verdict, fmt: _PlainFormat) -> str:
+    """Where a leaf is, in the verdict: its kind, the op it is reached through, its file:line, what it is."""
+    f, nm = v.final, v.name
+    loc = fmt.loc(nm.path, nm.line, f"{KIND_WORDS.get(f.kind, f.kind)}: {nm.full}")
+    if f.kind == M.NOT_INSTALLED:
+        return f"not installed here: {fmt.code(f.package or f.symbol)}" + (f", imported at {loc}" if loc else "")
+    if f.kind == M.UNRESOLVED:
+        return f"unresolved: {fmt.prose(f.reason or '?', 80)}" + (f", {loc}" if loc else "")
+    if f.kind == M.TORCH_OP and not f.registrations and (f.detail or f.reason):
+        missing = _missing_providers(f)
+        if missing:
+            more = f" (or {len(missing) - 1} more)" if len(missing) > 1 else ""
+            return f"torch op {fmt.code(f.symbol)}, not installed here: {fmt.code(missing[0])}{more}"
+        return f"torch op {fmt.code(f.symbol)}: no registration found"
+    tag = f"torch op {fmt.code(f.symbol)}" if f.kind == M.TORCH_OP else KIND_TAG.get(f.kind, f.kind)
+    parts = [tag] + ([loc] if loc else [])
+    if f.kind == M.DUMMY and f.reason:
+        parts.append(fmt.prose(dummy_reason(f), 60))
+    return ", ".join(parts)
+
+def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max_runs: int = MAX_RUNS) -> list[str]:
+    """The lead of a hover: ``Runs: <leaf> (<where>, <condition on this platform>)`` per leaf that can run
+    (at most ``max_runs``, then one line naming the others), the kernel module loaded first by default,
+    and one line for the leaves that do not run on this platform."""
+    live, dead = verdicts(chain, defaults)
+    out = [f"Runs: {md_code(v.name.short)} ({_where_md(v, link)}, {_cond_md(v)})" for v in live[:max_runs]]
+    if len(live) > max_runs:
+        rest = live[max_runs:]
+        names = ", ".join(md_code(v.name.short) for v in rest[:6]) + (", …" if len(rest) > 6 else "")
+        out.append(f"… and {len(rest)} more that can run: {names}")
+    common = shared_conditions(live)
+    if common:
+        more = f" and {len(common) - 2} more" if len(common) > 2 else ""
+        out.append("All of them only if " + " and ".join(md_code(_short_text(c.text, 90)) for c in common[:2])
+                   + f"{more} ({RUNTIME})")
+    if not live:
+        kind, why = _dead_reason(dead[0].lp) if dead else ("", "")
+        out.append("Runs: nothing on this platform" + (f" (never selected: {md_escape(_short_text(why, 100))})"
+                                                       if kind == "selection" else
+                                                       f" ({md_code(why)} is false here)" if why else ""))
+    pw = provider_words(defaults, md_code) if _has_providers(live) else None
+    if pw:
+        out.append(f"Loaded by default from: {pw}")
+    if dead and live:
+        items = []
+        for v in dead[:MAX_DEAD]:
+            kind, why = _dead_reason(v.lp)
+            items.append(f"{md_code(v.name.short)} ({KIND_TAG.get(v.final.kind, v.final.kind)}"
+                         + (", never selected" if kind == "selection" else f", if {md_code(_short_text(why, 60))}"
+                            if why else "") + ")")
+        more = f"; {len(dead) - MAX_DEAD} more" if len(dead) > MAX_DEAD else ""
+        out.append(f"Not taken on this platform: {'; '.join(items)}{more}")
+    elif dead:
+        names = ", ".join(md_code(v.name.short) for v in dead[:MAX_DEAD])
+        more = f" and {len(dead) - MAX_DEAD} more" if len(dead) > MAX_DEAD else ""
+        out.append(f"Would run elsewhere: {names}{more}")
+    if chain.truncated():
+        out.append("*The tree hit its bounds: more leaves exist than are listed.*")
+    return out
+
+
+def _hop_step_md(h: M.Hop, link, same_file: bool = False) -> str:
+    word = HOP_WORDS.get(h.kind, h.kind.replace("_", " "))
+    if h.kind == "op_registration":
+        word = "schema" if h.detail.startswith("ops.def") else "impl" if h.detail.startswith("ops.impl") else word
+    if not h.path or not h.line:
+        return md_escape(word)
+    title = f"{h.symbol} — {h.detail}" if h.detail else h.symbol
+    where = f":{h.line}" if same_file else f"{os.path.basename(h.path)}:{h.line}"
+    return md_link(f"{word} {where}", link(h.path, h.line), _short_text(title, 300))
+
+
+def chain_folded_markdown(chain: M.Chain, link) -> str:
+    """The trunk of the chain on one line (each hop a link), then the first fork in words."""
+    steps, prev = [], None
+    for h in chain.hops:
+        steps.append(_hop_step_md(h, link, same_file=bool(h.path) and h.path == prev))
+        prev = h.path or prev
+    f = chain.final
+    if f.fork is not None:
+        fk = f.fork
+        n = len(fk.branches)
+        taken = sum(1 for b in fk.branches if b.reachable is True)
+        later = sum(1 for b in fk.branches if b.reachable is None)
+        counts = ", ".join(x for x in (f"{taken} taken here" if taken else "", f"{later} at run time" if later else "",
+                                       f"{n - taken - later} not taken" if n - taken - later else "") if x)
+        where = _loc_md(fk.path, fk.line, link, fk.symbol)
+        decided = f" by {md_code(_short_text(fk.decided_by, 80))}" if fk.decided_by else ""
+        steps.append(f"{FORK_WORDS.get(fk.kind, fk.kind)} {where}{decided}: {n} branch{'es' if n != 1 else ''} ({counts})")
+    n = len(chain.hops)
+    return f"Chain ({n} hop{'s' if n != 1 else ''}): " + " → ".join(steps)
+
+
+FORK_WORDS = {
+    M.FORK_CALLS: "chooses among calls", M.FORK_IFEXP: "chooses by a conditional expression",
+    M.FORK_DICT: "chooses by a dict key", M.FORK_FACTORY: "chooses by what a factory returns",
+    M.FORK_RETURNS: "chooses among returns", M.FORK_DISPATCH_KEY: "chooses by dispatch key",
+    M.FORK_SELECTED_BACKEND: "chooses by the selected backend", M.FORK_SUBCLASS: "chooses by subclass",
+    M.FORK_ASSIGNMENTS: "chooses among assignments",
+}
+
+
+def signature_markdown(name: str, params, doc: str | None, is_async: bool = False, max_params: int = 12) -> str:
+    """A ``def`` line in a Python code block (long parameter lists shortened), then the first docstring line."""
+    ps = []
+    for p in params[:max_params]:
+        star = "*" if p.kind == "vararg" else "**" if p.kind == "kwarg" else ""
+        ann = f": {p.annotation}" if p.annotation else ""
+        ps.append(f"{star}{p.name}{ann}{(' = …' if ann else '=…') if p.has_default else ''}")
+    if len(params) > max_params:
+        ps.append(f"… {len(params) - max_params} more")
+    sig = f"{'async ' if is_async else ''}def {name}({', '.join(ps)})"
+    if len(sig) > 120:  # a long parameter list: the names only
+        ps = [p.split(":")[0].split("=")[0].rstrip() + ("=…" if "=" in p else "") for p in ps]
+        sig = f"{'async ' if is_async else ''}def {name}({', '.join(ps)})"
+    out = f"```python\n{sig}\n```"
+    if doc:
+        out += f"\n{md_escape(_short_text(doc, 200))}"
+    return out
 
 
 # -- plain text -----------------------------------------------------------------
@@ -177,9 +660,9 @@ def _node_text(chain: M.Chain, pad: str, out: list[str]) -> None:
         out.append(f"{pad}    TRUNCATED: {fk.truncated} (more branches exist than are shown)")
 
 
-def chain_text(chain: M.Chain) -> str:
-    """The chain as an indented tree, then one line per leaf."""
-    out: list[str] = []
+def chain_text(chain: M.Chain, defaults: Defaults | None = None) -> str:
+    """The verdict (the hover's first lines, in plain text), the chain as an indented tree, then one line per leaf."""
+    out: list[str] = verdict_text(chain, defaults) + [""]
     _node_text(chain, "", out)
     out.append(f"    reachable on this platform: {_reach(chain.reachable)}" + ("  (PARTIAL: time budget hit)" if chain.partial else ""))
     lps = leaf_paths(chain)
@@ -262,50 +745,6 @@ def md_code(text: str) -> str:
     return f"{fence} {text} {fence}"
 
 
-def _md_loc(path: str | None, line: int | None, link) -> str:
-    if not path:
-        return ""
-    label = f"{os.path.basename(path)}:{line}" if line else os.path.basename(path)
-    return f"[{md_escape(label)}]({link(path, line or 1)})"
-
-
-def _md_condition(lf: M.Leaf, conditions: list[str]) -> str:
-    if not conditions:
-        words = {True: "always " + TAKEN, False: DEAD + " (a guard on the way is false)",
-                 None: RUNTIME}[lf.reachable]
-        return words
-    cond = " and ".join(md_code(c) for c in conditions)
-    return f"if {cond}: {reach_words(lf.reachable)}"
-
-
-def runs_lines(chain: M.Chain, link) -> list[str]:
-    """The lead of a hover: one "Runs:" line per leaf that can run, one folded line for dead ones."""
-    out = []
-    lps = leaf_paths(chain)
-    leaves = [lp.leaf for lp in lps]
-    for lp in lps:
-        lf = lp.leaf
-        if lf.reachable is False:
-            continue
-        f = lf.final
-        where = _md_loc(f.path, f.line, link)
-        imp = lp.binding_import() if f.kind == M.NOT_INSTALLED and not f.path else None
-        if imp is not None:  # nothing to show of a missing package: the import that names it
-            where = f"imported at {_md_loc(imp.path, imp.line, link)}"
-        parts = [p for p in (where, _md_condition(lf, lp.conditions())) if p]
-        out.append(f"Runs: {md_code(short_symbol(f))} ({', '.join(parts)}) — {KIND_LABEL.get(f.kind, f.kind)}")
-    dead = [lf for lf in leaves if lf.reachable is False]
-    if dead:
-        n = len(dead)
-        items = "; ".join(f"{KIND_LABEL.get(lf.final.kind, lf.final.kind)} {md_code(short_symbol(lf.final))}"
-                          + (f" if {' and '.join(md_code(c) for c in lf.conditions)}" if lf.conditions else "")
-                          for lf in dead)
-        out.append(f"*{n} branch{'es' if n != 1 else ''} dead on this platform:* {items}")
-    if chain.truncated():
-        out.append("*truncated: the tree hit its bounds; more leaves exist than are shown*")
-    return out
-
-
 def _final_md_details(f: M.Final, link) -> list[str]:
     out = []
     if f.schema:
@@ -313,43 +752,43 @@ def _final_md_details(f: M.Final, link) -> list[str]:
     if f.registrations:
         regs = []
         for r in f.registrations:
-            fn = (f" → {md_code(r.function or '?')} {_md_loc(r.function_path, r.function_line, link)}" if r.function_path
+            fn = (f" → {md_code(r.function or '?')} {_loc_md(r.function_path, r.function_line, link)}" if r.function_path
                   else (f" → {md_code(r.function)}" if r.function else ""))
             cond = f" *if* {md_code(r.condition)}" if r.condition else ""
-            regs.append(f"{r.kind} {r.dispatch_key or ''} {_md_loc(r.path, r.line, link)}{fn}{cond}")
+            regs.append(f"{r.kind} {r.dispatch_key or ''} {_loc_md(r.path, r.line, link)}{fn}{cond}")
         out.append("registrations:")
         out.extend(f"- {x}" for x in regs)
     if f.providers:
         out.append("provided by: " + "; ".join(md_escape(p) for p in f.providers))
     if f.kind == M.TRITON_KERNEL:
         out.append(f"parameters: {md_code(', '.join(f.params))}")
-        if f.constexprs:
-            out.append(f"constexpr: {md_code(', '.join(f.constexprs))}")
+        out.append(f"constexpr: {md_code(', '.join(f.constexprs))}" if f.constexprs else "constexpr: none")
     return out
 
 
 def _hop_md(h: M.Hop, link) -> str:
-    where = _md_loc(h.path, h.line, link)
-    cond = f" — *if* {md_code(h.condition)} → **{_reach(h.reachable)}**" if h.condition else ""
+    where = _loc_md(h.path, h.line, link)
+    word = HOP_WORDS.get(h.kind, h.kind.replace("_", " "))
+    cond = f" — *if* {md_code(h.condition)}: {reach_words(h.reachable)}" if h.condition else ""
     detail = f" — {md_escape(h.detail)}" if h.detail else ""
-    return f"{md_code(h.kind)} {md_code(h.symbol)} {where}{cond}{detail}"
+    return f"{word} {md_code(h.symbol)} {where}{cond}{detail}"
 
 
 def _leaf_md(f: M.Final, link) -> str:
-    reason = f" — {f.reason}" if f.reason else ""
-    return f"⇒ **{KIND_LABEL.get(f.kind, f.kind)}** {md_code(f.symbol)} {_md_loc(f.path, f.line, link)}{reason}".rstrip()
+    reason = f" — {md_escape(f.reason)}" if f.reason else ""
+    return f"⇒ **{KIND_LABEL.get(f.kind, f.kind)}** {md_code(f.symbol)} {_loc_md(f.path, f.line, link)}{reason}".rstrip()
 
 
 def _fork_md(f: M.Final, link) -> str:
     fk = f.fork
-    decided = f", decided by {md_code(fk.decided_by)}" if fk.decided_by else ""
-    return f"⇒ **fork** ({fk.kind}) {md_code(fk.symbol)} {_md_loc(fk.path, fk.line, link)}{decided}"
+    decided = f" by {md_code(fk.decided_by)}" if fk.decided_by else ""
+    return f"⇒ {md_code(fk.symbol)} {FORK_WORDS.get(fk.kind, fk.kind)}{decided} {_loc_md(fk.path, fk.line, link)}".rstrip()
 
 
 def _branch_head_md(b: M.Branch, link) -> str:
     cond = f"*if* {md_code(b.condition)}" if b.condition else "*always*"
-    where = _md_loc(b.path, b.line, link)
-    return f"[{cond} → **{reach_words(b.reachable)}**] {md_escape(b.label)} {where}".rstrip()
+    where = _loc_md(b.path, b.line, link)
+    return f"{cond} — **{reach_words(b.reachable)}**: {md_escape(b.label)} {where}".rstrip()
 
 
 def _branch_md(b: M.Branch, link, pad: str, out: list[str]) -> None:
@@ -359,7 +798,7 @@ def _branch_md(b: M.Branch, link, pad: str, out: list[str]) -> None:
         lvs = b.chain.leaves()
         what = ", ".join(f"{KIND_LABEL.get(lf.final.kind, lf.final.kind)} {md_code(short_symbol(lf.final))}" for lf in lvs)
         hops = sum(1 for _ in _all_hops(b.chain))
-        out.append(f"{pad}- ~~dead~~ {head} — folded ({hops} hop{'s' if hops != 1 else ''}): would reach {what}")
+        out.append(f"{pad}- {head} — folded ({hops} hop{'s' if hops != 1 else ''}): would reach {what}")
         return
     out.append(f"{pad}- {head}")
     _subtree_md(b.chain, link, pad + "  ", out)
@@ -388,36 +827,24 @@ def _subtree_md(chain: M.Chain, link, pad: str, out: list[str]) -> None:
         out.append(f"{pad}  - *truncated: {md_escape(f.fork.truncated)}*")
 
 
-def chain_markdown(chain: M.Chain, title: str | None = None, link=None) -> str:
-    """Markdown for hovers. ``link(path, line)`` builds a clickable target.
+def chain_markdown(chain: M.Chain, title: str | None = None, link=None, defaults: Defaults | None = None) -> str:
+    """The whole tree in Markdown (Copy as Markdown, the trace document). ``link(path, line)`` builds a link target.
 
-    Leads with what runs (one line per leaf that can run, dead leaves folded into
-    one line), then the trunk's hops and, for a tree, its forks and branches.
+    Leads with the verdict (the hover's first lines), then the trunk's hops and, for a tree, every fork
+    and branch (dead branches folded into one line each).
     """
     link = link or (lambda p, l: f"file://{p}#L{l}")
-    out = []
-    if title:
-        out.append(title)
-    f = chain.final
-    if f.fork is None:
-        if chain.reachable is not False:
-            out.extend(line + "  " for line in runs_lines(chain, link))
-        out.append(f"**{KIND_LABEL.get(f.kind, f.kind)}** {md_code(f.symbol)} {_md_loc(f.path, f.line, link)}".rstrip())
-        if chain.reachable is False:
-            out.append("\n> **Dead on this platform**: a guard on this path is false under the platform profile.")
-        if f.reason:
-            out.append(f"\n> {f.reason}")
-    else:
-        out.extend(line + "  " for line in runs_lines(chain, link))  # hard line breaks
-        if chain.reachable is False:
-            out.append("\n> **Dead on this platform**: a guard on this path is false under the platform profile.")
+    out = [title] if title else []
+    out.extend(line + "  " for line in verdict_markdown(chain, link, defaults, max_runs=10_000))  # hard line breaks
     out.append("")
     for i, h in enumerate(chain.hops):
         out.append(f"{i + 1}. {_hop_md(h, link)}")
+    f = chain.final
     if f.fork is None:
-        details = _final_md_details(f, link)
-        for d in details:
-            out.append(d if d.startswith("- ") else f"\n{d}" if not d.startswith("constexpr") else d)
+        out.append("")
+        out.append(_leaf_md(f, link))
+        for d in _final_md_details(f, link):
+            out.append(d if d.startswith("- ") else f"\n{d}")
     else:
         out.append("")
         out.append(_fork_md(f, link))

@@ -37,57 +37,56 @@ async def test_indexing_reports_progress_and_status(vscode):
 async def test_hover_upstream_op_served_by_plugin_extension(vscode):
     path, text = readme_text("upstream op served by the plugin's extension (call)")
     md = await vscode.hover_text(path, position_of(path, text))
-    assert "_C_cache_ops::reshape_and_cache_flash" in md
-    # the import hops on the way, each with a clickable location, guard and reachability
-    assert "`conditional_import`" in md and "`alias`" in md
-    assert "if* `is_flash_attn_varlen_func_available()` → **live**" in md
-    assert f"{uri(path)}#L" in md
-    assert "cache_kernels.cu" in md  # the C++ function bound by ops.impl
+    assert md.startswith("Runs: `reshape_and_cache_flash` (torch op `_C_cache_ops::reshape_and_cache_flash`, [cache_kernels.cu:")  # the C++ function ops.impl binds
+    assert '"torch op: _C_cache_ops::reshape_and_cache_flash → reshape_and_cache_flash"' in md  # the full name: link title
+    # the import hops on the way, each a clickable location, in the folded chain
+    chain = next(ln for ln in md.splitlines() if ln.startswith("Chain ("))
+    assert f"[import :{position_of(path, 'if is_flash_attn_varlen_func_available():').line + 2}]({uri(path)}#L" in chain  # same file
+    assert "→ [alias fa_utils.py:" in chain
 
 
 async def test_hover_not_installed(vscode):
     path, text = readme_text("call into a not-installed package")
     md = await vscode.hover_text(path, position_of(path, text))
-    assert "NOT INSTALLED" in md and "miniflash" in md
-    assert "not installed in the target environment" in md
+    assert md.splitlines()[0].startswith("Runs: `flash_attn_varlen_func` (not installed here: `miniflash`, imported at [fa_utils.py:")
 
 
 async def test_hover_dummy(vscode):
     path, text = readme_text("dummy, call site")
     md = await vscode.hover_text(path, position_of(path, text, offset=text.index("get_scheduler_metadata")))
-    assert "DUMMY" in md and "_DummyOps.get_scheduler_metadata" in md
-    assert "only logs and returns None" in md
+    assert md.startswith("Runs: `_DummyOps.get_scheduler_metadata` (dummy, [\\_dummy_ops.py:")
+    assert '"dummy: mini_metax._dummy_ops._DummyOps.get_scheduler_metadata"), only logs and returns None, ' in md
 
 
 async def test_hover_triton_launch_shows_constexprs(vscode):
     path, text = readme_text("Triton launch of the autotuned kernel")
     md = await vscode.hover_text(path, position_of(path, text))
-    assert "Triton kernel" in md and "_decode_kernel" in md
-    assert "constexpr: `" in md and "BLOCK_N" in md and "HEAD_SIZE" in md
+    assert md.startswith("Runs: `_decode_kernel` (Triton, [decode.py:")
+    assert "\nconstexpr: `num_queries_per_kv, HEAD_SIZE, PADDED_D, PAGE_SIZE, BLOCK_N, EVEN_D`\n" in md
 
 
 @pytest.mark.skipif(not HAS_CPPINDEX, reason="attnlens.cppindex (C++ registration index) is not installed")
 async def test_hover_torch_op_shows_cpp_registration(vscode):
     path, text = readme_text("torch op, C++ registration (call)")
     md = await vscode.hover_text(path, position_of(path, text, offset=text.index("paged_attention_v2")))
-    assert "_mini_C::paged_attention_v2" in md
-    assert "csrc/torch_bindings.cpp" in md
-    assert "paged_attention.cu" in md and "schema: `paged_attention_v2(" in md
+    assert md.startswith("Runs: `paged_attention_v2` (torch op `_mini_C::paged_attention_v2`, [paged_attention.cu:")
+    assert '"torch op: _mini_C::paged_attention_v2 → paged_attention_v2"' in md
+    assert "[schema torch_bindings.cpp:" in md and "csrc/torch_bindings.cpp#L" in md and '"_mini_C::paged_attention_v2 — ops.def schema: paged_attention_v2(' in md
 
 
 async def test_hover_backend_class(vscode, flash_attn):
     md = await vscode.hover_text(flash_attn, position_of(flash_attn, "class MiniFlashAttentionBackend", offset=7))
-    assert "Registered backend `FLASH_ATTN`" in md
-    assert "MiniFlashAttentionImpl" in md and "MiniFlashAttentionMetadataBuilder" in md
-    assert "vllm.v1.attention.backends.flash_attn.FlashAttentionBackend" in md  # upstream counterpart
-    assert "kernels reached" in md and "_C_cache_ops::reshape_and_cache_flash" in md
+    assert md.splitlines()[0].rstrip() == "Backend `FLASH_ATTN` (attention): 5 kernels · 1 not installed · 1 dummy · 1 not taken here"
+    assert "impl [MiniFlashAttentionImpl](" in md and "builder [MiniFlashAttentionMetadataBuilder](" in md
+    assert '"vllm.v1.attention.backends.flash_attn.FlashAttentionBackend")' in md  # upstream counterpart
+    assert "- `reshape_and_cache_flash` (torch op, [cache_kernels.cu:" in md
 
 
 async def test_hover_reference_to_impl_class(vscode):
     path, text = readme_text("get_impl_cls (string forward ref)")
     pos = position_of(path, "return MiniFlashAttentionImpl", offset=8)
     md = await vscode.hover_text(path, pos)
-    assert "impl of FLASH_ATTN" in md
+    assert md.startswith("Impl of backend `FLASH_ATTN`: ")
 
 
 async def test_hover_is_served_again_from_cache(vscode):
@@ -120,7 +119,8 @@ async def test_call_hierarchy(vscode, flash_attn):
         T.CallHierarchyPrepareParams(T.TextDocumentIdentifier(uri(path)), position_of(path, text)))
     assert items and items[0].name == "merge_attn_states" and items[0].uri.endswith("merge_attn_states.py")
     out = await vscode.client.call_hierarchy_outgoing_calls_async(T.CallHierarchyOutgoingCallsParams(items[0]))
-    assert "merge_attn_states_kernel" in {c.to.name for c in out}
+    to = {c.to.name: c.to for c in out}  # named after the called symbol, what it reaches leads the detail
+    assert to["merge_attn_states_triton"].detail.startswith("→ merge_attn_states_kernel")
     inc = await vscode.client.call_hierarchy_incoming_calls_async(T.CallHierarchyIncomingCallsParams(items[0]))
     assert "_forward_cascade" in {c.from_.name for c in inc}
 
@@ -129,10 +129,11 @@ async def test_call_hierarchy(vscode, flash_attn):
         T.TextDocumentIdentifier(uri(flash_attn)), position_of(flash_attn, "def forward(", offset=4)))
     assert fwd[0].name == "forward" and fwd[0].kind == T.SymbolKind.Method
     out = await vscode.client.call_hierarchy_outgoing_calls_async(T.CallHierarchyOutgoingCallsParams(fwd[0]))
-    targets = {c.to.name for c in out}
-    assert {"_mini_C::paged_attention_v2", "_C_cache_ops::reshape_and_cache_flash"} <= targets, targets
+    targets = {c.to.name for c in out}  # named after the called symbol; the detail says what it reaches
+    assert {"paged_attention_v2", "reshape_and_cache_flash"} <= targets, targets
     # torch op -> the C++ function it binds
-    op = next(c.to for c in out if c.to.name == "_mini_C::paged_attention_v2")
+    op = next(c.to for c in out if c.to.name == "paged_attention_v2")
+    assert op.detail.startswith("→ _mini_C::paged_attention_v2 · ")
     cpp = await vscode.client.call_hierarchy_outgoing_calls_async(T.CallHierarchyOutgoingCallsParams(op))
     assert any(c.to.uri.endswith("paged_attention.cu") for c in cpp) or not HAS_CPPINDEX
 

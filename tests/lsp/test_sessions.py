@@ -121,7 +121,8 @@ async def test_bad_configuration_warns_and_keeps_serving(tmp_path):
         assert any("`attnlens.diagnosticsDebounceMs`" in m and "default 300" in m for m in msgs), msgs
         assert any("unknown setting `attnlens.typo`" in m for m in msgs), msgs
         path, text = readme_text("dummy, call site")
-        assert "DUMMY" in await s.hover_text(path, position_in(path.read_text(), text, text.index("get_scheduler")))
+        md = await s.hover_text(path, position_in(path.read_text(), text, text.index("get_scheduler")))
+        assert md.startswith("Runs: `_DummyOps.get_scheduler_metadata` (dummy, ")
         # a configuration change is pulled again; a new bad value warns again
         n = len(s.client.messages)
         s.client.set_configuration({"attnlens": {"maxHoverKernels": "many"}})
@@ -144,7 +145,7 @@ async def test_broken_interpreter_still_serves_workspace(tmp_path):
         assert any("target interpreter unusable" in m and "attnlens.targetPython" in m for m in msgs), msgs
         path, text = readme_text("dummy, call site")
         md = await s.hover_text(path, position_in(path.read_text(), text, text.index("get_scheduler")))
-        assert "DUMMY" in md  # workspace-only chains still resolve
+        assert md.startswith("Runs: `_DummyOps.get_scheduler_metadata` (dummy, ")  # workspace-only chains still resolve
         path, text = readme_text("upstream op served by the plugin's extension (call)")
         pos = position_in(path.read_text(), text)
         assert "_C_cache_ops::reshape_and_cache_flash" not in await s.hover_text(path, pos)

@@ -155,7 +155,7 @@ def test_frames_after_all_the_garbage_are_still_served(raw_server):
         "uri": path.resolve().as_uri(), "languageId": "python", "version": 1, "text": path.read_text()}}})
     rep, got = raw_server.request("textDocument/hover", hover_params(path, 1, 12), timeout=BUDGET_S)
     assert rep is not None and "result" in rep, got
-    assert rep["result"] and "pk.g" in rep["result"]["contents"]["value"]
+    assert rep["result"] is None  # answered; `g()` is plain Python: nothing kernel-related, so no hover box
     rep, got = raw_server.request("textDocument/documentSymbol", {"textDocument": {"uri": path.resolve().as_uri()}})
     assert rep is not None and [s["name"] for s in rep["result"]] == ["f", "g"], got
 

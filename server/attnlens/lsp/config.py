@@ -34,7 +34,15 @@ class Settings:
     index_call_sites: bool = True
     """Trace every workspace call site in the background (incoming calls; warm hovers)."""
     max_hover_kernels: int = 40
-    """Kernel call sites listed in a backend hover."""
+    """Kernels (distinct targets) listed in a backend hover."""
+    hover_copy_link: bool = False
+    """End hovers with a *Copy as Markdown* command link (a VS Code `command:` link; the extension turns it on)."""
+    code_lens: bool = True
+    """Code lens over backend classes and the methods of their parts: `4 kernels · 2 not installed · 1 dummy`."""
+    inlay_hints: bool = True
+    """Inlay hints after kernel calls: `→ cache_kernels.cu:828`, `→ not installed`, `→ dummy`."""
+    installed_symbols: bool = True
+    """Workspace symbols include the kernels of installed packages (Triton kernels, Python-registered torch ops)."""
     log_level: str = "info"
     """Server log level: error, warning, info or debug (stderr and window/logMessage)."""
     subject: str = "worktree"
@@ -89,6 +97,10 @@ SETTINGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "diagnosticsDebounceMs": ("diagnostics_debounce_ms", _int_range(0, 10_000)),
     "indexCallSites": ("index_call_sites", _bool),
     "maxHoverKernels": ("max_hover_kernels", _int_range(0, 1000)),
+    "hoverCopyLink": ("hover_copy_link", _bool),
+    "codeLens": ("code_lens", _bool),
+    "inlayHints": ("inlay_hints", _bool),
+    "installedSymbols": ("installed_symbols", _bool),
     "logLevel": ("log_level", _level),
     "subject": ("subject", _subject),
 }

@@ -2,24 +2,36 @@
 
 A section provider gets a :class:`HoverContext` (worker thread, read-only use
 of the analysis) and returns Markdown or None. Built-in sections: the chain
-(hops, final target) and the backend registry entry. Other parts of AttnLens
-(contract facts, probe evidence) add theirs with :func:`register_section`;
-a failing provider is logged and skipped, never breaking the hover.
+(the verdict, the final Python function's signature, the folded chain) and the
+backend registry entry. Other parts of AttnLens (contract facts, probe
+evidence) add theirs with :func:`register_section`; a failing provider is
+logged and skipped, never breaking the hover.
+
+A hover exists only when there is something kernel-related to say
+(``HoverContext.relevant``): a chain with a kernel, op, dummy or missing
+package among its leaves, a backend class or part, or a class whose methods
+reach kernels. Everything else (``torch.empty``, a local variable, plain
+Python) gets no hover at all, so that next to Pylance no box is stacked on
+every identifier.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Callable
+from urllib.parse import quote
 
 from .. import model as M
-from ..render import chain_markdown, md_code, md_escape
+from ..render import (chain_folded_markdown, has_kernel_story, leaf_paths, md_code, md_escape, md_link,
+                      signature_markdown, unreadable_code, verdict_markdown)
 from .analysis import Analysis, DefRef
 from .convert import link
 
 log = logging.getLogger(__name__)
+
+COPY_COMMAND = "attnlens.copyMarkdown"  # client command: copies the whole tree (server command attnlens.markdown)
 
 
 @dataclass
@@ -34,9 +46,30 @@ class HoverContext:
     max_kernels: int = 40
     notes: list[str] = field(default_factory=list)
     cacheable: bool = True  # a section showing provisional data clears it
+    defaults: object = None  # envflags.PlatformDefaults: env flags at their defaults
+    signature: str | None = None  # Markdown of the final Python function (signature, first docstring line)
+    copy_args: dict | None = None  # arguments of the Copy as Markdown link (None: no link)
+    class_kernels: object = None  # lens.Counts of a hovered class's kernel call sites
 
     def link(self, path: str, line: int | None) -> str:
         return link(path, line)
+
+    def relevant(self) -> bool:
+        """Is there anything kernel-related to say here (else: no hover at all)?"""
+        if self.chain is not None and kernel_related(self.chain):
+            return True
+        if self.symbol and self.analysis is not None and self.analysis.role_of(self.symbol) is not None:
+            return True
+        return bool(self.class_kernels)
+
+
+def kernel_related(chain: M.Chain) -> bool:
+    """A chain worth a hover: a partial one (the rest is coming), one with a kernel, op, dummy or missing package
+    among its leaves, one that `attnlens sites` counts as a kernel call site (a name missing from the kernel code
+    it imports from included), or one stopped by a file that cannot be read."""
+    from ..registry import is_kernel_chain
+
+    return chain.partial or has_kernel_story(chain) or is_kernel_chain(chain) or unreadable_code(chain)
 
 
 Section = Callable[[HoverContext], "str | None"]
@@ -59,6 +92,8 @@ def sections() -> list[str]:
 
 
 def render(ctx: HoverContext) -> str | None:
+    if not ctx.relevant():
+        return None
     parts = []
     for _, name, provider in list(_SECTIONS):
         try:
@@ -73,107 +108,109 @@ def render(ctx: HoverContext) -> str | None:
     return "\n\n---\n\n".join(parts)
 
 
+def copy_link(args: dict | None) -> str | None:
+    """``[Copy as Markdown](command:attnlens.copyMarkdown?…)``: the client copies the whole tree."""
+    if args is None:
+        return None
+    target = f"command:{COPY_COMMAND}?{quote(json.dumps([args]))}"
+    return md_link("Copy as Markdown", target, "Copy the whole tree (every branch and hop) as Markdown")
+
+
 # -- built-in sections ---------------------------------------------------------
 
 
 def chain_section(ctx: HoverContext) -> str | None:
+    """The verdict (one ``Runs:`` line per leaf that can run), the final Python function, the folded chain."""
     ch = ctx.chain
-    if ch is None:
+    if ch is None or not kernel_related(ch):
         return None
-    title = "### AttnLens" + (" — partial answer (time budget reached; hover again for the full chain)" if ch.partial else "")
-    text = chain_markdown(ch, title=title, link=ctx.link)
-    if not ch.is_tree() and ch.final.kind == M.TRITON_KERNEL and not ch.final.constexprs:
-        text += "\nconstexpr: none"
-    return text
+    lines = verdict_markdown(ch, ctx.link, ctx.defaults)
+    if ch.partial:
+        lines.append("*partial answer: the time budget was reached; hover again for the whole tree*")
+    out = ["  \n".join(lines)]  # hard line breaks: one verdict per line
+    if ctx.signature:
+        out.append(ctx.signature)
+    live = [lp for lp in leaf_paths(ch) if lp.leaf.reachable is not False]
+    if len(live) == 1 and live[0].final.kind == M.TRITON_KERNEL:  # what the launch must pass as compile-time constants
+        ce = live[0].final.constexprs
+        out.append(f"constexpr: {md_code(', '.join(ce))}" if ce else "constexpr: none")
+    tail = [chain_folded_markdown(ch, ctx.link)]
+    cl = copy_link(ctx.copy_args)
+    if cl:
+        tail.append(cl)
+    out.append("  \n".join(tail))
+    return "\n\n".join(out)
 
 
-def definition_section(ctx: HoverContext) -> str | None:
-    d = ctx.definition
-    if d is None or ctx.chain is not None:
+def signature_of(a: Analysis, path: str, line: int) -> str | None:
+    """Markdown of the Python function whose ``def`` is at ``path:line`` (signature, first docstring line)."""
+    mod = a.module(path)
+    if mod is None:
         return None
-    what = {"class": "class", "triton": "Triton kernel", "method": "method", "function": "function"}.get(d.kind, d.kind)
-    return f"### AttnLens\n**{what}** `{d.dotted}` [{os.path.basename(d.path)}:{d.line}]({ctx.link(d.path, d.line)})"
+    for q, f in mod.summary.functions.items():
+        if f.deco_line <= line <= f.line:
+            return signature_markdown(f.name, f.params, f.docstring, f.is_async)
+    return None
+
+
+def final_python_function(a: Analysis, chain: M.Chain) -> tuple[str, int] | None:
+    """(path, def line) of the last Python function the path to the first leaf that can run goes through: the
+    leaf itself when it is a Python def (a Triton kernel, a dummy, a pure-PyTorch function), else the
+    function whose body makes the last call on the way (the wrapper around a torch op)."""
+    lps = leaf_paths(chain)
+    live = [x for x in lps if x.leaf.reachable is not False]
+    fk = chain.final.fork
+    if fk is not None and fk.path and fk.line and len({(x.final.kind, x.final.symbol) for x in live}) > 1:
+        d = a.defref_at_line(fk.path, fk.line)  # several leaves: the function where they part
+        if d is not None and d.kind != "class":
+            return d.path, d.line
+    lp = live[0] if live else lps[0] if lps else None
+    if lp is None:
+        return None
+    f = lp.final
+    if f.kind in (M.PYTHON_FUNCTION, M.TRITON_KERNEL, M.DUMMY) and f.path and f.line and f.path.endswith(".py"):
+        return f.path, f.line
+    for i in range(len(lp.hops) - 1, 0, -1):  # hop 0 is the call under the cursor
+        h = lp.hops[i]
+        if h.kind in ("call", "triton_launch") and h.path and h.line and h.path.endswith(".py"):
+            d = a.enclosing_def(h.path, h.line)
+            if d is not None:
+                return d.path, d.line
+    return None
 
 
 def backend_section(ctx: HoverContext) -> str | None:
-    if not ctx.symbol:
-        return None
-    a = ctx.analysis
-    a.backends(allow_stale=True)  # computed once per index generation (at indexing)
-    role = a.role_of(ctx.symbol)
-    if role is None:
-        return None
-    e, what, label = role
-    lk = ctx.link
-    out = [f"#### Registry: {label}" if what != "backend" else f"#### Registered backend `{e.name}` ({e.kind})"]
-    if e.enum:
-        out.append(f"enum: `{e.enum}`")
-    for r in e.registered_at:
-        where = f"[{os.path.basename(r['path'])}:{r['line']}]({lk(r['path'], r['line'])})"
-        out.append(f"- registered ({r.get('form', '?')}) at {where}")
-    rows = [("backend", _ref(e.cls, e.path, e.line, None, lk))]
-    for name, ref in (("impl", e.impl), ("builder", e.builder), ("metadata", e.metadata), ("upstream", e.upstream)):
-        if ref is not None:
-            rows.append((name, _ref(ref.cls, ref.path, ref.line, ref.note, lk)))
-    out.extend(f"- **{k}**: {v}" for k, v in rows)
-    if e.error:
-        out.append(f"\n> registry error: {e.error}")
-    if e.call_sites:
-        n = len(e.call_sites)
-        out.append(f"\n**kernels reached** ({n} call site{'s' if n != 1 else ''}):")
-        for c in e.call_sites[: ctx.max_kernels]:
-            out.append(f"- [{md_escape(os.path.basename(c.path))}:{c.line}]({lk(c.path, c.line)}) "
-                       f"{md_code(c.call)} → {_site_leaves_md(c.chain)}")
-        if n > ctx.max_kernels:
-            out.append(f"- … {n - ctx.max_kernels} more (command `attnlens.backends`)")
-    if not a.backends_fresh():
-        ctx.cacheable = False
-        out.append("\n*registry from the previous index state; refreshing in the background*")
-    return "\n".join(out)
+    """A backend class or part: what it is, its parts, and the kernels its call sites reach (grouped)."""
+    from .kernels import backend_summary, class_summary
 
-
-def _site_leaves_md(chain: M.Chain) -> str:
-    """What a kernel call site reaches: its one leaf, or its leaves with the dead ones marked."""
-    dead_site = " — *dead on this platform*" if chain.reachable is False else ""
-    leaves = chain.leaves()
-    if len(leaves) == 1:
-        f = leaves[0].final
-        return f"{_KIND.get(f.kind, f.kind)} {md_code(f.symbol)}{dead_site}"
-    parts = []
-    for lf in leaves:
-        f = lf.final
-        mark = " *(dead)*" if lf.reachable is False else " *(run time)*" if lf.reachable is None else ""
-        parts.append(f"{_KIND.get(f.kind, f.kind)} {md_code(f.symbol)}{mark}")
-    more = " …truncated" if chain.truncated() else ""
-    return f"{len(leaves)} leaves: " + ", ".join(parts) + more + dead_site
-
-
-def _ref(cls, path, line, note, lk) -> str:
-    if not cls and not path:
-        return f"— ({note})" if note else "—"
-    where = f" [{os.path.basename(path)}:{line}]({lk(path, line)})" if path else ""
-    return f"`{cls or '?'}`{where}" + (f" — {note}" if note else "")
-
-
-_KIND = {M.PYTHON_FUNCTION: "Python", M.PYTHON_CLASS: "class", M.TORCH_OP: "torch op", M.TRITON_KERNEL: "Triton",
-         M.EXTENSION_FUNCTION: "extension", M.DUMMY: "DUMMY", M.NOT_INSTALLED: "NOT INSTALLED", M.UNRESOLVED: "unresolved",
-         M.FORK: "fork"}
+    if ctx.symbol:
+        a = ctx.analysis
+        a.backends(allow_stale=True)  # computed once per index generation (at indexing)
+        role = a.role_of(ctx.symbol)
+        if role is not None:
+            text = backend_summary(a, role, ctx.link, ctx.max_kernels)
+            if not a.backends_fresh():
+                ctx.cacheable = False
+                text += "  \n*Registry from the previous index state; refreshing in the background.*"
+            return text
+    if ctx.class_kernels and ctx.definition is not None:
+        return class_summary(ctx.definition, ctx.class_kernels, ctx.link)
+    return None
 
 
 def upstream_section(ctx: HoverContext) -> str | None:
     up = ctx.chain.upstream if ctx.chain is not None else None
     if not up:
         return None
-    items = ", ".join(f"{k}: `{v}`" for k, v in up.items() if v is not None)
-    return f"upstream counterpart: {items}" if items else None
+    items = ", ".join(f"{k}: {md_code(str(v))}" for k, v in up.items() if v is not None)
+    return f"Upstream counterpart: {items}" if items else None
 
 
 def notes_section(ctx: HoverContext) -> str | None:
-    return "\n".join(f"*{n}*" for n in ctx.notes) if ctx.notes else None
+    return "\n".join(f"*{md_escape(n)}*" for n in ctx.notes) if ctx.notes else None
 
 
 register_section("chain", chain_section, order=10)
-register_section("definition", definition_section, order=10)
 register_section("backend", backend_section, order=20)
 register_section("upstream", upstream_section, order=30)
 register_section("notes", notes_section, order=1000)

@@ -64,6 +64,7 @@ class AttnLensServer(LanguageServer):
         self.background: set[asyncio.Task] = set()
         self.warned: set[str] = set()
         self.last_request = 0.0  # monotonic time of the last request that reached the worker
+        self.settings_listeners: list[Callable[[Settings, Settings], None]] = []  # (old, new) after a change
 
     # -- transport: pygls' loops with a reader that survives malformed frames (jsonrpc.py) --
     def _start_io_async(self, stdin=None, stdout=None) -> None:

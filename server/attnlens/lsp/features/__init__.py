@@ -9,7 +9,7 @@ import importlib
 from types import ModuleType
 
 ALL = ("lifecycle", "documents", "hover", "navigation", "call_hierarchy", "symbols", "commands", "diagnostics",
-       "runtime_actions")
+       "runtime_actions", "lens")
 
 
 def module(name: str) -> ModuleType:

@@ -10,6 +10,8 @@ registrations of a backend class.
 
 from __future__ import annotations
 
+import dataclasses
+
 from lsprotocol import types as T
 
 from ..analysis import Analysis, Item
@@ -60,7 +62,21 @@ def to_lsp(a: Analysis, ls: AttnLensServer, it: Item) -> T.CallHierarchyItem:
 
 def _prepare(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
     line, col = ls.positions(a).to_core(path, pos)
-    return [to_lsp(a, ls, it) for it in a.prepare(path, line, col, HOVER_BUDGET_S) if it.path]
+    items = [it for it in a.prepare(path, line, col, HOVER_BUDGET_S) if it.path]
+    t = a.ws.target_at(path, line, col) if a.def_at(path, line, col) is None else None
+    if t is not None and t.call is not None:  # on a call: the items are what it reaches, named after the callee
+        enc = a.enclosing_def(path, line)
+        mine = (enc.path, enc.line) if enc is not None else None
+        items = [it if (it.path, it.line) == mine else _called(it, [t.text.rpartition(".")[2]]) for it in items]
+    return [to_lsp(a, ls, it) for it in items]
+
+
+def _called(it: Item, callees: list[str]) -> Item:
+    """The item named after the symbol the code calls (``_flash_varlen``), what it reaches in the detail."""
+    names = list(dict.fromkeys(c for c in callees if c))
+    if not names or names == [it.name]:
+        return it
+    return dataclasses.replace(it, name=", ".join(names), detail=f"→ {it.name}" + (f" · {it.detail}" if it.detail else ""))
 
 
 def _ranges(a: Analysis, ls: AttnLensServer, path: str, spans) -> list[T.Range]:
@@ -74,7 +90,9 @@ def _outgoing(a: Analysis, ls: AttnLensServer, item: T.CallHierarchyItem, data: 
     for target, spans in a.outgoing(data):
         if not target.path:
             continue
-        out.append(T.CallHierarchyOutgoingCall(to=to_lsp(a, ls, target), from_ranges=_ranges(a, ls, caller, spans)))
+        callees = [a.line_text(caller, ln)[c0:c1].rpartition(".")[2] for ln, c0, c1 in spans]
+        out.append(T.CallHierarchyOutgoingCall(to=to_lsp(a, ls, _called(target, callees)),
+                                               from_ranges=_ranges(a, ls, caller, spans)))
     return out
 
 

@@ -7,9 +7,12 @@ import logging
 from lsprotocol import types as T
 
 from ... import model as M
+from ...envflags import platform_defaults
+from ...render import leaf_paths
 from ..analysis import Analysis
-from ..convert import uri_to_path
-from ..hover import HoverContext, render
+from ..convert import path_to_uri, uri_to_path
+from ..hover import HoverContext, final_python_function, render, signature_of
+from ..kernels import class_kernels
 from ..server import AttnLensServer
 from ..worker import IDLE
 
@@ -48,7 +51,10 @@ def compute(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position, budget_
     """(Hover, partial, cacheable) for a position, or None (worker thread)."""
     conv = ls.positions(a)
     line, col = conv.to_core(path, pos)
-    ctx = HoverContext(a, path, line, col, max_kernels=ls.settings.max_hover_kernels)
+    ctx = HoverContext(a, path, line, col, max_kernels=ls.settings.max_hover_kernels,
+                       defaults=platform_defaults(a.ws.resolver))
+    if ls.settings.hover_copy_link:
+        ctx.copy_args = {"uri": path_to_uri(path), "line": pos.line, "character": pos.character}
     try:
         d = a.def_at(path, line, col)
         if d is not None:
@@ -57,19 +63,27 @@ def compute(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position, budget_
             if d.kind != "class":
                 # the same door as `attnlens trace` on a `def`: Workspace.trace_symbol
                 ctx.chain = a.ws.trace_symbol(d.dotted, budget_s=budget_s)
+            elif a.role_of(d.dotted) is None:
+                ck = class_kernels(a, d, budget_s)
+                ctx.class_kernels = ck
+                if ck is None:
+                    ctx.cacheable = False
         else:
             res = a.resolve(path, line, col, budget_s)
             if res is None:
                 return None
             t = res.target
             ctx.chain = res.chain
-            leaves = res.chain.leaves()
+            leaves = leaf_paths(res.chain)
             if len(leaves) == 1 and leaves[0].final.kind == M.PYTHON_CLASS:
                 ctx.symbol = leaves[0].final.symbol
             rng = conv.range(path, t.line, t.col, t.line, t.end_col)
+        if ctx.chain is not None and ctx.relevant():
+            fp = final_python_function(a, ctx.chain)
+            ctx.signature = signature_of(a, *fp) if fp else None
     except Exception as e:  # noqa: BLE001 - show the failure where the user looks
         log.warning("hover at %s:%s:%s failed", path, line, col, exc_info=True)
-        text = f"### AttnLens\nCould not resolve this position: `{type(e).__name__}: {str(e)[:200]}`"
+        text = f"AttnLens could not resolve this position: `{type(e).__name__}: {str(e)[:200]}`"
         return _hover(ls, text, None), False, False
     text = render(ctx)
     if text is None:

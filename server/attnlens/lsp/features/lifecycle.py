@@ -80,6 +80,8 @@ async def apply_settings(ls: AttnLensServer, *layers, restart: bool) -> None:
         ls.warn(w)
     old, ls.settings = ls.settings, new
     _apply_log_level(new.log_level)
+    for listener in ls.settings_listeners:
+        listener(old, new)
     if restart and ls.ready.is_set() and config.needs_restart(old, new):
         await start_workspace(ls)
 

@@ -31,7 +31,12 @@ def register(ls: AttnLensServer) -> None:
 def _workspace_symbols(a: Analysis, ls: AttnLensServer, query: str):
     conv = ls.positions(a)
     out = []
-    for s in match_symbols(a.symbols(), query, MAX_RESULTS):
+    syms = a.symbols()
+    if ls.settings.installed_symbols:  # Triton kernels and torch ops of site-packages (vllm, ...)
+        from ..installed import installed_kernels
+
+        syms = syms + installed_kernels(a.ws)
+    for s in match_symbols(syms, query, MAX_RESULTS):
         container = f"{s.container} — {s.detail}" if s.detail else s.container
         out.append(T.SymbolInformation(
             name=s.name, kind=SYMBOL_KINDS.get(s.kind, T.SymbolKind.Variable),

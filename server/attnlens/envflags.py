@@ -1,0 +1,438 @@
+"""Environment flags at their defaults: what the platform's *default configuration* does.
+
+Pure analysis: the module that defines a flag is read, never imported. A flag is
+
+* a key of a module-level dict of lambdas read through the module's ``__getattr__`` (the vLLM
+  ``envs`` shape: ``environment_variables = {"X": lambda: bool(int(os.getenv("X", "0")))}``);
+* a module-level name bound once to an expression that reads the environment
+  (``X = os.environ.get("X", "0") == "1"``);
+* an annotation with a default under ``if TYPE_CHECKING:`` (``X: bool = True``), when neither of
+  the above says more;
+* or the environment read in place (``os.environ.get("X", "0") == "1"`` in the guard itself).
+
+Its default is the expression with every variable unset: ``os.getenv(K, D)`` and
+``os.environ.get(K, D)`` give ``D`` (None without one), ``K in os.environ`` is False,
+``os.environ[K]`` is unknown (it raises); ``int``, ``bool``, ``float``, ``str``, ``.lower()``,
+``.upper()``, ``.strip()``, comparisons, ``in``, ``not``/``and``/``or`` and conditional
+expressions fold; anything else is unknown. A guard is evaluated with those defaults on top of the
+platform profile (``PlatformProfile.evaluate`` decides what is not an environment flag).
+
+Used for the *default provider* of compiled ops (the first kernel module that the platform's
+``import_kernels`` loads when no flag is set) and for saying whether a branch decided at run time
+is taken by default. Reachability itself never uses defaults: a flag can be set.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import weakref
+from dataclasses import dataclass
+
+UNKNOWN = object()
+
+_GETENV = {"os.getenv", "getenv", "os.environ.get", "environ.get"}
+_ENVIRON = {"os.environ", "environ"}
+_CASTS = {"int": int, "bool": bool, "float": float, "str": str}
+_STR_METHODS = ("lower", "upper", "strip", "casefold")
+MAX_DEPTH = 12
+
+
+@dataclass
+class _Table:
+    """The flags one module defines: name -> expression node."""
+
+    assigned: dict  # module-level `X = expr`, bound once
+    lazy: dict  # keys of a dict of lambdas read by the module's __getattr__
+    declared: dict  # `X: T = default` under `if TYPE_CHECKING:`
+
+
+@dataclass(frozen=True)
+class Flag:
+    """An environment flag a guard reads, and its default."""
+
+    text: str  # as written in the guard (`mx_envs.USE_PRECOMPILED_KERNEL`)
+    value: object  # its default (UNKNOWN when it cannot be told)
+
+
+class EnvDefaults:
+    """Guards evaluated with every environment variable unset (memoised per index generation)."""
+
+    def __init__(self, resolver):
+        self.r = resolver
+        self._gen = -1
+        self._tables: dict = {}
+        self._memo: dict = {}
+        self._bases: dict = {}  # (module, scope, dotted base) -> the flag-defining module it names, or None
+        self._text = ""
+
+    def _fresh(self) -> None:
+        gen = self.r.index.generation
+        if gen != self._gen:
+            self._gen = gen
+            self._tables.clear()
+            self._memo.clear()
+            self._bases.clear()
+
+    # -- public ------------------------------------------------------------------
+    def evaluate(self, mod, scope: str, text: str) -> bool | None:
+        """``text`` under the platform profile with environment flags at their defaults."""
+        v, _flags = self.explain(mod, scope, text)
+        return v
+
+    def explain(self, mod, scope: str, text: str) -> tuple[bool | None, tuple]:
+        """(value, the flags read with their defaults) of a guard."""
+        if mod is None or not text:
+            return None, ()
+        self._fresh()
+        key = (mod.name, scope, text)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        try:
+            node = ast.parse(text, mode="eval").body
+        except (SyntaxError, ValueError, RecursionError):
+            return None, ()
+        if not self._could_read_flags(mod, scope, node):
+            self._memo[key] = (None, ())
+            return None, ()
+        flags: list[Flag] = []
+        self._text = text
+        try:
+            v = self._eval(mod, scope, node, 0, flags)
+        except RecursionError:
+            v = UNKNOWN
+        res = (None if v is UNKNOWN else bool(v), tuple(dict.fromkeys(flags)))
+        self._memo[key] = res
+        return res
+
+    # -- evaluation ----------------------------------------------------------------
+    def _eval(self, mod, scope, node, depth, flags):
+        if depth > MAX_DEPTH:
+            return UNKNOWN
+        ev = lambda n: self._eval(mod, scope, n, depth + 1, flags)  # noqa: E731
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            vals = [ev(e) for e in node.elts]
+            return UNKNOWN if any(v is UNKNOWN for v in vals) else tuple(vals)
+        if isinstance(node, ast.UnaryOp):
+            v = ev(node.operand)
+            if v is UNKNOWN:
+                return UNKNOWN
+            if isinstance(node.op, ast.Not):
+                return not v
+            return _safe(lambda: -v if isinstance(node.op, ast.USub) else +v)
+        if isinstance(node, ast.BoolOp):
+            return _bool_op(node, ev)
+        if isinstance(node, ast.IfExp):
+            t = ev(node.test)
+            return UNKNOWN if t is UNKNOWN else ev(node.body if t else node.orelse)
+        if isinstance(node, ast.Compare):
+            return self._compare(node, ev)
+        if isinstance(node, ast.Call):
+            return self._call(mod, scope, node, ev, flags)
+        if isinstance(node, ast.Subscript) and _dotted(node.value) in _ENVIRON:
+            return UNKNOWN  # os.environ["X"] raises when X is unset
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            v = self._flag(mod, scope, node, depth, flags)
+            if v is not None:
+                return v[0]
+        return self._profile(mod, scope, node)
+
+    def _profile(self, mod, scope, node):
+        try:
+            v = self.r.profile.evaluate(mod, scope, ast.unparse(node))
+        except Exception:  # noqa: BLE001 - a guard the profile cannot read is unknown
+            return UNKNOWN
+        return UNKNOWN if v is None else v
+
+    def _compare(self, node: ast.Compare, ev):
+        left = ev(node.left)
+        for op, right_node in zip(node.ops, node.comparators):
+            if isinstance(op, (ast.In, ast.NotIn)) and _dotted(right_node) in _ENVIRON:
+                ok = isinstance(op, ast.NotIn)  # no variable is set
+            else:
+                right = ev(right_node)
+                if left is UNKNOWN or right is UNKNOWN:
+                    return UNKNOWN
+                ok = _safe(lambda: _cmp(op, left, right))
+                if ok is UNKNOWN:
+                    return UNKNOWN
+                left = right
+            if not ok:
+                return False
+        return True
+
+    def _call(self, mod, scope, node: ast.Call, ev, flags):
+        d = _dotted(node.func)
+        if d in _GETENV:
+            default = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "default"), None)
+            v = None if default is None else ev(default)
+            flags.append(Flag(self._source(node), v))
+            return v
+        if d in _CASTS and len(node.args) == 1 and not node.keywords:
+            v = ev(node.args[0])
+            return UNKNOWN if v is UNKNOWN else _safe(lambda: _CASTS[d](v))
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _STR_METHODS and not node.args:
+            v = ev(node.func.value)
+            return getattr(v, node.func.attr)() if isinstance(v, str) else UNKNOWN
+        return self._profile(mod, scope, node)
+
+    def _flag(self, mod, scope, node, depth, flags):
+        """(default,) of the environment flag ``node`` names, or None when it names none."""
+        from .resolver import Walk
+
+        if isinstance(node, ast.Attribute):
+            home = self._module_named(mod, scope, _dotted(node.value))
+            if home is None:
+                return None
+            name = node.attr
+        else:
+            how, _b = mod.summary.binding_of(scope, node.id)
+            if how != "module":
+                return None
+            home, name = mod, node.id
+        table = self._table(home)
+        expr = table.assigned.get(name)
+        if expr is None:
+            expr = table.lazy.get(name)
+        if expr is None:
+            expr = table.declared.get(name)
+        if expr is None:
+            return None
+        v = self._eval(home, "", expr, depth + 1, [])  # the flag is what the guard reads, not its parts
+        flags.append(Flag(self._source(node), v))
+        return (v,)
+
+    def _module_named(self, mod, scope, base: str | None):
+        """The module ``base`` names in ``scope`` when it defines environment flags, else None (memoised)."""
+        from .resolver import Walk
+
+        if not base or base == "self" or base.startswith("self."):
+            return None
+        key = (mod.name, scope, base)
+        if key in self._bases:
+            return self._bases[key]
+        home = None
+        try:
+            bv = self.r.resolve_dotted(mod, scope, base, Walk())
+        except RecursionError:
+            bv = None
+        if bv is not None and bv.kind == "module" and bv.module is not None:
+            t = self._table(bv.module)
+            home = bv.module if (t.assigned or t.lazy or t.declared) else None
+        self._bases[key] = home
+        return home
+
+    def _could_read_flags(self, mod, scope, node) -> bool:
+        """Does the guard read the environment or a name of a module that defines flags (else the profile
+        alone decides it and there is nothing to evaluate)?"""
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call) and _dotted(n.func) in _GETENV:
+                return True
+            if isinstance(n, ast.Attribute) and self._module_named(mod, scope, _dotted(n.value)) is not None:
+                return True
+            if isinstance(n, ast.Name) and n.id in self._table(mod).assigned:
+                return True
+        return False
+
+    def _source(self, node) -> str:
+        """The text of ``node`` as written in the guard being explained (nodes of other sources only
+        reach here while evaluating a flag's definition, whose flags are dropped)."""
+        try:
+            return ast.get_source_segment(self._text, node) or ast.unparse(node)
+        except (IndexError, ValueError):
+            return ast.unparse(node)
+
+    def _table(self, mod) -> _Table:
+        hit = self._tables.get(mod.path)
+        if hit is not None:
+            return hit
+        table = _Table({}, {}, {})
+        text = self.r.index.source_text(mod.path) or ""
+        if b"environ" in text.encode("utf-8", "surrogatepass") or "getenv" in text:
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError, RecursionError):
+                tree = None
+            if tree is not None:
+                table = _read_table(tree)
+        self._tables[mod.path] = table
+        return table
+
+
+def _read_table(tree: ast.Module) -> _Table:
+    assigned: dict = {}
+    counts: dict = {}
+    lazy: dict = {}
+    declared: dict = {}
+    has_getattr = any(isinstance(s, ast.FunctionDef) and s.name == "__getattr__" for s in tree.body)
+    for s in tree.body:
+        if isinstance(s, ast.If) and _dotted(s.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            for t in s.body:
+                if isinstance(t, ast.AnnAssign) and isinstance(t.target, ast.Name) and t.value is not None:
+                    declared[t.target.id] = t.value
+            continue
+        targets, value = _assignment(s)
+        for name in targets:
+            counts[name] = counts.get(name, 0) + 1
+            assigned[name] = value
+            if isinstance(value, ast.Dict) and has_getattr:
+                for k, v in zip(value.keys, value.values):
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Lambda) \
+                            and not v.args.args:
+                        lazy[k.value] = v.body
+    # a name bound more than once (or to something that is no expression of the environment) is not a flag
+    assigned = {n: v for n, v in assigned.items() if counts[n] == 1 and _reads_environment(v)}
+    return _Table(assigned, lazy, declared)
+
+
+def _assignment(s) -> tuple[list[str], ast.expr | None]:
+    if isinstance(s, ast.Assign) and all(isinstance(t, ast.Name) for t in s.targets):
+        return [t.id for t in s.targets], s.value
+    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.value is not None:
+        return [s.target.id], s.value
+    return [], None
+
+
+def _reads_environment(node) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and _dotted(n.func) in _GETENV:
+            return True
+        if isinstance(n, (ast.Attribute, ast.Name)) and _dotted(n) in _ENVIRON:
+            return True
+    return False
+
+
+def _bool_op(node: ast.BoolOp, ev):
+    vals = [ev(v) for v in node.values]
+    if isinstance(node.op, ast.And):
+        for v in vals:
+            if v is UNKNOWN:
+                return UNKNOWN if all(x is UNKNOWN or x for x in vals) else next(x for x in vals if x is not UNKNOWN and not x)
+            if not v:
+                return v
+        return vals[-1]
+    for v in vals:
+        if v is UNKNOWN:
+            return UNKNOWN if all(x is UNKNOWN or not x for x in vals) else next(x for x in vals if x is not UNKNOWN and x)
+        if v:
+            return v
+    return vals[-1]
+
+
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+            ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+def _cmp(op, a, b):
+    fn = _COMPARE.get(type(op))
+    return UNKNOWN if fn is None else fn(a, b)
+
+
+def _safe(fn):
+    try:
+        return fn()
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return UNKNOWN
+
+
+# -- the default provider of compiled ops -------------------------------------------
+
+
+@dataclass(frozen=True)
+class DefaultProvider:
+    """The first kernel module the platform's ``import_kernels`` loads when no flag is set."""
+
+    module: str
+    status: str  # "not installed", "not built in this checkout", "installed at ..."
+    guard: str | None  # the guard it is imported under (None: always)
+    flags: tuple  # Flag, the environment flags that decide, at their defaults
+
+
+def default_provider(resolver, defaults: EnvDefaults) -> DefaultProvider | None:
+    """Of ``OpRegistry.providers()`` (in the order ``import_kernels`` imports them), the first whose guard
+    holds with every environment flag at its default; None when no guard can be decided."""
+    ops = getattr(resolver, "ops", None)
+    if ops is None:
+        return None
+    try:
+        provs = ops.providers()
+    except Exception:  # noqa: BLE001 - no providers: nothing to say
+        return None
+    scopes = _kernel_import_scopes(resolver)
+    for module, guard, status in provs:
+        if not guard:
+            return DefaultProvider(module, status, None, ())
+        for mod, scope in scopes:
+            v, flags = defaults.explain(mod, scope, guard)
+            if v is True:
+                return DefaultProvider(module, status, guard, flags)
+            if v is False:
+                break
+    return None
+
+
+def _kernel_import_scopes(resolver) -> list:
+    """(module, function qualname) of the platform classes' ``import_kernels`` (where provider guards are read)."""
+    from .resolver import Walk
+
+    out = []
+    for cv in resolver.profile.info.classes:
+        fv = resolver.class_attr(cv.module, cv.qual, "import_kernels", Walk())
+        if fv is not None and fv.func is not None and fv.module is not None:
+            out.append((fv.module, fv.func.qualname))
+    return out
+
+
+from .pyindex import dotted as _dotted  # noqa: E402 - one implementation of Name/Attribute chains
+
+
+# -- the platform's default configuration, as the renderers ask for it -------------------------------
+
+
+class PlatformDefaults:
+    """``condition(text, path, line)``: a guard written at ``path:line`` with every environment flag at its
+    default; ``provider``: the kernel module loaded first by default (both memoised per index generation).
+    The duck type :mod:`attnlens.render` takes as ``defaults``."""
+
+    def __init__(self, resolver):
+        self.r = resolver
+        self.env = EnvDefaults(resolver)
+        self._provider: tuple | None = None
+
+    def condition(self, text: str, path: str | None, line: int | None) -> bool | None:
+        if not text or not path:
+            return None
+        mod = self.r.index.module_for_path(path)
+        if mod is None:
+            return None
+        scope = mod.summary.scope_at(line) if line else ""
+        try:
+            return self.env.evaluate(mod, scope or "", text)
+        except Exception:  # noqa: BLE001 - a default is a nicety: never fail the caller
+            return None
+
+    @property
+    def provider(self) -> DefaultProvider | None:
+        gen = self.r.index.generation
+        if self._provider is None or self._provider[0] != gen:
+            try:
+                self._provider = (gen, default_provider(self.r, self.env))
+            except Exception:  # noqa: BLE001
+                self._provider = (gen, None)
+        return self._provider[1]
+
+
+_DEFAULTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def platform_defaults(resolver) -> PlatformDefaults:
+    """The one :class:`PlatformDefaults` of a resolver (its memo lives as long as the resolver)."""
+    d = _DEFAULTS.get(resolver)
+    if d is None:
+        d = _DEFAULTS[resolver] = PlatformDefaults(resolver)
+    return d

@@ -1,0 +1,102 @@
+"""Kernels of installed packages for ``workspace/symbol``: Triton kernels and Python-registered torch ops.
+
+The packages are those the workspace's chains reach (the top-level packages of the installed modules
+the index has loaded, ``vllm`` first of all) plus the kernel modules the platform imports. Their files
+are read as bytes and searched with a few patterns (``@triton.jit`` / ``@triton.autotune`` /
+``@triton.heuristics`` / ``@jit`` over a ``def``, ``direct_register_custom_op(...)``,
+``@torch.library.custom_op("ns::name")``): no summary is built or kept, so a search over upstream
+vLLM (2,200 files) costs a tenth of a second once and no memory beyond the symbols.
+Memoised per set of package folders; installed files are not watched (a restart re-reads them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..index import iter_py_bytes
+from .records import Sym
+
+_PREFILTER = (b"jit", b"direct_register_custom_op(", b"library.custom_op")
+_TRITON_DECO = re.compile(rb"^[ \t]*@(?:triton\.)?(?:jit|autotune|heuristics)\b", re.M)
+_DEF = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+_DRCO = re.compile(rb"\bdirect_register_custom_op\(")
+_OP_NAME = re.compile(rb"""op_name\s*=\s*['"](\w+)['"]|^\s*['"](\w+)['"]""")
+_LIB_OP = re.compile(rb"""@(?:torch\.)?library\.custom_op\(\s*['"]([\w:.]+)['"]""")
+SKIP_DIRS = ("tests", "benchmarks", "examples")
+
+
+def _module_name(path: str, top_dir: str, top: str) -> str:
+    rel = os.path.relpath(path, top_dir)[:-3].replace(os.sep, ".")
+    rel = rel[: -len(".__init__")] if rel.endswith(".__init__") else "" if rel == "__init__" else rel
+    return f"{top}.{rel}" if rel else top
+
+
+def _line_of(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def scan_file(path: str, data: bytes, module: str, package: str) -> list[Sym]:
+    """The kernels one installed file defines."""
+    out: list[Sym] = []
+    seen: set[int] = set()
+    for m in _TRITON_DECO.finditer(data):
+        d = _DEF.search(data, m.end())
+        if d is None or d.start() in seen:
+            continue
+        between = data[m.end():d.start()]
+        if between.count(b"\n") > 40:  # not the decorator of that def
+            continue
+        seen.add(d.start())
+        line = _line_of(data, d.start())
+        col = d.start(1) - (data.rfind(b"\n", 0, d.start()) + 1)
+        out.append(Sym(d.group(1).decode(), "triton", module, path, line, col, f"Triton kernel · installed {package}"))
+    for m in _DRCO.finditer(data):
+        window = data[m.end():m.end() + 400]
+        n = _OP_NAME.search(window)
+        if n is None:
+            continue
+        name = (n.group(1) or n.group(2)).decode()
+        out.append(Sym(f"vllm::{name}" if package == "vllm" else name, "op", module, path, _line_of(data, m.start()), 0,
+                       f"torch op (direct_register_custom_op) · installed {package}"))
+    for m in _LIB_OP.finditer(data):
+        out.append(Sym(m.group(1).decode(), "op", module, path, _line_of(data, m.start()), 0,
+                       f"torch op (torch.library.custom_op) · installed {package}"))
+    return out
+
+
+def package_folders(ws) -> list[tuple[str, str]]:
+    """(top-level name, folder) of the installed packages whose kernels workspace symbols should find."""
+    tops: dict[str, str] = {}
+    names = {m.name.split(".")[0] for m in ws.index.loaded_modules() if not m.workspace}
+    ops = getattr(ws.resolver, "ops", None)
+    try:
+        names |= {t.split(".")[0] for t, _g, _s in (ops.providers() if ops is not None else [])}
+    except Exception:  # noqa: BLE001 - providers are a nicety here
+        pass
+    for top in sorted(names):
+        loc = ws.index.locate(top)
+        if loc is None or loc.kind != "py" or not loc.is_package or ws.index.is_workspace_path(loc.path):
+            continue
+        tops[top] = os.path.dirname(loc.path)
+    return sorted(tops.items())
+
+
+_MEMO: dict = {}
+
+
+def installed_kernels(ws) -> list[Sym]:
+    """Every kernel symbol of the installed packages :func:`package_folders` names (memoised)."""
+    folders = tuple(package_folders(ws))
+    hit = _MEMO.get(folders)
+    if hit is not None:
+        return hit
+    out: list[Sym] = []
+    for top, folder in folders:
+        for path, data in iter_py_bytes(folder, SKIP_DIRS):
+            if any(p in data for p in _PREFILTER):
+                out.extend(scan_file(path, data, _module_name(path, folder, top), top))
+    if len(_MEMO) > 8:
+        _MEMO.clear()
+    _MEMO[folders] = out
+    return out
