@@ -1,7 +1,8 @@
 import * as vscode from "vscode";
+import { BackendKernels, KernelTarget, reachWords } from "./kernels";
 import { ServerManager } from "./server";
 import { Backend, CallSite, ClassRef, Final, Loc, OpRegistration } from "./types";
-import { displayPath, errorMessage, finalLabel, hasLoc, locLabel, shortName, toUri } from "./util";
+import { displayPath, errorMessage, hasLoc, locLabel, mdCode, shortName, toUri } from "./util";
 
 type Role = "impl" | "builder" | "metadata" | "upstream";
 const ROLES: Role[] = ["impl", "builder", "metadata", "upstream"];
@@ -14,18 +15,52 @@ export type Node =
   | { type: "sites"; label: string; sites: CallSite[]; key: string }
   | { type: "site"; site: CallSite; key: string }
   | { type: "target"; final: Final; key: string }
-  | { type: "opreg"; reg: OpRegistration; key: string };
+  | { type: "opreg"; reg: OpRegistration; key: string }
+  | { type: "kernels"; backend: string; group: BackendKernels; key: string }
+  | { type: "ktarget"; backend: string; target: KernelTarget; key: string }
+  | { type: "ksite"; site: NonNullable<KernelTarget["sites"]>[number]; key: string };
 
 const KIND_ICONS: Record<string, string> = {
   torch_op: "symbol-event",
   triton_kernel: "zap",
   cuda_kernel: "zap",
   cpp_function: "symbol-method",
+  extension_function: "symbol-method",
   python_function: "symbol-function",
+  python_class: "symbol-class",
   dummy: "circle-slash",
   not_installed: "warning",
   unresolved: "question",
 };
+
+/** A final target's kind in plain words (the server's render.KIND_WORDS). */
+const KIND_WORDS: Record<string, string> = {
+  torch_op: "torch op",
+  triton_kernel: "Triton kernel",
+  extension_function: "native extension",
+  python_function: "Python",
+  python_class: "class",
+  dummy: "dummy",
+  not_installed: "not installed",
+  unresolved: "unresolved",
+  fork: "several targets",
+};
+
+/** `reshape_and_cache_flash (torch op)`: a final target by its last name and its kind in words. */
+export function readableFinal(f: Final | null | undefined): string {
+  if (!f) {
+    return "?";
+  }
+  const sym = f.symbol ?? "";
+  const name = sym.includes("::") ? sym : shortName(sym);
+  const kind = KIND_WORDS[f.kind ?? ""] ?? f.kind ?? "?";
+  return name ? `${name} (${kind})` : kind;
+}
+
+/** Whether the Kernels grouping is shown (setting attnlens.kernelsView). */
+function kernelsViewOn(): boolean {
+  return vscode.workspace.getConfiguration("attnlens").get<boolean>("kernelsView") ?? true;
+}
 
 function className(ref: ClassRef | null | undefined): string {
   return ref?.class ?? ref?.cls ?? "";
@@ -43,9 +78,9 @@ export function callSiteLoc(site: CallSite): Loc {
   return { path: site.path, line: site.line, col: site.col ? site.col - 1 : 0 };
 }
 
-/** Call-site label: `reshape_and_cache_flash → torch_op _C_cache_ops::reshape_and_cache_flash` */
+/** Call-site label: `reshape_and_cache_flash → _C_cache_ops::reshape_and_cache_flash (torch op)` */
 export function callSiteLabel(site: CallSite): string {
-  return `${site.call ?? "?"} → ${finalLabel(site.final)}`;
+  return `${site.call ?? "?"} → ${readableFinal(site.final)}`;
 }
 
 /** Split a backend's call sites by the class (impl, builder, ...) whose method contains them. */
@@ -73,6 +108,7 @@ function groupSites(b: Backend): { byRole: Map<Role, CallSite[]>; other: CallSit
 
 export class BackendsProvider implements vscode.TreeDataProvider<Node>, vscode.Disposable {
   private backends: Backend[] | undefined;
+  private kernels = new Map<string, BackendKernels>(); // "kind:name" -> the backend's Kernels grouping
   private readonly emitter = new vscode.EventEmitter<Node | undefined | void>();
   readonly onDidChangeTreeData = this.emitter.event;
   view: vscode.TreeView<Node> | undefined;
@@ -80,7 +116,15 @@ export class BackendsProvider implements vscode.TreeDataProvider<Node>, vscode.D
   private lastNotified: string | undefined;
   private loadedGeneration: unknown = undefined;
 
-  constructor(private readonly server: ServerManager) {}
+  private readonly configSub: vscode.Disposable;
+
+  constructor(private readonly server: ServerManager) {
+    this.configSub = vscode.workspace.onDidChangeConfiguration((e) => {
+      if (e.affectsConfiguration("attnlens.kernelsView")) {
+        void this.refresh(false);
+      }
+    });
+  }
 
   attach(view: vscode.TreeView<Node>): void {
     this.view = view;
@@ -113,6 +157,7 @@ export class BackendsProvider implements vscode.TreeDataProvider<Node>, vscode.D
       try {
         const result = await this.server.executeCommand<Backend[]>("attnlens.backends");
         this.backends = Array.isArray(result) ? result : [];
+        this.kernels = await this.loadKernels();
         this.loadedGeneration = generation ?? this.server.lastStatus?.generation;
         this.lastNotified = undefined;
         if (this.view) {
@@ -139,6 +184,23 @@ export class BackendsProvider implements vscode.TreeDataProvider<Node>, vscode.D
     await vscode.window.withProgress({ location: { viewId: "attnlens.backends" }, title: "Listing attention backends" }, task);
   }
 
+  /** attnlens.kernels (per backend: distinct final targets -> their call sites); empty when off or unavailable. */
+  private async loadKernels(): Promise<Map<string, BackendKernels>> {
+    const out = new Map<string, BackendKernels>();
+    if (!kernelsViewOn()) {
+      return out;
+    }
+    try {
+      const got = await this.server.executeCommand<BackendKernels[]>("attnlens.kernels");
+      for (const k of Array.isArray(got) ? got : []) {
+        out.set(`${k.kind ?? ""}:${k.name ?? ""}`, k);
+      }
+    } catch (e) {
+      this.server.log(`kernels: ${errorMessage(e)}`); // an older server: the view works without the grouping
+    }
+    return out;
+  }
+
   clear(message?: string): void {
     this.backends = undefined;
     this.loadedGeneration = undefined;
@@ -157,6 +219,10 @@ export class BackendsProvider implements vscode.TreeDataProvider<Node>, vscode.D
       case "backend": {
         const b = node.backend;
         const out: Node[] = [];
+        const group = this.kernels.get(`${b.kind ?? ""}:${b.name ?? ""}`);
+        if (group && (group.targets ?? []).length) {
+          out.push({ type: "kernels", backend: b.name ?? "", group, key: `${node.key}/kernels` });
+        }
         if ((b.registered_at ?? []).length) {
           out.push({ type: "registrations", backend: b, key: `${node.key}/reg` });
         }
@@ -174,6 +240,10 @@ export class BackendsProvider implements vscode.TreeDataProvider<Node>, vscode.D
       }
       case "registrations":
         return (node.backend.registered_at ?? []).map((r, i) => ({ type: "registration", loc: r, key: `${node.key}/${i}` }));
+      case "kernels":
+        return (node.group.targets ?? []).map((t, i) => ({ type: "ktarget", backend: node.backend, target: t, key: `${node.key}/${i}` }));
+      case "ktarget":
+        return (node.target.sites ?? []).map((s, i) => ({ type: "ksite", site: s, key: `${node.key}/${i}` }));
       case "class":
       case "sites":
         return node.sites.map((s, i) => ({ type: "site", site: s, key: `${node.key}/${i}` }));
@@ -271,9 +341,51 @@ export class BackendsProvider implements vscode.TreeDataProvider<Node>, vscode.D
         item.id = node.key;
         return item;
       }
+      case "kernels": {
+        const item = new vscode.TreeItem("Kernels", C.Collapsed);
+        item.description = node.group.counts ?? `${(node.group.targets ?? []).length}`;
+        item.tooltip = "The distinct code the backend's call sites finally run, each with the call sites that reach it";
+        item.iconPath = new vscode.ThemeIcon("circuit-board");
+        item.contextValue = "kernels";
+        item.id = node.key;
+        return item;
+      }
+      case "ktarget": {
+        const t = node.target;
+        const n = (t.sites ?? []).length;
+        const dead = t.reachability === "dead";
+        const item = new vscode.TreeItem(t.name ?? "?", n ? C.Collapsed : C.None);
+        item.description = [t.tag ?? KIND_WORDS[t.kind ?? ""] ?? t.kind, t.path ? locLabel({ path: t.path, line: t.line }) : "", `${n} call site${n === 1 ? "" : "s"}`,
+          dead ? "not taken here" : t.reachability === "runtime" ? "at run time" : ""].filter(Boolean).join(" · ");
+        const tip = new vscode.MarkdownString();
+        tip.appendMarkdown(`${mdCode(t.full)} — ${KIND_WORDS[t.kind ?? ""] ?? t.kind ?? "?"}, ${reachWords(t.reachability)}`);
+        if (t.path) {
+          tip.appendMarkdown(`\n\n${displayPath(t.path)}:${t.line ?? ""}`);
+        }
+        if (t.reason) {
+          tip.appendMarkdown(`\n\n${t.reason}`);
+        }
+        item.tooltip = tip;
+        item.iconPath = new vscode.ThemeIcon(KIND_ICONS[t.kind ?? ""] ?? "target", dead ? new vscode.ThemeColor("disabledForeground") : undefined);
+        item.command = openCommand({ path: t.path, line: t.line });
+        item.contextValue = "kernelTarget";
+        item.id = node.key;
+        return item;
+      }
+      case "ksite": {
+        const s = node.site;
+        const item = new vscode.TreeItem(s.call ?? "?", C.None);
+        item.description = locLabel(s);
+        item.tooltip = `${displayPath(s.path)}:${s.line ?? ""}`;
+        item.iconPath = new vscode.ThemeIcon("call-outgoing");
+        item.command = openCommand({ path: s.path, line: s.line, col: s.col });
+        item.contextValue = "kernelCallSite";
+        item.id = node.key;
+        return item;
+      }
       case "target": {
         const f = node.final;
-        const item = new vscode.TreeItem(`→ ${finalLabel(f)}`, C.None);
+        const item = new vscode.TreeItem(`→ ${readableFinal(f)}`, C.None);
         item.description = hasLoc(f) ? locLabel(f) : (f.reason ?? f.detail ?? "");
         item.tooltip = [f.detail, f.reason, f.schema, ...(f.providers ?? [])].filter(Boolean).join("\n") || undefined;
         item.iconPath = new vscode.ThemeIcon(KIND_ICONS[f.kind ?? ""] ?? "target");
@@ -297,6 +409,7 @@ export class BackendsProvider implements vscode.TreeDataProvider<Node>, vscode.D
   }
 
   dispose(): void {
+    this.configSub.dispose();
     this.emitter.dispose();
   }
 }

@@ -3,6 +3,7 @@ import * as vscode from "vscode";
 import { BackendsProvider, callSiteLoc, Node, probeTargetFor } from "./backendsView";
 import { chainMarkdown, chainPlain, DocumentStore, environmentMarkdown, probeMarkdown } from "./documents";
 import { onPythonInterpreterChanged } from "./interpreter";
+import { registerKernelCommands } from "./kernels";
 import { runProbeFlow } from "./probeFlow";
 import { ProbeRun, ProbesProvider } from "./probesView";
 import { registerSelectCommands } from "./select";
@@ -25,6 +26,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   backends.attach(backendsView);
   const probesView = vscode.window.createTreeView("attnlens.probes", { treeDataProvider: probes });
   const statusBar = new StatusBar(mgr);
+  registerKernelCommands(context, mgr); // Copy as Markdown (hovers, tree), the code lens' peek at kernels
   context.subscriptions.push(output, mgr, documents, backends, probes, backendsView, probesView, statusBar);
 
   // --- server lifecycle -> views
@@ -179,7 +181,6 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   // Asks only for what the caller did not name; the server's pre-flight check may answer "not run" (why, next step).
   const runProbe = (prefill: Partial<ProbeRequest> = {}) =>
     runProbeFlow({ mgr, probes, probesView: probesView as vscode.TreeView<unknown>, output }, prefill);
-
   // Also the target of server code actions / hover links: args [{family?, target?, device?}].
   reg("attnlens.runProbe", (arg?: unknown) => {
     if (arg && typeof arg === "object" && !Array.isArray(arg)) {

@@ -37,7 +37,7 @@ export const CLIENT_OWNED_COMMANDS = new Set<string>([
 ]);
 
 /** Top-level keys of the "attnlens" section that only the client reads. */
-const CLIENT_ONLY_SETTINGS = ["interpreter", "trace", "probe"];
+const CLIENT_ONLY_SETTINGS = ["interpreter", "trace", "probe", "kernelsView", "statusBar"];
 
 /** Settings whose change restarts the server. */
 export const RESTART_SETTINGS = [
@@ -292,7 +292,7 @@ export class ServerManager implements vscode.Disposable {
       revealOutputChannelOn: RevealOutputChannelOn.Never,
       initializationOptions: { targetPython: this.targetPython, cacheDir },
       markdown: {
-        isTrusted: { enabledCommands: ["attnlens.runProbe", "attnlens.traceAtCursor", "attnlens.openLocation", "attnlens.showEnvironment"] },
+        isTrusted: { enabledCommands: ["attnlens.runProbe", "attnlens.traceAtCursor", "attnlens.openLocation", "attnlens.showEnvironment", "attnlens.copyMarkdown"] },
         supportHtml: false,
       },
       connectionOptions: { maxRestartCount: 3 },

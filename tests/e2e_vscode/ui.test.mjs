@@ -21,6 +21,9 @@
 // (5b) issue 16: the probe code action runs without re-asking and its notification / Probe runs row show the
 // pre-flight's one-line reason; attnlens.interpreter in the User settings is on the User tab and survives
 // 5 window reloads (resolved from the setting each time); "AttnLens: Select interpreter…" validates,
+// (5c) issue 16, items 3 and 8: the hover's first line names the leaf, no hover on torch.empty / a local, the
+// backend's code lens, inlay hints after kernel calls, the status bar text, Copy as Markdown, the Kernels grouping
+// (screenshots vscode-hover.png, vscode-tree.png, vscode-problems.png for docs/vscode.md),
 // (6) a bad attnlens.interpreter (Settings editor) → actionable error → fixed → server back, then in a
 // second code-server with workspace trust on: (7) an untrusted copy whose .vscode/settings.json names
 // another interpreter: the server still starts with the user's one, and probes are refused.
@@ -754,6 +757,167 @@ async function issue16Flows() {
   await clearToasts();
 }
 
+// ---- issue 16 (items 3 and 8): the hover leads with the leaf, no hover without kernels, code lens, inlay hints,
+// the Kernels grouping, Copy as Markdown, the status bar. Self-contained: needs only the main profile. The
+// expected values are computed here from the example's sources and the target interpreter.
+const EX = path.join(REPO, "examples", "mini-metax");
+const lineOfText = (rel, text) => fs.readFileSync(path.join(EX, rel), "utf8").split("\n").findIndex((l) => l.includes(text)) + 1;
+const CU_RESHAPE = lineOfText("csrc/cache_kernels.cu", "void reshape_and_cache_flash(");
+const HOVER_FIRST = "Runs: reshape_and_cache_flash (torch op _C_cache_ops::reshape_and_cache_flash, " +
+  `cache_kernels.cu:${CU_RESHAPE}, decided at run time by not (attn_metadata is None) and self.kv_sharing_target_layer_name is None)`;
+const LENS_BACKEND = "5 kernels · 1 not installed · 1 dummy · 1 not taken here";
+
+/** `AttnLens · vLLM X.Y · CPU|<GPU>`, from the target interpreter's vLLM and its environment record. */
+function expectedStatusText() {
+  const code = [
+    "import sys, tempfile, importlib.metadata as md",
+    "from attnlens.cache import Cache",
+    "from attnlens.runtime import environment as E",
+    "rec = E.load_or_collect(sys.argv[1], Cache(tempfile.mkdtemp()))[0]",
+    "v = '.'.join(md.version('vllm').split('.')[:2])",
+    "g = rec.get('gpu') or {}",
+    "dev = 'CPU' if not g.get('count') else (g.get('models') or ['GPU'])[0].replace('NVIDIA ', '')",
+    "print(f'AttnLens · vLLM {v} · {dev}')",
+  ].join("\n");
+  const r = spawnSync(PYTHON, ["-c", code, PYTHON], { encoding: "utf8", timeout: 120000 });
+  if (r.status !== 0) throw new Error(`cannot compute the expected status bar text: ${r.stderr.slice(-400)}`);
+  return r.stdout.trim();
+}
+
+async function lensFlows() {
+  await scenario("hover: the first line names the leaf; no hover on torch.empty or a local variable", async () => {
+    await runCommand("View: Close All Editors");
+    await openFlashAttn();
+    await gotoLine(RESHAPE_LINE);
+    const line = page.locator(".monaco-editor .view-line", { hasText: "reshape_and_cache_flash(key" }).first();
+    await line.waitFor({ timeout: 10000 });
+    const first = await hoverShows(line, "reshape_and_cache_flash", "Runs:", 60000);
+    const hover = page.locator(".monaco-hover:visible", { hasText: "Runs:" }).first();
+    const hb = await hover.boundingBox();
+    await shot("vscode-hover.png", { clip: { x: Math.max(0, hb.x - 20), y: Math.max(0, hb.y - 40), width: Math.min(1280 - Math.max(0, hb.x - 20), hb.width + 40), height: Math.min(800 - Math.max(0, hb.y - 40), hb.height + 80) } });
+    if (first !== HOVER_FIRST) throw new Error(`the hover's first line is "${first}", expected "${HOVER_FIRST}"`);
+    const copy = await hover.locator("a", { hasText: "Copy as Markdown" }).count();
+    if (copy !== 1) throw new Error(`the hover has ${copy} Copy as Markdown links`);
+    await page.mouse.move(1200, 780);
+    await page.keyboard.press("Escape");
+    // torch.empty and a local variable: nothing kernel-related, no hover; a kernel call in the same file has one
+    await quickOpen("mini_metax/attention/backends/mla/triton_mla.py");
+    await page.locator(".tabs-container .tab.active", { hasText: "triton_mla.py" }).waitFor({ timeout: 15000 });
+    await gotoLine(lineOfText("mini_metax/attention/backends/mla/triton_mla.py", "decode_attention_fwd("));
+    const call = page.locator(".monaco-editor .view-line", { hasText: "decode_attention_fwd(" }).first();
+    await call.waitFor({ timeout: 10000 });
+    const control = await hoverShows(call, "decode_attention_fwd", "Runs:", 30000);
+    await page.mouse.move(1200, 780);
+    await page.keyboard.press("Escape");
+    const shown = [];
+    for (const [text, word] of [["torch.empty(", "empty"], ["attn_logits = torch.empty(", "attn_logits"]]) {
+      const l = page.locator(".monaco-editor .view-line", { hasText: text }).first();
+      await l.waitFor({ timeout: 10000 });
+      const box = await textBox(l, word);
+      await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+      await page.waitForTimeout(2500); // editor.hover.delay is 200 ms
+      const n = await page.locator(".monaco-hover:visible").count();
+      const t = n ? (await page.locator(".monaco-hover:visible").first().innerText()).slice(0, 80) : "";
+      if (n && t.trim()) shown.push(`${word}: ${t}`);
+      await page.mouse.move(1200, 780);
+      await page.waitForTimeout(300);
+    }
+    if (shown.length) throw new Error(`hovers where nothing is kernel-related: ${shown.join(" | ")}`);
+    return { detail: `first line: ${first.slice(0, 90)}…; control hover on decode_attention_fwd: ${control.slice(0, 60)}; none on torch.empty / attn_logits` };
+  });
+  await page.keyboard.press("Escape");
+
+  await scenario("code lens over the backend class, inlay hints after kernel calls, the status bar", async () => {
+    await runCommand("View: Close All Editors");
+    await openFlashAttn();
+    await gotoLine(lineOfText("mini_metax/attention/backends/flash_attn.py", "class MiniFlashAttentionBackend("));
+    const lens = page.locator(".codelens-decoration", { hasText: LENS_BACKEND }).first();
+    await lens.waitFor({ timeout: 60000 });
+    const lensText = (await lens.innerText()).trim();
+    await gotoLine(RESHAPE_LINE);
+    const line = page.locator(".monaco-editor .view-line", { hasText: "reshape_and_cache_flash(key" }).first();
+    const want = `→ cache_kernels.cu:${CU_RESHAPE}`;
+    let text = "";
+    const end = Date.now() + 30000;
+    while (Date.now() < end) {
+      text = ((await line.innerText().catch(() => "")) || "").replace(/\u00a0/g, " ");
+      if (text.includes(want)) break;
+      await page.waitForTimeout(500);
+    }
+    if (!text.includes(want)) throw new Error(`no inlay hint "${want}" on line ${RESHAPE_LINE}: "${text}"`);
+    if (!text.trimEnd().endsWith(`layer._v_scale) ${want}`) && !text.trimEnd().endsWith(`layer._v_scale)${want}`)) {
+      throw new Error(`the hint is not after the call's closing parenthesis: "${text}"`);
+    }
+    const wantStatus = expectedStatusText();
+    let status = "";
+    const end2 = Date.now() + 60000;
+    while (Date.now() < end2 && (status = await attnlensStatusText()) !== wantStatus) await page.waitForTimeout(500);
+    if (status !== wantStatus) throw new Error(`status bar "${status}", expected "${wantStatus}"`);
+    await shot("vscode-lens-hints.png");
+    return { detail: `lens "${lensText}"; hint "${want}"; status bar "${status}"` };
+  });
+
+  await scenario("Copy as Markdown copies the whole tree at the cursor", async () => {
+    await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: new URL(page.url()).origin }).catch(() => {});
+    await gotoLine(RESHAPE_LINE, FA_LINES[RESHAPE_LINE - 1].indexOf("reshape_and_cache_flash") + 3);
+    await runCommand("AttnLens: Copy as Markdown");
+    let clip = "";
+    const end = Date.now() + 20000;
+    while (Date.now() < end && !clip.startsWith("### AttnLens")) {
+      clip = await page.evaluate(() => navigator.clipboard.readText()).catch((e) => `(clipboard: ${e.message})`);
+      if (!clip.startsWith("### AttnLens")) await page.waitForTimeout(500);
+    }
+    const lines = clip.split("\n");
+    if (!lines[0].startsWith("### AttnLens: `reshape_and_cache_flash(key, value") || !lines[1].startsWith("Runs: `reshape_and_cache_flash` (torch op `_C_cache_ops::reshape_and_cache_flash`, [cache_kernels.cu:")) {
+      throw new Error(`clipboard: ${clip.slice(0, 200)}`);
+    }
+    return { detail: `${lines.length} lines copied; ${lines[1].slice(0, 80)}…` };
+  });
+
+  await scenario("Kernels grouping per backend: distinct targets, call-site counts, readable labels", async () => {
+    await runCommand("View: Close All Editors");
+    const icon = page.locator(".activitybar .action-item a[aria-label^='AttnLens'], .activitybar .action-item[aria-label^='AttnLens'] a").first();
+    if (await icon.count()) await icon.click();
+    else await runCommand("AttnLens: Focus on Attention backends View");
+    const pane = page.locator(".pane", { has: page.locator(".pane-header", { hasText: "Attention backends" }) }).first();
+    await pane.waitFor({ timeout: 15000 });
+    const rows = pane.locator(".monaco-list-row");
+    await runCommand("View: Collapse All").catch(() => {}); // (a row expanded by an earlier scenario)
+    const backend = rows.filter({ hasText: "FLASH_ATTN" }).first();
+    await backend.waitFor({ timeout: 60000 });
+    if ((await backend.getAttribute("aria-expanded")) !== "true") await backend.locator(".monaco-tl-twistie").click();
+    const kernels = rows.filter({ hasText: /^\s*Kernels/ }).first();
+    await kernels.waitFor({ timeout: 10000 });
+    const counts = ((await kernels.locator(".label-description").textContent()) ?? "").trim();
+    if (counts !== LENS_BACKEND) throw new Error(`Kernels: "${counts}", expected "${LENS_BACKEND}"`);
+    await kernels.locator(".monaco-tl-twistie").click();
+    const target = rows.filter({ hasText: /^\s*reshape_and_cache_flash/ }).first();
+    await target.waitFor({ timeout: 10000 });
+    const desc = ((await target.locator(".label-description").textContent()) ?? "").trim();
+    const wantDesc = `torch op · cache_kernels.cu:${CU_RESHAPE} · 1 call site · at run time`;
+    if (desc !== wantDesc) throw new Error(`target row: "${desc}", expected "${wantDesc}"`);
+    const varlen = rows.filter({ hasText: /^\s*flash_attn_varlen_func/ }).first();
+    const vdesc = ((await varlen.locator(".label-description").textContent()) ?? "").trim();
+    if (!vdesc.startsWith("not installed here · fa_utils.py:") || !vdesc.includes("· 5 call sites")) throw new Error(`varlen row: "${vdesc}"`);
+    await shot("vscode-tree.png");
+    return { detail: `Kernels (${counts}); reshape_and_cache_flash: ${desc}; flash_attn_varlen_func: ${vdesc}` };
+  });
+
+  await scenario("Problems panel (screenshot for docs/vscode.md)", async () => {
+    await openFlashAttn();
+    await runCommand("View: Toggle Problems");
+    const panel = page.locator(".markers-panel").first();
+    await panel.waitFor({ timeout: 15000 });
+    const row = panel.locator(".monaco-list-row", { hasText: "attnlens" }).first();
+    await row.waitFor({ timeout: 60000 });
+    await shot("vscode-problems.png");
+    const text = ((await row.innerText()) || "").replace(/\s+/g, " ").trim();
+    await runCommand("View: Toggle Problems");
+    return { detail: `first attnlens row: ${text.slice(0, 120)}` };
+  });
+  await page.keyboard.press("Escape");
+}
+
 let exitCode = 1;
 try {
   const main = prepare("main", { trust: false });
@@ -884,7 +1048,7 @@ try {
     const impl = rows.filter({ hasText: /^\s*impl MiniFlashAttentionImpl/ }).first();
     await impl.waitFor({ timeout: 10000 });
     await impl.locator(".monaco-tl-twistie").click();
-    const label = "reshape_and_cache_flash → torch_op _C_cache_ops::reshape_and_cache_flash";
+    const label = "reshape_and_cache_flash → _C_cache_ops::reshape_and_cache_flash (torch op)";
     const site = rows.filter({ hasText: label }).first();
     await site.waitFor({ timeout: 10000 });
     const desc = ((await site.locator(".label-description").textContent().catch(() => "")) ?? "").trim();
@@ -1006,6 +1170,7 @@ try {
   });
 
   await issue16Flows();
+  await lensFlows();
 
   // ---- (6) settings change → debounced restart; a bad interpreter → actionable error; recovery
   await scenario("bad attnlens.interpreter: error with Open Settings, then recovery", async () => {
