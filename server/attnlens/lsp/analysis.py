@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+from ..callindex import CallIndex
 from ..gcpolicy import freeze_young
 from ..workspace import Workspace
 from .calls import CallsMixin
 from .convert import name_span, split_lines
-from .records import LRU, CallSiteIndex, DefRef, Item, Resolved, Sym, is_triton  # noqa: F401 - re-exported
+from .records import LRU, DefRef, Item, Resolved, Sym, is_triton  # noqa: F401 - re-exported
 from .symbol_table import SymbolsMixin, match_symbols  # noqa: F401 - re-exported
 
 STEP_BUDGET_S = 0.05  # background indexing: the work done between two yields
@@ -35,9 +36,11 @@ class Analysis(CallsMixin, SymbolsMixin):
         self._backends: tuple[int, list] | None = None
         self._roles: tuple[int, dict] | None = None
         self._symbols: tuple[int, list[Sym]] | None = None
-        self.callsites = CallSiteIndex()
-        self._next_callsites: CallSiteIndex | None = None
         self.index_budget_s = index_budget_s
+        self.calls = CallIndex(ws.index, ws.resolver, index_budget_s)  # incoming calls (calls.py)
+        # "has the running request given up?" (the server sets Worker.should_yield): a cancelled hover's
+        # trace stops at its next check instead of holding the analysis thread for its whole budget
+        self.cancel: Callable[[], bool] | None = None
         self.callsites_on_demand = False  # set by callsites_deferred: the index waits for a request
 
     # -- basics ----------------------------------------------------------------
@@ -70,8 +73,9 @@ class Analysis(CallsMixin, SymbolsMixin):
         key = (path, self.generation, t.line, t.col, t.end_col, t.text, call)
         chain = self._chains.get(key)
         if chain is None or (chain.partial and budget_s is None):
-            chain = self.ws.trace_target(t, budget_s)
-            self._chains.put(key, chain)
+            chain = self.ws.trace_target(t, budget_s, self.cancel)
+            if not (chain.partial and self.cancel is not None and self.cancel()):  # never keep a cancelled one
+                self._chains.put(key, chain)
         return Resolved(t, chain)
 
     def def_at(self, path: str, line: int, col: int) -> DefRef | None:
@@ -235,7 +239,8 @@ class Analysis(CallsMixin, SymbolsMixin):
             "generation": self.generation,
             "platform": platform,
             "backends": len(self._backends[1]) if self._backends else None,
-            "callSitesIndexed": sum(len(v) for v in self.callsites.by_path.values()) if self.callsites.complete else None,
-            "callSitesIndex": ("complete" if self.callsites.complete else
-                               "on demand" if self.callsites_on_demand else "building"),
+            "callSitesIndexed": len(self.calls) if self.calls.complete else None,
+            "callSitesIndex": ("complete" if self.calls.complete else
+                               "on demand" if self.callsites_on_demand and not self.calls.by_path else
+                               "building" if not self.calls.by_path else "updating"),
         }

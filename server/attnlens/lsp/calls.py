@@ -1,4 +1,4 @@
-"""Call hierarchy over chains, and the background index of workspace call sites.
+"""Call hierarchy over chains; incoming calls from the reverse call index (``attnlens.callindex``).
 
 Mixed into :class:`~attnlens.lsp.analysis.Analysis`; worker thread only.
 """
@@ -11,7 +11,8 @@ import time
 from typing import Any, Iterator
 
 from .. import model as M
-from .records import CallRec, CallSiteIndex, DefRef, Item
+from ..callindex import CallRec
+from .records import DefRef, Item
 
 log = logging.getLogger(__name__)
 
@@ -138,16 +139,12 @@ class CallsMixin:
         return list(groups.values())
 
     def incoming(self, data: dict) -> list[tuple[Item, list[tuple[int, int, int]]]]:
-        self.ensure_callsites()
+        """Callers of the item: from the reverse call index as it is (see :meth:`calls_request_step`),
+        plus the registry registrations of a backend class. Groups sorted by caller, spans by position."""
         groups: dict[tuple, tuple[Item, list]] = {}
-        match = self._matcher(data)
-        if match is None:
-            return []
-        for recs in self.callsites.by_path.values():
-            for rec in recs:
-                if match(rec):
-                    caller = self._caller_item(rec)
-                    groups.setdefault(caller.key(), (caller, []))[1].append((rec.fline, rec.fcol, rec.fend_col))
+        for rec in self._incoming_records(data):
+            caller = self._caller_item(rec)
+            groups.setdefault(caller.key(), (caller, []))[1].append((rec.fline, rec.fcol, rec.fend_col))
         if data.get("t") == "def":
             role = self.role_of(f"{data['module']}.{data['qual']}")
             if role is not None and role[1] in ("backend",):
@@ -159,30 +156,27 @@ class CallsMixin:
                     text = self.line_text(reg["path"], reg["line"])
                     start = len(text) - len(text.lstrip())
                     groups.setdefault(caller.key(), (caller, []))[1].append((reg["line"], start, len(text)))
-        return list(groups.values())
+        out = sorted(groups.values(), key=lambda g: (g[0].path, g[0].line, g[0].name))
+        for _it, spans in out:
+            spans.sort()
+        return out
 
-    def _matcher(self, data: dict):
+    def _incoming_records(self, data: dict) -> list:
+        """The call index's records that reach the item: a definition (through its lines), a final
+        target (its symbol met on the way) or a C++ function (a hop at its line)."""
+        ci = self.calls
         if data.get("t") == "def":
             d = self.defref(data["module"], data["qual"])
-            if d is None:
-                return None
-            lo, hi, p = d.deco_line, d.end_line, d.path
-
-            def inside(path, line):
-                return path == p and line is not None and lo <= line <= hi
-
-            return lambda rec: not inside(rec.path, rec.line) and (
-                inside(rec.final_path, rec.final_line) or any(inside(wp, wl) for wp, wl in rec.waypoints))
+            return ci.calls_into(d.path, d.deco_line, d.end_line) if d is not None else []
         if data.get("t") == "final":
             sym = data.get("symbol")
-            kind = data.get("kind")
-            if kind == M.UNRESOLVED or not sym:
-                return None
-            return lambda rec: sym in rec.marks or (rec.final_kind == kind and rec.final_symbol == sym)
+            if data.get("kind") == M.UNRESOLVED or not isinstance(sym, str) or not sym:
+                return []
+            return ci.calls_meeting(sym)
         if data.get("t") == "cpp":
             p, line = data.get("path"), data.get("line")
-            return lambda rec: (p, line) in rec.waypoints
-        return None
+            return ci.calls_through(p, line) if isinstance(p, str) and isinstance(line, int) else []
+        return []
 
     def _scope_item(self, mod, scope: str) -> Item:
         if scope:
@@ -197,87 +191,28 @@ class CallsMixin:
         return self._scope_item(mod, rec.scope) if mod is not None else Item(
             os.path.basename(rec.path), "module", rec.path, rec.path, 1, 0, 0, 1, 1, {"t": "module", "path": rec.path})
 
-    # -- the call site index (background) --------------------------------------
-    def callsites_step(self, budget_s: float = 0.02) -> tuple[int, int] | None:
-        """Trace workspace call sites for about ``budget_s``; (done, total) modules, or None when complete.
+    # -- the reverse call index (core: ``callindex.CallIndex``) ---------------------------
+    def calls_step(self, budget_s: float = 0.02, cancel=None, urgent_only: bool = False) -> bool:
+        """Bring the call index up to date for about ``budget_s``; True when nothing (urgent) is left."""
+        return self.calls.step(budget_s, cancel, urgent_only)
 
-        Resumable at any call site, so one step never holds the worker much
-        longer than its budget (plus one trace, itself budgeted).
-        """
-        from ..registry import is_candidate
+    def calls_request_step(self, budget_s: float, cancel=None) -> tuple[bool, bool]:
+        """One step of the catch-up an incoming-calls request waits for: (must wait, answer now).
+        It must wait while some workspace module was never traced (an answer would miss its callers);
+        once every module was, answers come from the records as they are while edits catch up, and
+        the request never pays for the summary of an edited module nobody has read yet."""
+        ci = self.calls
+        must = ci.untraced() > 0
+        if not must and ci.unsummarised_changes():
+            return False, True
+        ci.sync()
+        if ci.urgent_left:
+            # the request's wait is bounded: a trace still running at the deadline is dropped (the
+            # background traces it), unless some module was never traced (then it must complete)
+            deadline = time.perf_counter() + budget_s
 
-        gen = self.generation
-        nxt = self._next_callsites
-        if nxt is None or nxt.generation != gen:
-            if self.callsites.generation == gen and self.callsites.complete:
-                return None
-            nxt = self._next_callsites = CallSiteIndex(gen, False, {}, sorted(self.ws.index.ws_files))
-        total = len(self.ws.index.ws_files)
-        deadline = time.perf_counter() + budget_s
-        while nxt.pending and time.perf_counter() < deadline:
-            name, start = nxt.pending[-1] if isinstance(nxt.pending[-1], tuple) else (nxt.pending[-1], 0)
-            mod = self.ws.index.module(name)
-            if mod is None:
-                nxt.pending.pop()
-                continue
-            recs = nxt.by_path.setdefault(mod.path, [])
-            calls = mod.summary.calls
-            i = start
-            while i < len(calls) and time.perf_counter() < deadline:
-                cs = calls[i]
-                i += 1
-                if not is_candidate(cs):
-                    continue
-                try:
-                    chain = self.ws.resolver.trace_call(mod, cs, self.index_budget_s)
-                except Exception:  # noqa: BLE001 - e.g. RecursionError in the resolver
-                    log.debug("tracing %s:%s failed", mod.path, cs.line, exc_info=True)
-                    continue
-                recs.append(_record(mod.path, cs, chain))
-            if i >= len(calls):
-                nxt.pending.pop()
-            else:
-                nxt.pending[-1] = (name, i)
-        if nxt.pending:
-            return total - len(nxt.pending), total
-        nxt.complete = True
-        self.callsites = nxt
-        self._next_callsites = None
-        return None
+            def stop() -> bool:
+                return bool(cancel is not None and cancel()) or (not must and time.perf_counter() > deadline)
 
-    def ensure_callsites(self) -> None:
-        while self.callsites_step(1.0) is not None:
-            pass
-
-
-def _record(path: str, cs, chain: M.Chain) -> CallRec:
-    """The call site with every hop, branch and leaf of its tree (dead branches included:
-    incoming calls list them too)."""
-    f = chain.final
-    single = chain.leaves()
-    if len(single) == 1:
-        f = single[0].final
-    hops: list[M.Hop] = []
-    points: list[tuple] = []
-    finals: list[M.Final] = []
-    stack = [chain]
-    while stack:
-        c = stack.pop()
-        hops.extend(c.hops)
-        if c.final.fork is None:
-            finals.append(c.final)
-            continue
-        fk = c.final.fork
-        if fk.path and fk.line:
-            points.append((fk.path, fk.line))
-        for b in fk.branches:
-            if b.path and b.line:
-                points.append((b.path, b.line))
-            stack.append(b.chain)
-    call = chain.hops[0] if chain.hops else None
-    waypoints = [(h.path, h.line) for h in hops if h.path and h is not call] + points
-    waypoints += [(lf.path, lf.line) for lf in finals if lf.path and lf.line]
-    marks = frozenset(h.symbol for h in hops if h.kind in ("torch_op", "not_installed")) | {f.symbol}
-    marks |= {lf.symbol for lf in finals}
-    return CallRec(path, cs.line, cs.fline, cs.fcol, cs.fend_col, cs.func, cs.scope, f.kind, f.symbol, f.path,
-                   f.line, tuple(dict.fromkeys(waypoints)), marks)
+            ci.step(budget_s, stop, urgent_only=True)
+        return ci.untraced() > 0, ci.urgent_left == 0

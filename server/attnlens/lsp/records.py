@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import model as M
 from ..workspace import Target
@@ -86,33 +86,6 @@ class Item:
 
     def key(self) -> tuple:
         return (self.path, self.line, self.name)
-
-
-@dataclass
-class CallRec:
-    """One traced workspace call site, kept for incoming-call queries."""
-
-    path: str
-    line: int
-    fline: int
-    fcol: int
-    fend_col: int
-    func: str
-    scope: str
-    final_kind: str
-    final_symbol: str
-    final_path: str | None
-    final_line: int | None
-    waypoints: tuple  # (path, line) of every hop after the call itself
-    marks: frozenset  # torch op / final symbols met on the way
-
-
-@dataclass
-class CallSiteIndex:
-    generation: int = -1
-    complete: bool = False
-    by_path: dict = field(default_factory=dict)  # path -> [CallRec]
-    pending: list = field(default_factory=list)  # module names still to trace
 
 
 def is_triton(decorators) -> bool:

@@ -10,6 +10,8 @@ convert positions, ``await self.call(...)`` on the worker, convert back.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import time
 from typing import Any, Callable, Iterable
@@ -22,7 +24,7 @@ from .analysis import LRU, Analysis
 from .capabilities import ClientCaps
 from .config import Settings
 from .convert import UTF16, Positions, uri_to_path
-from .worker import IDLE, NOW, Debouncer, Worker
+from .worker import IDLE, NOW, SOON, Debouncer, Worker
 
 log = logging.getLogger("attnlens.lsp")
 
@@ -31,7 +33,8 @@ STATUS_NOTIFICATION = "attnlens/status"
 # checkout the server tracks 149,000 objects and a full collection of them takes 88 ms
 SETTLE_AFTER_OBJECTS = 50_000
 BACKOFF_S = 0.3  # background work waits this long after the last request (user activity)
-CALLSITES_DELAY_S = 10.0  # quiet time after an edit before the call-site index is rebuilt
+CALLSITES_DELAY_S = 0.5  # quiet time after an edit before the call index catches up (stepped, preemptible)
+CALLS_STEP_S = 0.02  # one background step of the call index
 # above this many workspace modules the call-site index is built on demand only (the first
 # incoming-calls request): upstream vLLM (2,234 modules) has 144,000 call sites, 17-90 s of
 # tracing and 250 MB more memory for an index that only call hierarchy reads
@@ -39,6 +42,41 @@ CALLSITES_EAGER_MAX_MODULES = 1000
 
 
 READY_TIMEOUT_S = 30.0  # a request before `initialized` waits this long, then gets ServerNotInitialized
+
+# the worker priority of a request (worker.py): the requests at a position run NOW, in order with the
+# edits; every other request (whole file, workspace, commands) and the work its notifications start
+# (debounced diagnostics) runs SOON, after every queued NOW job
+POSITION_METHODS = frozenset({T.TEXT_DOCUMENT_HOVER, T.TEXT_DOCUMENT_DEFINITION, T.TEXT_DOCUMENT_IMPLEMENTATION,
+                              T.TEXT_DOCUMENT_DECLARATION, T.TEXT_DOCUMENT_TYPE_DEFINITION,
+                              T.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY, T.TEXT_DOCUMENT_SIGNATURE_HELP})
+CURRENT_METHOD: contextvars.ContextVar[str | None] = contextvars.ContextVar("attnlens_method", default=None)
+
+
+def default_priority() -> int:
+    """The priority of a job submitted by the handler of the current LSP method (NOW outside any)."""
+    method = CURRENT_METHOD.get()
+    return NOW if method is None or method in POSITION_METHODS else SOON
+
+
+def _in_method(method: str, f: Callable) -> Callable:
+    """``f`` run with ``CURRENT_METHOD`` set (tasks it starts inherit it)."""
+    if asyncio.iscoroutinefunction(f):
+        @functools.wraps(f)
+        async def handler(*args, **kwargs):
+            token = CURRENT_METHOD.set(method)
+            try:
+                return await f(*args, **kwargs)
+            finally:
+                CURRENT_METHOD.reset(token)
+    else:
+        @functools.wraps(f)
+        def handler(*args, **kwargs):
+            token = CURRENT_METHOD.set(method)
+            try:
+                return f(*args, **kwargs)
+            finally:
+                CURRENT_METHOD.reset(token)
+    return handler
 
 
 class AttnLensServer(LanguageServer):
@@ -77,6 +115,25 @@ class AttnLensServer(LanguageServer):
 
         serve_tcp(self, host, port)
 
+    # -- handlers: every one records its method (see default_priority) ---------------
+    def feature(self, feature_name: str, options: Any | None = None) -> Callable:
+        register = super().feature(feature_name, options)
+
+        def decorator(f):
+            register(_in_method(feature_name, f))
+            return f
+
+        return decorator
+
+    def command(self, command_name: str) -> Callable:
+        register = super().command(command_name)
+
+        def decorator(f):
+            register(_in_method(T.WORKSPACE_EXECUTE_COMMAND, f))
+            return f
+
+        return decorator
+
     # -- documents -------------------------------------------------------------
     def doc_version(self, uri: str) -> int | None:
         path = uri_to_path(uri)
@@ -85,8 +142,9 @@ class AttnLensServer(LanguageServer):
         return self.workspace.get_text_document(uri).version
 
     # -- the worker --------------------------------------------------------------
-    async def call(self, fn: Callable[..., Any], *args: Any, priority: int = NOW) -> Any:
-        """Run ``fn(analysis, *args)`` on the worker; None when no workspace is analysed.
+    async def call(self, fn: Callable[..., Any], *args: Any, priority: int | None = None) -> Any:
+        """Run ``fn(analysis, *args)`` on the worker; None when no workspace is analysed. Without
+        ``priority``: NOW for a request at a position, SOON for any other (:func:`default_priority`).
 
         ``fn`` may build LSP objects: positions are converted on the worker with
         :meth:`positions`, against the same text the analysis reads.
@@ -101,7 +159,9 @@ class AttnLensServer(LanguageServer):
                     CODE = -32002  # ServerNotInitialized
 
                 raise _NotInitialized("the server has not been initialized (no `initialized` notification yet)") from None
-        if priority == NOW:
+        if priority is None:
+            priority = default_priority()
+        if priority < IDLE:
             self.last_request = time.monotonic()
         else:
             # background work (indexing steps, a partial hover's completion) starts only when
@@ -113,12 +173,15 @@ class AttnLensServer(LanguageServer):
 
         def job():
             a = self.analysis
-            return None if a is None else fn(a, *args)
+            if a is None:
+                return None
+            a.cancel = self.worker.should_yield  # a trace of a request that gave up stops early
+            return fn(a, *args)
 
         try:
-            return await self.worker.run(job, priority=priority)
+            return await self.worker.run(job, priority=priority, label=getattr(fn, "__qualname__", None))
         finally:
-            if priority == NOW:  # quiet time counts from the answer: a slow request is activity too
+            if priority < IDLE:  # quiet time counts from the answer: a slow request is activity too
                 self.last_request = time.monotonic()
 
     def positions(self, a: Analysis) -> Positions:
@@ -179,6 +242,9 @@ class AttnLensServer(LanguageServer):
     # -- background refresh after edits -----------------------------------------
     def schedule_refresh(self, delay_s: float = 1.0) -> None:
         self.debouncer.schedule("refresh", delay_s, self._refresh)
+        # the call index catches up on its own: a few stale records after a body edit, every module after a
+        # structural one; in preemptible steps (they stop when a request is queued)
+        self.debouncer.schedule("callsites", CALLSITES_DELAY_S, self.index_call_sites)
 
     async def _refresh(self) -> None:
         if self.analysis is None:
@@ -186,9 +252,6 @@ class AttnLensServer(LanguageServer):
         await self.idle(lambda a: a.backends())
         await self.idle(lambda a: a.symbols())
         await self.settle_memory()
-        # re-tracing every call site costs seconds: only after a longer quiet
-        # period (an incoming-calls request builds it on demand anyway)
-        self.debouncer.schedule("callsites", CALLSITES_DELAY_S, self.index_call_sites)
 
     async def settle_memory(self) -> None:
         """Collect once and freeze the survivors while the user is quiet (see ``gcpolicy``):
@@ -204,15 +267,21 @@ class AttnLensServer(LanguageServer):
     async def index_call_sites(self) -> None:
         if not self.settings.index_call_sites:
             return
-        if await self.call(lambda a: a.callsites_deferred(CALLSITES_EAGER_MAX_MODULES), priority=IDLE):
+        if await self.call(lambda a: a.callsites_deferred(CALLSITES_EAGER_MAX_MODULES) and not a.calls.by_path,
+                           priority=IDLE):
             log.info("call-site index deferred (over %d workspace modules): built on the first incoming-calls "
                      "request", CALLSITES_EAGER_MAX_MODULES)
             return
         run = self.index_run
+        should_yield = self.worker.should_yield
         while run == self.index_run:
-            left = await self.idle(lambda a: a.callsites_step(0.02))
-            if left is None:
-                await self.settle_memory()
+            done = await self.idle(lambda a: a.calls_step(CALLS_STEP_S, should_yield))
+            if done is None or done:
+                # the new records into the permanent generation (cheap; a full collect+freeze walks the
+                # whole heap: 0.5-2 s here, which the next hover waited behind)
+                from ..gcpolicy import freeze_young
+
+                await self.idle(lambda a: freeze_young())
                 return
 
     def shutdown_analysis(self) -> None:

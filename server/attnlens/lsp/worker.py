@@ -2,52 +2,95 @@
 
 Analysis objects (index, resolver, caches) are not thread-safe, so every
 touch of them runs on a single worker thread, in submission order within a
-priority. Two priorities exist: ``NOW`` for document updates and requests (in
-arrival order, so a hover sees the edits sent before it) and ``IDLE`` for
-background indexing, which is split into small steps so a request never waits
-behind more than one step.
+priority. Three priorities:
+
+* ``NOW``: document updates and requests at a position (hover, definition,
+  implementation, prepare call hierarchy), in arrival order, so a hover sees
+  the edits sent before it;
+* ``SOON``: requests over a whole file or the workspace (diagnostics, code
+  actions, symbols, incoming/outgoing calls): they run after every queued
+  ``NOW`` job, so a hover never queues behind them;
+* ``IDLE``: background work (indexing, refreshes, the call index), split into
+  small steps.
+
+A job that is already running cannot be interrupted from outside; long jobs
+stop by themselves at a safe point when :meth:`Worker.should_yield` says so:
+their waiter gave up (``$/cancelRequest``), or a job of a more urgent priority
+is queued. Stepped work (the call index) passes it to the resolver as its
+``cancel`` callback and resumes in a later step; the result of a step cut
+short that way is never kept.
 
 Cancellation: a job that has not started is dropped when its asyncio waiter
 is cancelled (pygls cancels the handler task on ``$/cancelRequest``); a job
-that already runs finishes and its result is discarded.
+that already runs is marked abandoned (``should_yield`` turns true) and its
+result is discarded.
+
+Every job's wait and run time is measured; ``Worker.slow`` keeps the last
+jobs that waited or ran longer than ``SLOW_S`` (with their label), and they are
+logged at debug level: what a slow hover waited behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures as cf
 import itertools
 import logging
 import queue
 import threading
+import time
 from typing import Any, Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
 NOW = 0
-IDLE = 1
+SOON = 1
+IDLE = 2
+PRIORITIES = (NOW, SOON, IDLE)
+SLOW_S = 0.05  # a job that waited or ran longer than this is remembered (and logged at debug level)
+
+
+class Job:
+    __slots__ = ("fut", "fn", "args", "priority", "label", "queued", "started", "abandoned")
+
+    def __init__(self, fut: cf.Future, fn: Callable[..., Any], args: tuple, priority: int, label: str):
+        self.fut, self.fn, self.args, self.priority, self.label = fut, fn, args, priority, label
+        self.queued = time.perf_counter()
+        self.started = 0.0
+        self.abandoned = False
 
 
 class Worker:
     def __init__(self, name: str = "attnlens-analysis"):
         self._q: queue.PriorityQueue = queue.PriorityQueue()
         self._seq = itertools.count()
+        self._waiting = [0] * len(PRIORITIES)  # queued jobs per priority (cancelled ones until dropped)
+        self._count_lock = threading.Lock()
+        self.current: Job | None = None  # the running job (worker thread)
+        self.slow: collections.deque = collections.deque(maxlen=200)  # (label, priority, wait_s, run_s, behind)
+        self._recent: collections.deque = collections.deque(maxlen=32)  # (ended, label, run_s) of the last jobs
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[..., Any], *args: Any, priority: int = NOW) -> cf.Future:
+    def submit(self, fn: Callable[..., Any], *args: Any, priority: int = NOW, label: str | None = None) -> cf.Future:
         fut: cf.Future = cf.Future()
-        self._q.put((priority, next(self._seq), fut, fn, args))
+        job = Job(fut, fn, args, priority, label or getattr(fn, "__qualname__", "job"))
+        fut._attnlens_job = job  # type: ignore[attr-defined] - run() marks it abandoned on cancellation
+        with self._count_lock:
+            self._waiting[priority] += 1
+        self._q.put((priority, next(self._seq), job))
         return fut
 
-    async def run(self, fn: Callable[..., Any], *args: Any, priority: int = NOW) -> Any:
+    async def run(self, fn: Callable[..., Any], *args: Any, priority: int = NOW, label: str | None = None) -> Any:
         """Run ``fn(*args)`` on the worker and await it; cancellable."""
         check_cancelled()
-        fut = self.submit(fn, *args, priority=priority)
+        fut = self.submit(fn, *args, priority=priority, label=label)
         try:
             result = await asyncio.wrap_future(fut)
         except asyncio.CancelledError:
-            fut.cancel()
+            if not fut.cancel():  # already running: ask it to stop at its next safe point
+                fut._attnlens_job.abandoned = True  # type: ignore[attr-defined]
             raise
         check_cancelled()
         return result
@@ -55,21 +98,58 @@ class Worker:
     def is_worker_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
+    def waiting(self, priority: int) -> int:
+        """Jobs queued (not started) at ``priority``."""
+        return self._waiting[priority]
+
+    def urgent_waiting(self, than: int) -> bool:
+        """Is a job of a more urgent priority than ``than`` queued?"""
+        return any(self._waiting[p] for p in range(than))
+
+    def should_yield(self) -> bool:
+        """Should the running job stop at its next safe point? (Worker thread; false elsewhere.)
+
+        True when its waiter gave up, or when a job of a more urgent priority is queued. A
+        plain callable, so core code can take it as a ``cancel`` callback."""
+        job = self.current
+        if job is None or not self.is_worker_thread():
+            return False
+        return job.abandoned or self.urgent_waiting(job.priority)
+
     def stop(self, timeout: float = 2.0) -> None:
-        self._q.put((-1, -1, None, None, ()))
+        self._q.put((-1, -1, None))
         self._thread.join(timeout)
 
     def _loop(self) -> None:
         while True:
-            _prio, _seq, fut, fn, args = self._q.get()
-            if fut is None:
+            _prio, _seq, job = self._q.get()
+            if job is None:
                 return
-            if not fut.set_running_or_notify_cancel():
+            with self._count_lock:
+                self._waiting[job.priority] -= 1
+            if not job.fut.set_running_or_notify_cancel():
                 continue
+            job.started = time.perf_counter()
+            self.current = job
             try:
-                fut.set_result(fn(*args))
+                job.fut.set_result(job.fn(*job.args))
             except BaseException as e:  # noqa: BLE001 - handed to the waiter
-                fut.set_exception(e)
+                job.fut.set_exception(e)
+            finally:
+                self.current = None
+                self._note(job, time.perf_counter())
+
+    def _note(self, job: Job, ended: float) -> None:
+        wait, ran = job.started - job.queued, ended - job.started
+        if wait > SLOW_S or ran > SLOW_S:
+            # what it waited behind: the jobs that ran (longer than a millisecond) while it was queued
+            behind = [(label, r) for end, label, r in self._recent if end > job.queued and r > 0.001] if wait > SLOW_S else []
+            self.slow.append((job.label, job.priority, wait, ran, behind))
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("worker: %s (priority %d) waited %.1f ms, ran %.1f ms%s%s", job.label, job.priority,
+                          wait * 1000, ran * 1000, " (abandoned)" if job.abandoned else "",
+                          "; behind " + ", ".join(f"{lb} {r * 1000:.0f} ms" for lb, r in behind) if behind else "")
+        self._recent.append((ended, job.label, ran))
 
 
 def check_cancelled() -> None:

@@ -4,21 +4,35 @@ prepare: the definition under the cursor, or the final target of the call
 there, or the enclosing function. outgoing: the kernel-relevant call sites
 of a function (each resolved to its final target); for a torch op, the C++
 functions bound to it. incoming: workspace call sites whose chain passes
-through the item (from the background call-site index), plus the registry
-registrations of a backend class.
+through the item, from the reverse call index (``attnlens.callindex``, kept
+current by the server in background steps), plus the registry registrations
+of a backend class.
+
+Priorities (see ``worker.py``): prepare is a position request (``NOW``);
+outgoing and incoming calls are ``SOON``, so hovers never queue behind them.
+Incoming calls wait only while some module was never traced (the first
+build, in steps that let position requests through), then for at most
+``INCOMING_WAIT_S`` of the urgent catch-up after an edit (never building the
+summary of an edited buffer nobody has read yet); then they answer from the
+index as it is (records whose code was edited keep their old answer, at their
+moved lines, until the background re-traces them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from lsprotocol import types as T
 
 from ..analysis import Analysis, Item
 from ..convert import path_to_uri, uri_to_path
 from ..server import AttnLensServer
+from ..worker import SOON
 
 HOVER_BUDGET_S = 2.0
+INCOMING_WAIT_S = 0.015  # the most an incoming-calls request spends on the index's urgent catch-up
+CALLS_STEP_S = 0.02
 
 KINDS = {
     "function": T.SymbolKind.Function, "method": T.SymbolKind.Method, "class": T.SymbolKind.Class,
@@ -42,14 +56,32 @@ def register(ls: AttnLensServer) -> None:
         data = params.item.data if isinstance(params.item.data, dict) else None
         if data is None:
             return None
-        return await ls.call(_outgoing, ls, params.item, data)
+        return await ls.call(_outgoing, ls, params.item, data, priority=SOON)
 
     @ls.feature(T.CALL_HIERARCHY_INCOMING_CALLS)
     async def incoming(params: T.CallHierarchyIncomingCallsParams) -> list[T.CallHierarchyIncomingCall] | None:
         data = params.item.data if isinstance(params.item.data, dict) else None
         if data is None:
             return None
-        return await ls.call(_incoming, ls, data)
+        await catch_up(ls)
+        return await ls.call(_incoming, ls, data, priority=SOON)
+
+
+async def catch_up(ls: AttnLensServer) -> None:
+    """Step the call index for a request: until every module was traced once, then for at most
+    ``INCOMING_WAIT_S`` of what an edit left stale. Each step is a ``SOON`` job that stops when a
+    position request is queued (``Worker.should_yield``)."""
+    should_yield = ls.worker.should_yield
+    end = time.monotonic() + INCOMING_WAIT_S
+    while True:
+        left = end - time.monotonic()
+        step = CALLS_STEP_S if left <= 0 else min(CALLS_STEP_S, left)
+        state = await ls.call(lambda a: a.calls_request_step(step, should_yield), priority=SOON)
+        if state is None:
+            return
+        must_wait, urgent_done = state
+        if urgent_done or (not must_wait and time.monotonic() >= end):
+            return
 
 
 def to_lsp(a: Analysis, ls: AttnLensServer, it: Item) -> T.CallHierarchyItem:
