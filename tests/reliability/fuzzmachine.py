@@ -6,10 +6,10 @@ long-lived server under test. :class:`LspFuzz` is a Hypothesis
 ``RuleBasedStateMachine`` that drives that server: it opens files, applies
 random incremental edits (deletions mid-token, unbalanced brackets, random
 text with control, astral and line-separator characters, lone surrogates,
-pasted blocks of thousands of lines, several changes in one notification,
-whole-document replacements), undoes them one at a time or all at once, and
+pasted blocks of thousands of lines, whole-file deletes, several changes in one
+notification, whole-document replacements), undoes them one at a time or all at once, and
 sends hover, definition, implementation, call hierarchy (prepare, then
-outgoing and incoming on the item it got), document symbols, pull
+outgoing or incoming calls on the item it got), document symbols, pull
 diagnostics, workspace symbols and code actions (when the server announces
 them) at random positions, including positions past the end of a line and
 past the end of the file, some of them cancelled with ``$/cancelRequest``.
@@ -26,6 +26,11 @@ Invariants (checked after every step and at the end of every sequence):
 The CI test (``test_fuzz_lsp.py``) runs a few sequences; ``bench/fuzz_lsp.py``
 runs thousands of requests with ``strict=False`` (violations are counted,
 not raised) and reports the figures.
+
+:class:`EditingSession` (below) is the latency workload of issue 16: a seeded
+editor typing, pasting 5,000 lines and deleting whole files with requests
+interleaved; the CI test holds position requests to a p99 of 50 ms on the
+example, ``bench/fuzz_lsp.py --session`` measures any workspace.
 """
 
 from __future__ import annotations
@@ -375,6 +380,13 @@ class LspFuzz(RuleBasedStateMachine):
 
     @precondition(lambda self: self.docs)
     @rule(data=st.data())
+    def delete_whole_file(self, data):
+        """Select all, delete: one change whose range covers the whole document."""
+        doc = self.pick(data)
+        self.apply(doc, [(0, len(doc.model.text), "")])
+
+    @precondition(lambda self: self.docs)
+    @rule(data=st.data())
     def several_changes_in_one_notification(self, data):
         doc = self.pick(data)
         edits = []
@@ -477,13 +489,14 @@ class LspFuzz(RuleBasedStateMachine):
         doc = self.pick(data)
         params = {"textDocument": {"uri": doc.uri}, "position": self.position(doc, data)}
         cancel1, cancel2 = self.cancel_delay(data), self.cancel_delay(data)
-        pick = data.draw(st.integers(0, 7))
+        pick, incoming = data.draw(st.integers(0, 7)), data.draw(st.booleans())
         rep = self.send(T.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY, params, cancel_after=cancel1)
         if rep.ok and rep.result:
             self.items.extend(rep.result[:3])
             self.items = self.items[-20:]
             item = rep.result[pick % len(rep.result)]
-            self.send(T.CALL_HIERARCHY_OUTGOING_CALLS, {"item": item}, cancel_after=cancel2)
+            method = T.CALL_HIERARCHY_INCOMING_CALLS if incoming else T.CALL_HIERARCHY_OUTGOING_CALLS
+            self.send(method, {"item": item}, cancel_after=cancel2)
 
     def _call_hierarchy_old_item(self, data):
         """An item from earlier (its file may have changed since): outgoing or incoming calls."""
@@ -537,3 +550,247 @@ class LspFuzz(RuleBasedStateMachine):
             if self.srv.alive():
                 for doc in self.docs.values():
                     self.srv.close_doc(doc.uri)
+
+
+# -- an editing session with requests interleaved (issue 16, item 9) --------------------------------
+#
+# Not a Hypothesis machine: a seeded random editor, so that two servers (before / after a change) see
+# the same session and the per-kind latencies can be compared. The traffic is what an editor sends
+# while a maintainer types: keystrokes (one didChange each), hovers where the mouse rests (some
+# cancelled because it moved on), Go to Definition / Implementation, the outline, code actions and
+# pull diagnostics after edits, call hierarchy (prepare, then incoming or outgoing calls), workspace
+# symbols, 5,000-line pastes and whole-file deletes (undone later), and pauses in which debounced and
+# background work starts, so that requests arrive in the middle of it.
+
+POSITION_METHODS = (T.TEXT_DOCUMENT_HOVER, T.TEXT_DOCUMENT_DEFINITION, T.TEXT_DOCUMENT_IMPLEMENTATION)
+POSITION_P99_BUDGET_S = 0.050  # issue 16: p99 of position requests under the editing workload
+PASTE_LINES = 5000
+CALL_NAME = re.compile(r"\b([A-Za-z_][A-Za-z_0-9]*)\s*[(\[]")
+
+# (kind, weight) of the requests of one burst
+SESSION_REQUESTS = ((T.TEXT_DOCUMENT_HOVER, 8), (T.TEXT_DOCUMENT_IMPLEMENTATION, 2), (T.TEXT_DOCUMENT_DEFINITION, 2),
+                    (T.TEXT_DOCUMENT_DOCUMENT_SYMBOL, 1), (T.TEXT_DOCUMENT_CODE_ACTION, 1),
+                    (T.TEXT_DOCUMENT_DIAGNOSTIC, 1), ("incoming", 2), ("outgoing", 1), (T.WORKSPACE_SYMBOL, 1))
+# (kind, weight) of the edit of one round
+SESSION_EDITS = (("type", 14), ("delete_chars", 2), ("paste", 1), ("delete_file", 1), ("restore", 2))
+
+
+@dataclass
+class SessionDoc:
+    rel: str
+    uri: str
+    original: str
+    model: TextModel
+    version: int = 1
+
+
+@dataclass
+class EditingSession:
+    """One editing session against ``server`` on ``files`` (paths relative to ``root``)."""
+
+    server: ServerHandle
+    root: Path
+    files: list
+    seed: int = 0
+    budget_s: float = REQUEST_BUDGET_S
+    latencies: dict = field(default_factory=dict)  # method -> [seconds] of answered requests (not cancelled)
+    outcomes: dict = field(default_factory=dict)  # method -> {outcome: count}
+    violations: list = field(default_factory=list)
+    pastes: int = 0
+    deletes: int = 0
+    keystrokes: int = 0
+
+    def __post_init__(self):
+        import random
+
+        self.rng = random.Random(self.seed)
+        self.docs: dict[str, SessionDoc] = {}
+        self.items: list[dict] = []  # call hierarchy items seen (for incoming/outgoing later)
+        self.paste_source = self._paste_source()
+
+    # -- documents ---------------------------------------------------------------------
+    def _paste_source(self) -> str:
+        lines: list[str] = []
+        for rel in self.files:
+            lines += (self.root / rel).read_text(encoding="utf-8").splitlines(True)
+        return "".join(lines[i % len(lines)] for i in range(PASTE_LINES)) if lines else ""
+
+    def open_all(self) -> None:
+        for rel in self.files:
+            path = self.root / rel
+            text = path.read_text(encoding="utf-8")
+            uri = self.server.open(path, text)
+            self.docs[rel] = SessionDoc(rel, uri, text, TextModel(text))
+
+    def close_all(self) -> None:
+        for doc in self.docs.values():
+            self.server.close_doc(doc.uri)
+        self.docs.clear()
+
+    def _change(self, doc: SessionDoc, start: int, end: int, new: str) -> None:
+        rng, _old = doc.model.replace(start, end, new)
+        doc.version += 1
+        self.server.change(doc.uri, doc.version, [T.TextDocumentContentChangePartial(range=rng, text=new)])
+
+    def restore(self, doc: SessionDoc) -> None:
+        if doc.model.text != doc.original:
+            doc.model.text = doc.original
+            doc.version += 1
+            self.server.change(doc.uri, doc.version, [T.TextDocumentContentChangeWholeDocument(text=doc.original)])
+
+    def restore_all(self) -> None:
+        for doc in self.docs.values():
+            self.restore(doc)
+
+    # -- edits -------------------------------------------------------------------------
+    def edit(self) -> str:
+        kind = self._weighted(SESSION_EDITS)
+        doc = self.docs[self.rng.choice(sorted(self.docs))]
+        text = doc.model.text
+        if kind == "type":
+            # a statement typed into an indented line, one keystroke per didChange
+            starts = [m.start() for m in re.finditer(r"(?m)^[ \t]+(?=\S)", text)] or [len(text)]
+            at = self.rng.choice(starts)
+            indent = re.match(r"[ \t]*", text[at:]).group(0)
+            word = f"{indent}_edit_{self.rng.randrange(100)} = k\n"
+            for i, ch in enumerate(word):
+                self._change(doc, at + i, at + i, ch)
+                self.keystrokes += 1
+        elif kind == "delete_chars":
+            ms = list(IDENT.finditer(text))
+            if ms:
+                m = self.rng.choice(ms)
+                self._change(doc, m.start() + 1, m.end(), "")
+        elif kind == "paste":
+            line_starts = doc.model.line_starts()
+            at = self.rng.choice(line_starts)
+            self._change(doc, at, at, self.paste_source)
+            self.pastes += 1
+        elif kind == "delete_file":
+            self._change(doc, 0, len(text), "")
+            self.deletes += 1
+        else:
+            self.restore(doc)
+        return kind
+
+    # -- requests ----------------------------------------------------------------------
+    def _weighted(self, table):
+        total = sum(w for _k, w in table)
+        x = self.rng.uniform(0, total)
+        for k, w in table:
+            x -= w
+            if x <= 0:
+                return k
+        return table[-1][0]
+
+    def position(self, doc: SessionDoc) -> dict:
+        """Mostly on the name of a call (where a maintainer hovers), sometimes anywhere."""
+        text = doc.model.text
+        ms = list(CALL_NAME.finditer(text))
+        if ms and self.rng.random() < 0.85:
+            m = self.rng.choice(ms)
+            off = self.rng.randint(m.start(1), m.end(1))
+        else:
+            off = self.rng.randint(0, len(text))
+        p = doc.model.position(doc.model.valid_offset(off))
+        return {"line": p.line, "character": p.character}
+
+    def send(self, method: str, params, cancel_after: float | None = None) -> Reply:
+        rep = self.server.request(method, params, timeout=self.budget_s, cancel_after=cancel_after)
+        self.outcomes.setdefault(method, {}).setdefault(rep.outcome, 0)
+        self.outcomes[method][rep.outcome] += 1
+        if rep.outcome in ("ok", "error"):
+            self.latencies.setdefault(method, []).append(rep.latency_s)
+        if rep.outcome == "timeout":
+            self.violations.append(f"hang: {method} not answered within {self.budget_s} s")
+        elif rep.outcome == "dead":
+            self.violations.append(f"crash during {method}: {rep.message}\n{self.server.stderr()}")
+        elif rep.outcome == "error" and rep.code == INTERNAL_ERROR:
+            self.violations.append(f"internal error answering {method}: {rep.message}")
+        return rep
+
+    def request(self) -> str:
+        kind = self._weighted(SESSION_REQUESTS)
+        doc = self.docs[self.rng.choice(sorted(self.docs))]
+        td = {"uri": doc.uri}
+        # a hover is often cancelled (the mouse moved on); other requests now and then
+        cancel = None
+        if self.rng.random() < (0.3 if kind == T.TEXT_DOCUMENT_HOVER else 0.1):
+            cancel = self.rng.uniform(0, 0.03)
+        if kind in POSITION_METHODS:
+            self.send(kind, {"textDocument": td, "position": self.position(doc)}, cancel)
+        elif kind == T.TEXT_DOCUMENT_DOCUMENT_SYMBOL:
+            self.send(kind, {"textDocument": td}, cancel)
+        elif kind == T.TEXT_DOCUMENT_DIAGNOSTIC:
+            self.send(kind, {"textDocument": td}, cancel)
+        elif kind == T.TEXT_DOCUMENT_CODE_ACTION:
+            p = self.position(doc)
+            self.send(kind, {"textDocument": td, "range": {"start": p, "end": p}, "context": {"diagnostics": []}}, cancel)
+        elif kind == T.WORKSPACE_SYMBOL:
+            self.send(kind, {"query": self.rng.choice(["attn", "Backend", "forward", "kernel", "", "impl"])}, cancel)
+        else:
+            self._call_hierarchy(doc, kind, cancel)
+        return kind
+
+    def _call_hierarchy(self, doc: SessionDoc, kind: str, cancel: float | None) -> None:
+        method = T.CALL_HIERARCHY_INCOMING_CALLS if kind == "incoming" else T.CALL_HIERARCHY_OUTGOING_CALLS
+        pick, old = self.rng.randrange(8), self.rng.random() < 0.3  # drawn first: the draws never depend on answers
+        if self.items and old:  # an item from earlier: its file may have changed since
+            self.send(method, {"item": self.items[pick % len(self.items)]}, cancel)
+            return
+        rep = self.send(T.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY, {"textDocument": {"uri": doc.uri},
+                                                                 "position": self.position(doc)})
+        if rep.ok and rep.result:
+            self.items = (self.items + rep.result[:2])[-20:]
+            self.send(method, {"item": rep.result[pick % len(rep.result)]}, cancel)
+
+    # -- the session ---------------------------------------------------------------------
+    def run(self, rounds: int, pause_s: float = 0.15, long_pause_s: float = 1.2) -> "EditingSession":
+        """``rounds`` times: one edit, then a burst of 1 to 6 requests, then a short or a long pause."""
+        for _ in range(rounds):
+            self.edit()
+            for _ in range(self.rng.randint(1, 6)):
+                self.request()
+            if not self.server.alive():
+                self.violations.append(f"server exited:\n{self.server.stderr()}")
+                break
+            r = self.rng.random()
+            time.sleep(self.rng.uniform(0.4, 1.0) * long_pause_s if r < 0.1 else self.rng.uniform(0, pause_s))
+        return self
+
+    def position_latencies(self) -> list[float]:
+        return [x for m in POSITION_METHODS for x in self.latencies.get(m, [])]
+
+    def report(self) -> dict:
+        """p50/p95/p99/max in ms per request kind, and for the position requests together."""
+        out = {m: latency_summary(v) for m, v in sorted(self.latencies.items())}
+        out["position requests"] = latency_summary(self.position_latencies())
+        return out
+
+
+def latency_summary(xs: list[float]) -> dict:
+    """n, p50, p95, p99 and max of latencies in seconds, as milliseconds."""
+    def q(p):
+        s = sorted(xs)
+        return round(s[min(len(s) - 1, max(0, int(round(p / 100 * (len(s) - 1)))))] * 1000, 2) if s else None
+
+    return {"n": len(xs), "p50": q(50), "p95": q(95), "p99": q(99), "max": round(max(xs) * 1000, 2) if xs else None}
+
+
+def incoming_answers(server: ServerHandle, root: Path, probes: list[Probe]) -> dict[str, list]:
+    """Incoming calls of every call hierarchy item prepared at each probe: caller and call ranges."""
+    out = {}
+    for pr in probes:
+        uri = (root / pr.rel).resolve().as_uri()
+        rep = server.request(T.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY, {"textDocument": {"uri": uri},
+                             "position": {"line": pr.line, "character": pr.char}}, timeout=60, record=False)
+        assert rep.outcome == "ok", f"prepareCallHierarchy at {pr.key()}: {rep}"
+        got = []
+        for item in rep.result or []:
+            inc = server.request(T.CALL_HIERARCHY_INCOMING_CALLS, {"item": item}, timeout=60, record=False)
+            assert inc.outcome == "ok", f"incomingCalls of {item.get('name')} at {pr.key()}: {inc}"
+            got.append((item.get("name"), sorted(
+                (c["from"]["uri"], c["from"]["name"], [(r["start"]["line"], r["start"]["character"]) for r in c["fromRanges"]])
+                for c in inc.result or [])))
+        out[pr.key()] = got
+    return out
