@@ -40,8 +40,14 @@ def test_profile_of_example(ws):
 
 def test_backends_registry(ws):
     entries = {(e.kind, e.name): e for e in ws.backends(include_custom_ops=True)}
+    # the MLA prefill classes vLLM's get_mla_prefill_backend can return besides the registered one are listed too
+    upstream_prefill = {"FlashInferPrefillBackend", "TrtllmRaggedPrefillBackend", "TokenspeedMLAPrefillBackend",
+                        "AiterFlashAttnPrefillBackend"}
     assert set(entries) == {("attention", "FLASH_ATTN"), ("attention", "TRITON_ATTN"), ("attention", "TRITON_MLA"),
-                            ("mla_prefill", "FLASH_ATTN"), ("custom_op", "SparseAttnIndexer")}
+                            ("mla_prefill", "FLASH_ATTN"), ("custom_op", "SparseAttnIndexer")} | {
+                                ("mla_prefill", n) for n in upstream_prefill}
+    assert all(entries[("mla_prefill", n)].registered_at == [] and len(entries[("mla_prefill", n)].selected) == 2
+               for n in upstream_prefill)
     fa = entries[("attention", "FLASH_ATTN")]
     assert fa.impl.cls == "mini_metax.attention.backends.flash_attn.MiniFlashAttentionImpl"
     assert fa.builder.cls == "mini_metax.attention.backends.flash_attn.MiniFlashAttentionMetadataBuilder"
@@ -107,7 +113,10 @@ def test_python_registered_op_and_custom_op(ws):
     assert c.final.kind == M.TRITON_KERNEL and c.final.symbol.endswith("_mini_unified_attention_kernel")
     c2 = at(ws, TRI, "torch.ops.mini.scale_cache(", offset=len("torch.ops.mini."))
     assert "op_registration" in kinds(c2)
-    assert c2.final.symbol == "mini_metax.attention.ops.unified.scale_cache"
+    # a pure-PyTorch custom op body (`cache.mul_(...)`): the leaf is the op, located at the function that implements it
+    assert (c2.final.kind, c2.final.symbol, c2.final.path, c2.final.line) == (M.TORCH_OP, "mini::scale_cache", str(uni), 130)
+    assert c2.final.detail == ("implemented in Python by mini_metax.attention.ops.unified.scale_cache, whose body reaches "
+                               "no kernel the analysis can follow")
 
 
 def test_reexport_through_package_init(ws):
@@ -213,7 +222,8 @@ def test_background_warm_steps_give_the_same_registry(tmp_path):
     again = example_ws(tmp_path / "b")  # a new process over the same cache: the whole index is read back
     assert list(again.resolver.ops.cpp_warm_steps(0.0)) == [] and sorted(again.resolver.ops.cpp().ops()) == want_ops
     steps = list(Registry(ws.resolver).warm_steps(0.0))  # budget 0: a yield after every call site
-    assert len(steps) > 10 and set(steps) == {5}  # 4 attention backends + 1 custom op, as registered
+    # 4 registered backends + 1 custom op + 4 upstream MLA prefill classes that vLLM's prefill selector can return
+    assert len(steps) > 10 and set(steps) == {9}
     assert list(ws.resolver.ops.cpp_warm_steps(0.0)) == []  # the index is built: nothing left to warm
     assert _sites(ws.backends(include_custom_ops=True)) == want
     assert sorted(ws.resolver.ops.cpp().ops()) == want_ops

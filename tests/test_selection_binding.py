@@ -36,8 +36,20 @@ def test_mini_selector_candidates_with_conditions(mini):
     ]
     assert _selected(entries[("attention", "TRITON_MLA")])[1] == (
         "not (selected_backend is not None) and use_mla and item 0 of the priority list is TRITON_MLA (`backend`)", "runtime", prio)
-    # the MLA prefill registry is not selected through get_attn_backend_cls
-    assert entries[("mla_prefill", "FLASH_ATTN")].selected == []
+    # the MLA prefill registry is read by vLLM's own selector (get_mla_prefill_backend), not by get_attn_backend_cls
+    chosen = "not (device_capability is None) and attention_config.mla_prefill_backend is not None and not (invalid_reasons)"
+    auto = "not (device_capability is None) and not (attention_config.mla_prefill_backend is not None)"
+    via = "get_mla_prefill_backend(...) of vllm.v1.attention.backends.mla.prefill"
+    assert _selected(entries[("mla_prefill", "FLASH_ATTN")]) == [
+        ("device_capability is None", "runtime", via),
+        (f"{chosen} and vllm_config.attention_config.mla_prefill_backend is MLAPrefillBackendEnum.FLASH_ATTN", "runtime", via),
+        (f"{auto} and current_platform.is_rocm() and backend_enum is MLAPrefillBackendEnum.FLASH_ATTN (item 1 of priorities)",
+         "dead", via),
+        (f"{auto} and not (current_platform.is_rocm()) and device_capability.major == 10 and backend_enum is "
+         "MLAPrefillBackendEnum.FLASH_ATTN (item 0 of priorities)", "runtime", via),
+        (f"{auto} and not (current_platform.is_rocm()) and not (device_capability.major == 10) and backend_enum is "
+         "MLAPrefillBackendEnum.FLASH_ATTN (item 0 of priorities)", "runtime", via),
+    ]
 
 
 def test_register_oot_name_and_counterpart(mini):
@@ -142,8 +154,11 @@ def test_tiny_custom_ops_registered_in_a_loop_and_without_name(tiny):
 def test_tiny_patched_upstream_method_runs_the_plugin_function(tiny):
     c = tiny.trace_symbol("vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.do_kv_cache_update")
     assert [h.symbol for h in c.hops if h.kind == "patch"] == ["tiny_npu.patches._tiny_do_kv_cache_update"]
-    assert [(k, s) for k, s, _r in _leaves(c)] == [(M.TRITON_KERNEL, "tiny_npu.ops.kernels._write_kv_kernel"),
-                                                   (M.TORCH_OP, "_tiny_C::reshape_and_cache_fp8")]
+    # the patch is made under `if current_platform.is_out_of_tree()` (True here): the upstream body is the dead branch
+    assert c.final.fork.kind == M.FORK_PATCHED
+    assert [(k, s, r) for k, s, r in _leaves(c)] == [(M.TRITON_KERNEL, "tiny_npu.ops.kernels._write_kv_kernel", None),
+                                                     (M.TORCH_OP, "_tiny_C::reshape_and_cache_fp8", None),
+                                                     (M.TORCH_OP, "_C_cache_ops::reshape_and_cache_flash", False)]
 
 
 def test_tiny_torch_library_impl_decorator_is_the_device_kernel(tiny):

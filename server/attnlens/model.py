@@ -29,8 +29,10 @@ FORK_DISPATCH_KEY = "dispatch_key"  # a torch op with several kernels, one per d
 FORK_SELECTED_BACKEND = "selected_backend"  # `backend.get_impl_cls()` of whichever backend vLLM selected
 FORK_SUBCLASS = "subclass"  # a method of a declared (annotated) base type: each workspace subclass that overrides it
 FORK_ASSIGNMENTS = "assignments"  # a local bound differently on the branches before its use (`if a: f = x elif b: f = y`)
+FORK_PATCHED = "patched"  # an upstream attribute replaced at import time under conditions (and the original)
+FORK_MEMBER = "enum_member"  # an enum member chosen at run time (a config value, an item of a priority list)
 FORK_KINDS = (FORK_CALLS, FORK_IFEXP, FORK_DICT, FORK_FACTORY, FORK_RETURNS, FORK_DISPATCH_KEY, FORK_SELECTED_BACKEND,
-              FORK_SUBCLASS, FORK_ASSIGNMENTS)
+              FORK_SUBCLASS, FORK_ASSIGNMENTS, FORK_PATCHED, FORK_MEMBER)
 
 # reachability of a branch (JSON spelling)
 LIVE = "live"

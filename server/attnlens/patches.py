@@ -7,10 +7,16 @@ Two forms are recognised, without naming any plugin:
   and whose callee is a workspace function that rebinds attributes
   (its module calls ``setattr``); the replaced attribute defaults to the
   decorated function's name;
-* module-level assignments and ``setattr`` calls on attributes of imported
-  modules (``iu.has_triton_kernels = lambda: False``).
+* assignments and ``setattr`` calls on attributes of imported modules or
+  upstream classes, at module level or inside a function (a patch applied
+  when that function runs): ``iu.has_triton_kernels = lambda: False``,
+  ``mod.get_backend = my_selector``, ``setattr(mod, "fn", lambda cfg: X)``.
+  A lambda is summarised as a function of one return (``ModuleSummary.lambdas``),
+  so calls of the replaced attribute return what the lambda returns.
 
-Result: ``{(module, attribute path): (replacement Val, path, line, text)}``.
+Result: ``{(module, attribute path): (replacement Val, path, line, text)}``. Several
+replacements of one attribute, or replacements under conditions, give a ``patched``
+fork: each replacement with its condition, and the original when none is unconditional.
 """
 
 from __future__ import annotations
@@ -45,10 +51,23 @@ def is_patch_decorator(resolver, mod, d: Decorator) -> str | None:
     return target_mod
 
 
+def _lambda_text(mod, q: str) -> str:
+    """`lambda cfg: X` from a lambda's summary (its parameters and returned text)."""
+    f = mod.summary.lambdas.get(q)
+    if f is None:
+        return "lambda ...: ..."
+    params = ", ".join(p.name for p in f.params)
+    body = f.return_alts[0][0] if f.return_alts and f.return_alts[0][0] else "..."
+    return f"lambda{' ' + params if params else ''}: {body}"
+
+
 def collect_patches(resolver) -> dict:
+    """Every replacement of an upstream attribute, by (module, attribute path). One unconditional
+    replacement is ``(Val, path, line, text)``; several, or replacements under conditions, are a
+    ``patched`` fork (the original is a branch when no replacement is unconditional)."""
     from .resolver import Val, Walk
 
-    out: dict = {}
+    found: dict = {}  # key -> [(replacement Val, mod, guards, scope, line, text)]
     for mod in resolver.index.workspace_modules():
         s = mod.summary
         for q, f in s.functions.items():
@@ -59,7 +78,7 @@ def collect_patches(resolver) -> dict:
                 attr = d.str_args[1] if len(d.str_args) > 1 and d.str_args[1] else dict(d.kw_texts).get("target_attribute_name", "").strip("'\"") or f.name
                 rep = Val("function", mod, q, mod.path, f.line)
                 args = ", ".join(repr(a) for a in d.str_args if a)
-                out[(tm, attr)] = (rep, mod.path, d.line, f"@{d.func}({args})")
+                found.setdefault((tm, attr), []).append((rep, mod, (), "", d.line, f"@{d.func}({args})"))
         for q, c in s.classes.items():
             for d in c.decorators:
                 tm = is_patch_decorator(resolver, mod, d)
@@ -68,44 +87,115 @@ def collect_patches(resolver) -> dict:
                 attr = d.str_args[1] if len(d.str_args) > 1 and d.str_args[1] else c.name
                 rep = Val("class", mod, q, mod.path, c.line)
                 args = ", ".join(repr(a) for a in d.str_args if a)
-                out[(tm, attr)] = (rep, mod.path, d.line, f"@{d.func}({args})")
+                found.setdefault((tm, attr), []).append((rep, mod, (), "", d.line, f"@{d.func}({args})"))
         for ap in s.attr_patches:
             base, _, attr = ap.target.rpartition(".")
             if not base:
                 continue
-            bv = resolver.resolve_dotted(mod, "", base, Walk(), line=ap.line)
+            bv = resolver.resolve_dotted(mod, ap.scope, base, Walk(), line=ap.line)
             if bv.kind != "module" or bv.module is None or bv.module.workspace:
                 if not (bv.kind == "class" and bv.module is not None and not bv.module.workspace):
                     continue
                 tm, attr = bv.module.name, f"{bv.qual}.{attr}"
             else:
                 tm = bv.module.name
-            rv = resolver.resolve_dotted(mod, "", ap.value, Walk(), line=ap.line) if ap.value else Val(
-                "unknown", mod, ap.target, mod.path, ap.line, reason=f"{ap.target} is replaced by a computed value (lambda/expression) at {mod.path}:{ap.line}")
-            out[(tm, attr)] = (rv, mod.path, ap.line, f"{ap.target} = {ap.value or '<expression>'}")
-    return out
+            if ap.value.rpartition(".")[2].startswith("<lambda:"):
+                lf = s.lambdas.get(ap.value)
+                rv = Val("function", mod, ap.value, mod.path, lf.line if lf else ap.line)
+                vtext = _lambda_text(mod, ap.value)
+            elif ap.value:
+                rv = resolver.resolve_dotted(mod, ap.scope, ap.value, Walk(), line=ap.line)
+                vtext = ap.value
+            else:
+                rv = Val("unknown", mod, ap.target, mod.path, ap.line,
+                         reason=f"{ap.target} is replaced by a computed value (expression) at {mod.path}:{ap.line}")
+                vtext = "<expression>"
+            text = f"{ap.target} = {vtext}" + (f" (in {ap.scope}(), when it runs)" if ap.scope else "")
+            found.setdefault((tm, attr), []).append((rv, mod, ap.guards, ap.scope, ap.line, text))
+    return {key: _entry(resolver, key, items) for key, items in found.items()}
+
+
+def _entry(resolver, key, items: list) -> tuple:
+    """The table entry of one replaced attribute: the replacements that can be what runs (the last
+    unconditional one in source order and the conditional ones after it), as one value or a fork."""
+    from . import model as M
+    from .resolver import Alt, Walk, alts_value
+
+    items = sorted(items, key=lambda it: (it[1].path, it[4]))
+    last = max((i for i, it in enumerate(items) if not it[2]), default=None)
+    live = items[last:] if last is not None else items
+    if len(live) == 1 and not live[0][2]:
+        rv, mod, _g, _s, line, text = live[0]
+        return (rv, mod.path, line, text)
+    arms, conds, reaches = [], [], []
+    for rv, mod, guards, scope, line, text in live:
+        c = resolver.guard_text(guards)
+        r = resolver.guard_value(mod, guards, scope) if guards else True
+        if c:
+            conds.append(c)
+            reaches.append(r)
+        arms.append(Alt(rv, c, r, text, mod.path, line))
+    tm, attr = key
+    if last is None and not _exhaustive([it[2] for it in live]):
+        # no unconditional replacement: when no condition holds, the original runs
+        ov = resolver.module_value(tm, Walk(), quiet=True)
+        for part in attr.split("."):
+            ov = resolver.attr(ov, part, Walk())
+        ov.extra = dict(ov.extra, unpatched=True)
+        r = False if any(x is True for x in reaches) else (True if all(x is False for x in reaches) else None)
+        arms.append(Alt(ov, " and ".join(f"not ({c})" for c in conds), r, f"the original {tm}.{attr}", ov.path, ov.line))
+    first = live[0]
+    text = "; ".join(f"{it[5]}" + (f" (if {resolver.guard_text(it[2])})" if it[2] else "") for it in live)
+    fv = alts_value(M.FORK_PATCHED, "; ".join(conds) or None, first[1], f"{tm}.{attr}", first[4], arms)
+    fv.extra["patch_symbol"] = first[0].dotted  # what the patch hop names: the (first) replacement
+    return (fv, first[1].path, first[4], text)
+
+
+def _exhaustive(guard_lists: list) -> bool:
+    """Do the replacements' guards cover every case: the `if` and the `else` of one statement, under the same
+    outer guards?"""
+    for g in guard_lists:
+        if not g or g[-1][0] != "if":
+            continue
+        _k, text, line = g[-1]
+        if any(h == g[:-1] + (("else", text, line),) for h in guard_lists):
+            return True
+    return False
+
+
+def _freeze_val(v) -> tuple:
+    arms = None
+    if v.kind == "alts":
+        arms = [(_freeze_val(a.val), a.condition, a.reachable, a.label, a.path, a.line) for a in v.extra["alts"]]
+    return (v.kind, v.module.name if v.module is not None else None, v.qual, v.path, v.line, v.reason,
+            bool(v.extra.get("unpatched")), arms, v.extra.get("fork_kind"), v.extra.get("decided_by"), v.extra.get("patch_symbol"))
+
+
+def _thaw_val(resolver, t: tuple):
+    from .resolver import Alt, Val
+
+    kind, modname, qual, vpath, vline, reason, unpatched, arms, fork_kind, decided_by, sym = t
+    mod = resolver.index.module(modname) if modname else None
+    extra: dict = {"unpatched": True} if unpatched else {}
+    if arms is not None:
+        extra.update(alts=[Alt(_thaw_val(resolver, a[0]), *a[1:]) for a in arms], fork_kind=fork_kind, decided_by=decided_by,
+                     patch_symbol=sym)
+    return Val(kind, mod, qual, vpath, vline, reason=reason or "", extra=extra)
 
 
 def freeze_patches(table: dict) -> list:
-    out = []
-    for key, (rv, path, line, text) in table.items():
-        out.append((key, rv.kind, rv.module.name if rv.module is not None else None, rv.qual, rv.path, rv.line, rv.reason, path, line, text))
-    return out
+    return [(key, _freeze_val(rv), path, line, text) for key, (rv, path, line, text) in table.items()]
 
 
 def thaw_patches(resolver, frozen: list) -> dict:
-    from .resolver import Val
-
     class Lazy(dict):
         def get(self, key, default=None):
             item = dict.get(self, key)
             if item is None:
                 return default
-            if isinstance(item, tuple) and len(item) == 10:
-                _, kind, modname, qual, vpath, vline, reason, path, line, text = item
-                mod = resolver.index.module(modname) if modname else None
-                rv = Val(kind, mod, qual, vpath, vline, reason=reason or "")
-                item = (rv, path, line, text)
+            if len(item) == 5:
+                _, fv, path, line, text = item
+                item = (_thaw_val(resolver, fv), path, line, text)
                 self[key] = item
             return item
 

@@ -116,6 +116,7 @@ class PlatformProfile:
         self._gen = -1
         self._memo: dict = {}
         self._active_eval: set = set()  # function results being evaluated (recursion guard)
+        self._overrides: tuple | None = None  # (generation, config_overrides())
 
     # -- discovery -----------------------------------------------------------
     @property
@@ -322,6 +323,9 @@ class PlatformProfile:
                 return True
             return False if all(v is not None and not v for v in vals) else None
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            forced = self._forced_compare(node)
+            if forced is not None:
+                return forced
             a = self._eval(mod, scope, node.left, depth + 1)
             b = self._eval(mod, scope, node.comparators[0], depth + 1)
             if a is None or b is None:
@@ -364,6 +368,63 @@ class PlatformProfile:
                         return None
             return None
         return None
+
+    # -- settings the platform forces onto the config ---------------------------
+    def config_overrides(self) -> dict:
+        """``{target text: value text}`` of what the platform class's ``check_and_update_config`` (vLLM calls it
+        on the config before any layer is built) writes onto config objects: ``attention_config.x = Enum.M``,
+        once, unconditionally or under ``if name := <the object>`` (the object exists). Memoised per generation."""
+        gen = self.r.index.generation
+        if self._overrides is not None and self._overrides[0] == gen:
+            return self._overrides[1]
+        from .resolver import Walk
+
+        self._overrides = (gen, {})  # guards evaluated below see none (no recursion)
+        out: dict = {}
+        seen: dict = {}
+        done: set = set()
+        for cv in self.info.classes:
+            fv = self.r.class_attr(cv.module, cv.qual, "check_and_update_config", Walk())
+            f = fv.func if fv is not None else None
+            if f is None or fv.module is None or not fv.module.workspace or (fv.module.path, f.qualname) in done:
+                continue
+            done.add((fv.module.path, f.qualname))
+            for target, value, line, guards in f.attr_sets:
+                root = target.split(".", 1)[0]
+                ok = all(k == "if" and t.replace(" ", "").startswith(root + ":=") or
+                         (k in ("if", "else") and self.r.guard_value(fv.module, ((k, t, ln),), f.qualname) is True)
+                         for k, t, ln in guards)
+                seen[target] = seen.get(target, 0) + 1
+                if ok:
+                    out[target] = (value, fv.module.path, line)
+        out = {t: v for t, v in out.items() if seen[t] == 1}  # written twice: which one holds is not static
+        self._overrides = (gen, out)
+        return out
+
+    def _forced_compare(self, node):
+        """``x.attr is Enum.M`` / ``== ...`` / ``is not None`` where the platform forces ``attr`` (see
+        config_overrides): True or False; None when nothing is forced there."""
+        op = node.ops[0]
+        if not isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)):
+            return None
+        d = _dotted(node.left)
+        overrides = self.config_overrides() if d and "." in d else {}
+        hit = next((v for t, v in overrides.items() if d == t or d.endswith("." + t)), None)
+        if hit is None:
+            return None
+        value = hit[0]
+        right = node.comparators[0]
+        if isinstance(right, ast.Constant):
+            try:
+                same = ast.literal_eval(value) == right.value
+            except (ValueError, SyntaxError):
+                same = False  # an enum member or a name: never None, never equal to a literal
+        else:
+            rd = _dotted(right)
+            if not rd or "." not in rd or "." not in value:
+                return None
+            same = rd.split(".")[-2:] == value.split(".")[-2:]
+        return same if isinstance(op, (ast.Is, ast.Eq)) else not same
 
     # -- constant folding of names ----------------------------------------------
     def _fold_binding(self, mod, scope, b, depth):

@@ -131,6 +131,8 @@ class FunctionInfo:
     return_alts: tuple = ()  # (text, guards, line) of each `return`, text as in `returns`
     globals_: frozenset = frozenset()  # names declared `global` in the body
     raise_ifs: frozenset = frozenset()  # lines of `if c: raise ...` (what follows runs only when not c)
+    # `obj.a.b = <dotted name or literal>` on a local or parameter (not self): (target, value, line, guards)
+    attr_sets: tuple = ()
 
 
 @dataclass(slots=True)
@@ -150,6 +152,8 @@ class ClassInfo:
     is_dataclass: bool = False
     docstring: str | None = None
     reassigned: frozenset = frozenset()  # instance attributes assigned more than once (never folded)
+    inst_more: dict = field(default_factory=dict)  # name -> (Binding, ...): the later `self.x = ...` of a reassigned x
+    inst_ann: dict = field(default_factory=dict)  # name -> annotation text of `self.x: T = ...` in a method
 
 
 @dataclass(slots=True)
@@ -164,13 +168,15 @@ class Ref:
 
 @dataclass(slots=True)
 class AttrPatch:
-    """``mod.attr = value`` / ``setattr(mod, "attr", value)`` at module level."""
+    """``mod.attr = value`` / ``setattr(mod, "attr", value)`` at module level, or inside a function
+    when ``mod`` is a name the function (or the module) imports (a patch applied when it runs)."""
 
     target: str  # dotted text of the assigned attribute (e.g. 'iu.has_triton_kernels')
-    value: str  # dotted text of the value ('' when complex, e.g. a lambda)
+    value: str  # dotted text of the value, the qualname of a lambda in ModuleSummary.lambdas, or '' when complex
     line: int
     col: int
     guards: tuple = ()
+    scope: str = ""  # the function that makes the assignment ('' at module level)
 
 
 @dataclass(slots=True)
@@ -189,9 +195,18 @@ class ModuleSummary:
     syntax_errors: tuple = ()  # pyrecover.SyntaxIssue of each syntax error (the summary leaves out those statements)
     n_lines: int = 0
     has_getattr: bool = False  # module-level __getattr__
+    # lambdas that replace attributes (`mod.f = lambda cfg: X`, setattr) or are bound to module names, as
+    # functions of one return: qualname (`<lambda:line:col>` inside its scope) -> FunctionInfo
+    lambdas: dict = field(default_factory=dict)
+
+    def function(self, qualname: str):
+        """The function (or lambda) of that qualname, else None."""
+        f = self.functions.get(qualname)
+        return f if f is not None or not self.lambdas else self.lambdas.get(qualname)
 
     def calls_in(self, qualname: str):
-        return [self.calls[i] for i in self.functions[qualname].calls] if qualname in self.functions else []
+        f = self.function(qualname)
+        return [self.calls[i] for i in f.calls] if f is not None else []
 
     def module_calls(self):
         return [c for c in self.calls if not c.scope]
@@ -264,6 +279,23 @@ def _literal_text(node: ast.AST) -> str:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
         return repr(-node.operand.value)  # type: ignore[operator]
     return ""
+
+
+def _chain_text(node: ast.AST) -> str:
+    """``a.b[].c`` for an attribute chain through subscripts (the keys elided), else ''."""
+    segs = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            segs.append("." + node.attr)
+            node = node.value
+        elif isinstance(node, ast.Subscript):
+            segs.append("[]")
+            node = node.value
+        else:
+            break
+    if not isinstance(node, ast.Name) or "[]" not in segs:
+        return ""
+    return node.id + "".join(reversed(segs))
 
 
 def _call_text(node: ast.AST) -> str:
@@ -383,6 +415,7 @@ class _Builder:
         self.qual: list[str] = []
         self._rets = []
         self._names = []
+        self._lambda_done: set = set()  # ids of Lambda nodes summarised as functions (their bodies are their own scope)
 
     # -- positions ---------------------------------------------------------
     def pos(self, node) -> tuple[int, int]:
@@ -485,6 +518,11 @@ class _Builder:
                 self.expr(st.test)
             else:
                 self.expr(st.iter)
+                if isinstance(st.target, ast.Name) and not (self.cls and not self.scope):
+                    # `for x in items:` binds x to each item in turn (resolver: a fork over a literal list's items)
+                    line, col = self.pos(st.target)
+                    src = dotted(st.iter) or _call_text(st.iter) or _literal_text(st.iter)
+                    self.bind(Binding(st.target.id, "iter", line, col, target=src or None, guards=g))
             self.body(st.body)
             self.body(st.orelse)
         elif isinstance(st, ast.Assign):
@@ -498,6 +536,11 @@ class _Builder:
                 c = self.cls[-1]
                 ann = self.seg(st.annotation)
                 c.fields = c.fields + ((st.target.id, " ".join((ann or "").split()), st.value is not None, st.lineno),)
+            elif self.cls and self.scope and isinstance(st.target, ast.Attribute) and dotted(st.target.value) == "self":
+                # `self.x: T = ...` in a method: the declared type of the instance attribute
+                ann = " ".join((self.seg(st.annotation) or "").split())
+                if ann:
+                    self.cls[-1].inst_ann.setdefault(st.target.attr, ann)
         elif isinstance(st, ast.Return):
             if self.scope:
                 self._rets[-1].append((st.value, tuple(self.guards), st.lineno))
@@ -543,12 +586,15 @@ class _Builder:
             return ""
 
     def assign(self, targets, value, st) -> None:
+        lam = self.lambda_def(value) if type(value) is ast.Lambda and len(targets) == 1 and self._lambda_wanted(targets[0]) else None
         self.expr(value, assigned_to=dotted(targets[0]) if len(targets) == 1 else None)
         g = tuple(self.guards)
         for t in targets:
             if isinstance(t, ast.Name):
                 line, col = self.pos(t)
                 b = self._binding_for_value(t.id, value, line, col, g)
+                if lam is not None:
+                    b.target = lam
                 if self.cls and not self.scope:
                     self.cls[-1].attrs.setdefault(t.id, b)
                 else:
@@ -567,10 +613,16 @@ class _Builder:
                     c = self.cls[-1]
                     if b.name in c.inst_attrs:
                         c.reassigned = c.reassigned | {b.name}
+                        c.inst_more[b.name] = c.inst_more.get(b.name, ()) + (b,)
                     c.inst_attrs.setdefault(b.name, b)
-                elif not self.scope and not self.cls and "." in d:
+                elif "." in d and self._patch_root(root):
                     line, col = self.pos(t)
-                    self.s.attr_patches.append(AttrPatch(d, dotted(value) or "", line, col, g))
+                    self.s.attr_patches.append(AttrPatch(d, lam or dotted(value) or "", line, col, g, self.cur_scope()))
+                elif "." in d and self.scope and root not in ("self", "cls"):
+                    # a setting written onto an object (the platform's `config.x.y = Enum.M`): profile.config_overrides
+                    vt = dotted(value) or (_literal_text(value) if isinstance(value, ast.Constant) else "")
+                    if vt:
+                        self.scope[-1].attr_sets = self.scope[-1].attr_sets + ((d, vt, t.lineno, g),)
             elif isinstance(t, ast.Subscript) and not self.scope and not self.cls and dotted(t.value) == "sys.modules" \
                     and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str):
                 # `sys.modules["name"] = module`: an import hook (resolver.import_map)
@@ -599,12 +651,78 @@ class _Builder:
                 if isinstance(t, ast.Name) and t.id == "__all__" and isinstance(value, (ast.List, ast.Tuple)):
                     self.s.all_exports = tuple(e.value for e in value.elts if isinstance(e, ast.Constant))
 
+    def _patch_root(self, root: str) -> bool:
+        """Can an assignment to an attribute of ``root`` patch another module? At module level, any name
+        outside a class body; inside a function, a name the function or the module binds by an import only."""
+        if not self.scope:
+            return not self.cls
+        if root in ("self", "cls"):
+            return False
+        f = self.scope[-1]
+        if any(p.name == root for p in f.params):
+            return False
+        bs = f.locals.get(root) or self.s.bindings.get(root, [])
+        return bool(bs) and all(b.kind in ("import", "from") for b in bs)
+
+    def _lambda_wanted(self, t) -> bool:
+        """Is a lambda assigned to ``t`` summarised as a function: a replacement of another module's
+        attribute, or a module-level name."""
+        if isinstance(t, ast.Name):
+            return not self.scope and not self.cls
+        d = dotted(t) if isinstance(t, ast.Attribute) else None
+        return d is not None and "." in d and self._patch_root(d.split(".", 1)[0])
+
+    def _params(self, a: ast.arguments) -> tuple:
+        params = []
+        pos_defaults = len(a.defaults)
+        allpos = list(a.posonlyargs) + list(a.args)
+        for i, p in enumerate(allpos):
+            has_def = i >= len(allpos) - pos_defaults
+            params.append(Param(p.arg, "posonly" if i < len(a.posonlyargs) else "pos", has_def, self._ann(p)))
+        if a.vararg:
+            params.append(Param(a.vararg.arg, "vararg", False, self._ann(a.vararg)))
+        for p, dflt in zip(a.kwonlyargs, a.kw_defaults):
+            params.append(Param(p.arg, "kwonly", dflt is not None, self._ann(p)))
+        if a.kwarg:
+            params.append(Param(a.kwarg.arg, "kwarg", False, self._ann(a.kwarg)))
+        return tuple(params)
+
+    def lambda_def(self, node: ast.Lambda) -> str:
+        """Summarise a lambda as a function of one return (its body), in ``ModuleSummary.lambdas``; calls in
+        its body belong to it. Returns its qualname."""
+        line, col = self.pos(node)
+        name = f"<lambda:{line}:{col}>"
+        qual = ".".join(self.qual + [name])
+        fi = FunctionInfo(qualname=qual, name="<lambda>", line=line, col=col, end_line=getattr(node, "end_lineno", None) or line,
+                          deco_line=line, params=self._params(node.args), significant=1)
+        body = node.body
+        fi.returns = (_literal_text(body),)
+        fi.return_alts = ((fi.returns[0] or _call_text(body), (), line),)
+        const = _const(body)
+        if const is not None:
+            fi.returns_const = const
+        fi.returns_names = tuple(r for r in fi.returns if r and r.isidentifier())
+        self._lambda_done.add(id(node))
+        saved, self.guards = self.guards, []
+        self.scope.append(fi)
+        self.qual.append(name)
+        self._names.append(set())
+        try:
+            self.expr(body, in_return=True)
+        finally:
+            fi.names_read = frozenset(self._names.pop())
+            self.qual.pop()
+            self.scope.pop()
+            self.guards = saved
+        self.s.lambdas[qual] = fi
+        return qual
+
     def _binding_for_value(self, name, value, line, col, g) -> Binding:
         d = dotted(value)
         if d is not None:
             return Binding(name, "assign", line, col, target=d, guards=g)
         if isinstance(value, ast.Call):
-            fd = dotted(value.func) or ""
+            fd = dotted(value.func) or _chain_text(value.func)
             sargs = tuple(a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None for a in value.args)
             alts = tuple(_literal_text(a) or _call_text(a) for a in value.args)
             return Binding(name, "call", line, col, target=fd, guards=g, str_args=sargs, alternatives=alts)
@@ -658,22 +776,11 @@ class _Builder:
         # ast gives the `def` line as lineno (3.8+), decorators have their own lines
         deco_line = min([d.line for d in decos] + [line])
         a = node.args
-        params = []
-        pos_defaults = len(a.defaults)
-        allpos = list(a.posonlyargs) + list(a.args)
-        for i, p in enumerate(allpos):
-            has_def = i >= len(allpos) - pos_defaults
-            params.append(Param(p.arg, "posonly" if i < len(a.posonlyargs) else "pos", has_def, self._ann(p)))
-        if a.vararg:
-            params.append(Param(a.vararg.arg, "vararg", False, self._ann(a.vararg)))
-        for p, dflt in zip(a.kwonlyargs, a.kw_defaults):
-            params.append(Param(p.arg, "kwonly", dflt is not None, self._ann(p)))
-        if a.kwarg:
-            params.append(Param(a.kwarg.arg, "kwarg", False, self._ann(a.kwarg)))
+        params = self._params(a)
         doc = ast.get_docstring(node, clean=True)
         fi = FunctionInfo(
             qualname=qual, name=node.name, line=line, col=col, end_line=node.end_lineno or line,
-            deco_line=deco_line, params=tuple(params), decorators=decos,
+            deco_line=deco_line, params=params, decorators=decos,
             docstring=doc.strip().splitlines()[0] if doc and doc.strip() else None,
             class_name=".".join(self.qual) if self.cls and self.qual and self.qual[-1] == self.cls[-1].name else None,
             is_async=isinstance(node, ast.AsyncFunctionDef),
@@ -836,7 +943,8 @@ class _Builder:
                 else:
                     push(n.value)
             elif t is ast.Lambda:
-                push(n.body)
+                if id(n) not in self._lambda_done:
+                    push(n.body)
             # children pushed in field order (the last is visited first), as ast.iter_child_nodes
             # would: call sites keep their order in the summary
             elif t is ast.BinOp:
@@ -855,6 +963,13 @@ class _Builder:
             elif t is ast.UnaryOp:
                 push(n.operand)
             elif t is ast.keyword or t is ast.Starred:
+                push(n.value)
+            elif t is ast.NamedExpr:
+                # `if x := f(...):` binds x; kept as a computed value (not followed: it names what decides, e.g. a
+                # layer's quantization method, whose candidates would be every quantization config)
+                if isinstance(n.target, ast.Name) and not (self.cls and not self.scope):
+                    line, col = self.pos(n.target)
+                    self.bind(Binding(n.target.id, "other", line, col, guards=tuple(self.guards)))
                 push(n.value)
             else:  # comprehensions, dicts, f-strings, slices, ...: every child but load/store markers
                 extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, ast.expr_context))
@@ -912,8 +1027,10 @@ class _Builder:
         sub = ""
         if isinstance(f, ast.Subscript):
             sub = " ".join((self.seg(f.slice) or "").split())
+        # `a.items[k].run(...)`: the callee through a subscript, key elided (`a.items[].run`); still walked as an expression
+        func = fd or (_chain_text(f) if isinstance(f, ast.Attribute) else "")
         cs = CallSite(
-            line, col, el, ec, fl, fc, fel, fec, fd or "", self.cur_scope(), launch,
+            line, col, el, ec, fl, fc, fel, fec, func, self.cur_scope(), launch,
             nargs=len(args) - n_starred,
             keywords=tuple(k.arg for k in kws if k.arg),
             star_args=n_starred > 0,
@@ -928,10 +1045,13 @@ class _Builder:
         self.s.calls.append(cs)
         if fi is not None:
             fi.calls.append(idx)
-        if not self.scope and fd in ("setattr",) and len(n.args) >= 3 and isinstance(n.args[1], ast.Constant):
+        if fd in ("setattr",) and len(n.args) >= 3 and isinstance(n.args[1], ast.Constant):
             tgt = dotted(n.args[0])
-            if tgt:
-                self.s.attr_patches.append(AttrPatch(f"{tgt}.{n.args[1].value}", dotted(n.args[2]) or "", line, col, tuple(self.guards)))
+            if tgt and self._patch_root(tgt.split(".", 1)[0]):
+                v = n.args[2]
+                val = self.lambda_def(v) if type(v) is ast.Lambda else dotted(v) or ""
+                self.s.attr_patches.append(AttrPatch(f"{tgt}.{n.args[1].value}", val, line, col, tuple(self.guards),
+                                                     self.cur_scope()))
         return None if isinstance(f, ast.Subscript) else fd
 
 

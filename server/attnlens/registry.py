@@ -137,6 +137,39 @@ class Registry:
         return out
 
     def entries(self, with_call_sites: bool = True, include_custom_ops: bool = True) -> list[BackendEntry]:
+        out = self.scan_registrations()
+        if include_custom_ops:
+            from .customops import collect
+
+            for reg in collect(self.r):
+                key = ("custom_op", reg.name)
+                prev = out.get(key)
+                e = BackendEntry(reg.name, "custom_op", None, reg.replacement.dotted, reg.replacement.path,
+                                 reg.replacement.line)
+                e.registered_at.append({"path": reg.path, "line": reg.line, "form": reg.form})
+                # the counterpart is the class it replaces: the base in its MRO named like the registration
+                same = [b for b in self.r.mro(reg.replacement.module, reg.replacement.qual)[1:]
+                        if b.qual.rpartition(".")[2] == reg.name and b.module is not None and not b.module.workspace]
+                if same:
+                    e.upstream = ClassRef(same[0].dotted, same[0].path, same[0].cls.line if same[0].cls else same[0].line)
+                elif reg.base is not None and reg.base.qual not in ("CustomOp", "PluggableLayer"):
+                    e.upstream = ClassRef(reg.base.dotted, reg.base.path, reg.base.line)
+                else:
+                    e.upstream = self._custom_op_upstream(reg.replacement.module, reg.replacement.qual)
+                if prev is not None:
+                    e.error = (f"{reg.name} is registered twice ({prev.cls} and {e.cls}); vLLM asserts on a duplicate "
+                               "op name at import time")
+                out[key] = e
+        self._add_selected(out)
+        self._add_exported_selectors(out)
+        entries = sorted(out.values(), key=lambda e: (e.kind != "attention", e.kind, e.name))
+        for e in entries:
+            self._fill(e, with_call_sites)
+        return entries
+
+    def scan_registrations(self) -> dict:
+        """(kind, member) -> BackendEntry of the backend registrations alone (no selection, no parts): what the
+        resolver needs to know which class an enum member names (``Resolver.enum_overrides``)."""
         out: dict[tuple, BackendEntry] = {}
         for mod in self.r.index.workspace_modules():
             s = mod.summary
@@ -170,34 +203,7 @@ class Registry:
                                 f"class path and {mod.name}.{q} is not registered")
                             continue
                         self._add(out, mod, "", reg, enum_text, f"{mod.name}.{q}", d.line, "decorator")
-
-        if include_custom_ops:
-            from .customops import collect
-
-            for reg in collect(self.r):
-                key = ("custom_op", reg.name)
-                prev = out.get(key)
-                e = BackendEntry(reg.name, "custom_op", None, reg.replacement.dotted, reg.replacement.path,
-                                 reg.replacement.line)
-                e.registered_at.append({"path": reg.path, "line": reg.line, "form": reg.form})
-                # the counterpart is the class it replaces: the base in its MRO named like the registration
-                same = [b for b in self.r.mro(reg.replacement.module, reg.replacement.qual)[1:]
-                        if b.qual.rpartition(".")[2] == reg.name and b.module is not None and not b.module.workspace]
-                if same:
-                    e.upstream = ClassRef(same[0].dotted, same[0].path, same[0].cls.line if same[0].cls else same[0].line)
-                elif reg.base is not None and reg.base.qual not in ("CustomOp", "PluggableLayer"):
-                    e.upstream = ClassRef(reg.base.dotted, reg.base.path, reg.base.line)
-                else:
-                    e.upstream = self._custom_op_upstream(reg.replacement.module, reg.replacement.qual)
-                if prev is not None:
-                    e.error = (f"{reg.name} is registered twice ({prev.cls} and {e.cls}); vLLM asserts on a duplicate "
-                               "op name at import time")
-                out[key] = e
-        self._add_selected(out)
-        entries = sorted(out.values(), key=lambda e: (e.kind != "attention", e.kind, e.name))
-        for e in entries:
-            self._fill(e, with_call_sites)
-        return entries
+        return out
 
     def _add(self, out, mod, scope, registrar, enum_text, class_path, line, form) -> None:
         kind = "mla_prefill" if "mla_prefill" in registrar else "attention"
@@ -249,6 +255,41 @@ class Registry:
                 out[("attention", f"selected:{c.class_path}")] = e
                 by_cls[c.class_path] = e
             e.selected.append(info)
+
+    def _add_exported_selectors(self, out: dict) -> None:
+        """Registries that vLLM reads through a selector function of the registrar's package (the MLA prefill
+        backends: ``get_mla_prefill_backend(vllm_config)``, exported next to ``register_mla_prefill_backend``):
+        every class the selector can return, with the conditions of that path (an upstream class the plugin
+        does not register becomes an entry of its own)."""
+        kinds = {}
+        for (kind, _m), e in list(out.items()):
+            for reg in e.registered_at:
+                if kind != "attention" and kind != "custom_op" and reg.get("registrar"):
+                    kinds.setdefault(kind, reg["registrar"].rpartition(".")[0].rpartition(".")[0])
+        for kind, package in kinds.items():
+            pm = self.r.index.module(package) if package else None
+            if pm is None:
+                continue
+            by_cls = {e.cls: e for k, e in out.items() if k[0] == kind}
+            for name in sorted(pm.summary.bindings):
+                if not name.startswith("get_"):
+                    continue
+                fv = self.r.resolve_dotted(pm, "", name, Walk())
+                if fv.kind != "function" or fv.func is None or fv.module is None:
+                    continue
+                rv = self.r.result_of_call(fv.module, fv.func.qualname, name, fv.func.line, fv.dotted, fv, Walk())
+                leaves = list(_class_leaves(rv, [], True))
+                for cv, conds, reach in leaves:
+                    e = by_cls.get(cv.dotted)
+                    if e is None:
+                        e = BackendEntry(cv.qual, kind, None, cv.dotted, cv.path, cv.line)
+                        out[(kind, f"selected:{cv.dotted}")] = e
+                        by_cls[cv.dotted] = e
+                    e.selected.append({"class_path": cv.dotted, "conditions": conds, "reachability": M.reach_word(reach),
+                                       "path": fv.path, "line": fv.func.line, "via": f"{name}(...) of {package}",
+                                       "enum": None, "reason": None})
+                if leaves:
+                    break  # the registry's selector
 
     def _upstream_for_enum(self, c) -> ClassRef | None:
         mod = self.r.index.module_for_path(c.path) if c.path else None
@@ -446,6 +487,16 @@ class Registry:
         if chain.final.kind == M.UNRESOLVED and not self._root_is_imported(mod, cs):
             return None
         return CallSiteResult(mod.path, cs.line, cs.col, cs.func + ("[grid]" if cs.launch else ""), cs.scope, chain)
+
+
+def _class_leaves(v, conds: list, reach):
+    """(class Val, conditions from the root, reachability) of each class a selector's value can be."""
+    if v.kind == "class":
+        yield v, conds, reach
+    elif v.kind == "alts":
+        for a in v.extra["alts"]:
+            yield from _class_leaves(a.val, conds + ([a.condition] if a.condition else []),
+                                     M.combine_reachability([reach, a.reachable]))
 
 
 def _inside_jit(mod, scope: str) -> bool:

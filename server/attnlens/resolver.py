@@ -21,6 +21,7 @@ packages that are not installed.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 import time
@@ -32,6 +33,9 @@ from .model import Chain, Final, Hop
 from .pyindex import Binding, CallSite, ClassInfo, FunctionInfo
 
 MAX_DEPTH = 40
+CONTAINERS = ("list", "List", "Sequence", "tuple", "Tuple", "dict", "Dict", "Mapping")
+# vLLM's tables of attention layers by name (an item is one of the layer classes)
+LAYER_TABLES = ("no_compile_layers", "static_forward_context")
 
 BUILTINS = frozenset(dir(__builtins__) if isinstance(__builtins__, dict) is False else __builtins__.keys())  # type: ignore[arg-type]
 TRITON_JIT_NAMES = ("jit",)
@@ -67,7 +71,7 @@ class Val:
     @property
     def func(self) -> FunctionInfo | None:
         if self.kind == "function" and self.module is not None:
-            return self.module.summary.functions.get(self.qual)
+            return self.module.summary.function(self.qual)  # a def, or a lambda summarised as one
         return None
 
     @property
@@ -180,6 +184,11 @@ class Resolver:
         self.backend_impls = None
         # out-of-tree replacements of CustomOp/PluggableLayer classes: name -> OotRegistration (workspace hook)
         self.oot_replacements = None
+        # class paths the plugin registers for enum members (`register_backend(Enum.X, class_path=...)`, also
+        # `register_mla_prefill_backend`): {(enum class name, member): (class path, path, line)} (workspace hook)
+        self.enum_overrides = None
+        self._enum_memo: dict = {}  # (module, class qualname) -> is it an Enum subclass
+        self._field_memo: dict = {}  # (generation, module, class, field) -> values constructors pass for it
         self._import_map_memo: tuple | None = None  # (generation, import hooks' module map)
         self._reach_memo: dict = {}  # kernels reached by a multi-call function, this generation
         self._reach_gen = -1
@@ -238,7 +247,10 @@ class Resolver:
         if tried and excepts:
             b = tried[-1]
             if b.kind in ("import", "from") and not self._import_ok(mod, b):
-                return excepts[-1]
+                e = excepts[-1]
+                if (e.kind, e.target) in (("assign", "object"), ("other", "None")):
+                    return b  # `except ImportError: X = object` is a stand-in: what runs is the missing package's
+                return e
             return b
         definite = [b for b in live if self.guard_value(mod, b.guards, scope) is True]
         return (definite or live)[-1]
@@ -306,6 +318,12 @@ class Resolver:
         if len(chosen) < 2:
             return None
         chosen.reverse()
+        # `x = None` then `x = f()` (in a try, a loop or an if): None is no candidate of what x can call
+        valued = [(b, own) for b, own in chosen if not (b.kind == "other" and b.target == "None")]
+        if valued and len(valued) < len(chosen):
+            if len(valued) == 1:
+                return self.binding_value(mod, valued[0][0], w, scope)
+            chosen = valued
         arms = []
         conds = [self.guard_text(own) for _b, own in chosen if own]
         for b, own in chosen:
@@ -346,7 +364,7 @@ class Resolver:
         # function scopes, innermost first (class bodies are not enclosing scopes)
         q = scope
         while q:
-            f = summ.functions.get(q)
+            f = summ.function(q)
             if f is not None:
                 locs = f.locals.get(name)
                 if locs and line is not None:
@@ -439,14 +457,10 @@ class Resolver:
             return Val("dict", mod, b.name, mod.path, b.line, extra={"pairs": b.alternatives, "scope": scope})
         if b.kind == "unpack":
             return self.unpacked_value(mod, scope, b, w)
-        if b.kind == "subscript" and (b.target or "").rpartition(".")[2] == "no_compile_layers":
-            layers = self.attention_layers(mod)
-            if layers:
-                w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {b.target}[...]: the attention layer registered "
-                          f"under that name ({len(layers)} layer classes)", cond, reach, b.col))
-                arms = [Alt(Val("instance", lv.module, lv.qual, lv.path, lv.line), f"the layer is a {lv.qual}", None,
-                            lv.qual, lv.path, lv.line) for lv in layers]
-                return alts_value(M.FORK_SUBCLASS, "the layer registered under that name", mod, b.name, b.line, arms)
+        if b.kind == "subscript" and (b.target or "").rpartition(".")[2] in LAYER_TABLES:
+            lv = self.layers_by_name(mod, f"{b.target}[]", b.line, w, b.name)
+            if lv.kind == "alts":
+                return lv
         if b.kind == "subscript":
             base = self.resolve_dotted(mod, scope, b.target or "", w, line=b.line)
             key = b.str_args[0] if b.str_args else "?"
@@ -457,7 +471,12 @@ class Resolver:
         if b.kind == "star":
             return Val("unknown", mod, b.name, reason="star import")
         if b.kind == "lambda":
+            lf = mod.summary.lambdas.get(b.target or "")
+            if lf is not None:
+                return Val("function", mod, b.target or "", mod.path, lf.line)
             return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is a lambda at {os.path.basename(mod.path)}:{b.line}")
+        if b.kind == "iter":
+            return self.iteration_value(mod, scope, b, w)
         return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is bound to a computed value at {os.path.basename(mod.path)}:{b.line}")
 
     def call_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
@@ -516,12 +535,23 @@ class Resolver:
         """The value ``callee(...)`` returns: an instance of a class, a factory's return (a fork over several
         returns), a decorator's wrapped argument, or unknown."""
         b_line = line
+        if target.kind in ("function", "class") and not target.extra.get("unpatched"):
+            p = self.patched(target)
+            if p is not None:  # the plugin replaced the callee (`mod.select = lambda cfg: X`): its result is the call's
+                w.add(Hop("patch", p[1], p[2], p[0].extra.get("patch_symbol", p[0].dotted), f"{p[3]} replaces {target.dotted} at import time", cond))
+                target = p[0]
+        if target.kind == "function" and (target.extra.get("enum_member") or target.extra.get("enum_any")):
+            ev = self.enum_method_result(mod, scope, name, line, callee, target, w)
+            if ev is not None:
+                return ev
         if target.kind == "unknown" and callee.rpartition(".")[2] == "get_impl_cls" and self.backend_impls is not None:
             sel = self.selected_impls(mod, scope, name, b_line)
             if sel is not None:
                 w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(): the impl class of the backend vLLM selected "
                           f"for this layer ({len(sel.extra['alts'])} candidates)", cond))
                 return sel
+        if target.kind == "not_installed" and target.qual.rpartition(".")[2][:1].isupper():
+            return target  # an object of a missing package's class: its methods are that package's code
         if target.kind == "unknown" and callee in ("cast", "typing.cast") and len(args) >= 2 and args[1]:
             return self.value_text(mod, scope, args[1], w, b_line)  # typing.cast(T, x) is x
         if target.kind == "alts":
@@ -560,12 +590,17 @@ class Resolver:
                     arg = self._bound_arg(f, c_inner.split(", ")[0], args)
                     if arg is not None:
                         return self.value_text(mod, scope, arg, w.sub(), b_line)
+                inner = tm.summary.functions.get(f"{f.qualname}.{t}") if t.isidentifier() else None
+                arg = self._bound_arg(f, inner.wraps, args) if inner is not None and inner.wraps else None
+                if arg is not None:
+                    # a returned closure made with functools.wraps(param): calling it runs the caller's argument
+                    return self.value_text(mod, scope, arg, w.sub(), b_line)
                 return self.value_text(tm, f.qualname, t, self._callee_walk(target, w), ln)
 
             if len(texts) == 1:
                 text = next(iter(texts))
                 inner = ret_value(text, rets[0][2])
-                if inner.kind in ("function", "class", "instance", "alts", "not_installed", "torch_op", "ext_attr", "dict"):
+                if inner.kind in ("function", "class", "instance", "alts", "not_installed", "torch_op", "ext_attr", "dict", "list"):
                     w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...) returns {text}", cond))
                     return inner
             elif len(texts) > 1:
@@ -574,10 +609,17 @@ class Resolver:
                     av = ret_value(t, ln)
                     arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname) if g else True,
                                     f"returns {t}", tm.path, ln))
+                arms = _merge_same(arms)
+                if len(arms) == 1 and arms[0].val.kind != "unknown":
+                    w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...): every return that can give it is "
+                              f"{arms[0].val.dotted}", cond))
+                    return arms[0].val
                 if any(a.val.kind != "unknown" for a in arms):
                     w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...): one of {len(arms)} returns", cond))
                     return alts_value(M.FORK_FACTORY, None, tm, target.dotted, f.line, arms)
-        return Val("unknown", mod, name, mod.path, b_line, reason=f"`{name}` is the result of calling `{callee or '...'}` at {os.path.basename(mod.path)}:{b_line}")
+        why = f": {target.reason}" if target.kind == "unknown" and target.reason and "result of calling" not in target.reason else ""
+        return Val("unknown", mod, name, mod.path, b_line,
+                   reason=f"`{name}` is the result of calling `{callee or '...'}` at {os.path.basename(mod.path)}:{b_line}{why}")
 
     def unpacked_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
         """``a, b = f(...)``: item i of the tuple ``f`` returns, read in ``f`` (every return that is a tuple of names)."""
@@ -601,6 +643,178 @@ class Resolver:
                   f"({os.path.basename(tv.module.path)}:{ln})"))
         return self.resolve_dotted(tv.module, f.qualname, text, w, line=ln + 1)
 
+    # ------------------------------------------------------------------
+    # enums whose members name classes (backend registries), loops over literal lists
+    # ------------------------------------------------------------------
+    def is_enum(self, mod: Module, cq: str) -> bool:
+        key = (mod.path, mod.summary.sha, cq)
+        hit = self._enum_memo.get(key)
+        if hit is None:
+            hit = any(t.rpartition(".")[2] in ("Enum", "IntEnum", "StrEnum") for b in self.mro(mod, cq) if b.cls for t in b.cls.bases)
+            self._enum_memo[key] = hit
+        return hit
+
+    def enum_members(self, mod: Module, cq: str) -> list:
+        """(member, value text) of an enum class body, in order (methods, nested classes and private names
+        left out)."""
+        c = mod.summary.classes.get(cq)
+        if c is None:
+            return []
+        return [(n, b.target) for n, b in c.attrs.items() if b.kind == "other" and not n.startswith("_")]
+
+    def enum_member_class(self, mod: Module, cq: str, member: str, w: Walk) -> Val:
+        """The class an enum member names: the class path the plugin registers for it, else the member's
+        value in the enum body (vLLM's ``get_class()`` resolves ``get_path()``, which prefers the override)."""
+        ename = cq.rpartition(".")[2]
+        over = None
+        if self.enum_overrides is not None:
+            try:
+                over = self.enum_overrides().get((ename, member))
+            except RecursionError:
+                over = None
+        via: tuple = ()
+        if over is not None:
+            path, rpath, rline = over
+            via = (Hop("registry", rpath, rline, path, f"{ename}.{member} is registered as {path}"),)
+            w.hops.extend(via)
+        else:
+            b = mod.summary.classes[cq].attrs.get(member) if cq in mod.summary.classes else None
+            try:
+                path = ast.literal_eval(b.target) if b is not None and b.target else None
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                path = None
+            if not isinstance(path, str) or not path:
+                return Val("unknown", mod, f"{cq}.{member}", mod.path, b.line if b else None,
+                           reason=f"{ename}.{member} has no class path (it must be registered before use)")
+        cv = self.resolve_symbol(path)
+        if cv.kind == "class":  # (the registration hop travels with the value: a tree shows it on the branch)
+            return Val("class", cv.module, cv.qual, cv.path, cv.cls.line if cv.cls else cv.line, extra={"via": via} if via else {})
+        return cv
+
+    @staticmethod
+    def _returns_class(f: FunctionInfo) -> bool:
+        """Does an enum method give the class its member's path names (``resolve_obj_by_qualname(self.get_path())``)?"""
+        return any(t.partition("(")[0].rpartition(".")[2] == "resolve_obj_by_qualname" for t, _g, _l in f.return_alts)
+
+    def _expanded(self, mod: Module, scope: str, text: str) -> str:
+        """``text`` with a leading local name that is bound once, to an attribute chain, replaced by that chain
+        (``selected_backend`` -> ``attention_config.mla_prefill_backend`` -> ``vllm_config.attention_config...``)."""
+        for _ in range(4):
+            head, dot, rest = text.partition(".")
+            how, bs = mod.summary.binding_of(scope, head)
+            if how != "local" or len(bs) != 1 or bs[0].kind != "assign" or not bs[0].target:
+                break
+            text = bs[0].target + (dot + rest if dot else "")
+        return text
+
+    def enum_method_result(self, mod: Module, scope: str, name: str, line: int, callee: str, target: Val, w: Walk) -> Val | None:
+        """``member.get_class()``: the class the member names; ``x.get_class()`` of an enum value chosen at run
+        time (a config field declared as the enum): a fork over every member's class, decided by ``x``."""
+        f = target.func
+        if f is None or not self._returns_class(f):
+            return None
+        em, eq = target.extra["receiver"]
+        member = target.extra.get("enum_member")
+        if member:
+            return self.enum_member_class(em, eq, member, w)
+        ename = eq.rpartition(".")[2]
+        base = callee.rpartition(".")[0] or callee
+        decided = self._expanded(mod, scope, base)
+        arms = []
+        for m_name, _v in self.enum_members(em, eq):
+            aw = Walk()
+            cv = self.enum_member_class(em, eq, m_name, aw)
+            if cv.kind != "class":
+                continue
+            c = f"{decided} is {ename}.{m_name}"
+            arms.append(Alt(cv, c, self.profile.evaluate(mod, scope, c), f"{m_name}: {cv.qual}", cv.path, cv.line))
+        if not arms:
+            return None
+        w.add(Hop("alias", mod.path, line, name, f"{name} = {callee}(): the class of the {ename} member in `{decided}` "
+                  f"(chosen at run time: {len(arms)} members name a class)"))
+        return alts_value(M.FORK_MEMBER, decided, mod, name, line, arms)
+
+    def iteration_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
+        """``for x in items:``: x is each item of a literal list in turn; a list a factory returns gives its
+        items under the condition of each return."""
+        src = b.target or ""
+        iv = self.value_text(mod, scope, src, w.sub(), b.line) if src else Val("unknown")
+        arms: list = []
+
+        def items_of(v: Val, conds: list, reach):
+            if v.kind == "list":
+                for i, t in enumerate(v.extra["items"]):
+                    av = self.value_text(v.module, v.extra["scope"], t, Walk(), v.line)  # type: ignore[arg-type]
+                    if av.kind == "unknown":
+                        continue
+                    arms.append(Alt(av, " and ".join(conds + [f"{b.name} is {t} (item {i} of {src})"]), reach, t, v.path, v.line))
+            elif v.kind == "alts":
+                for a in v.extra["alts"]:
+                    items_of(a.val, conds + ([a.condition] if a.condition else []), M.combine_reachability([reach, a.reachable]))
+
+        items_of(iv, [], True)
+        if not arms:
+            return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` iterates over `{src or '...'}` (not a literal list)")
+        w.add(Hop("alias", mod.path, b.line, b.name, f"for {b.name} in {src}: one of {len(arms)} items", self.guard_text(b.guards)))
+        kind = M.FORK_MEMBER if all(a.val.kind == "enum_member" for a in arms) else M.FORK_ASSIGNMENTS
+        return alts_value(kind, f"the item of {src} the loop is at", mod, b.name, b.line, arms)
+
+    def field_values(self, m: Module, cq: str, name: str) -> Val | None:
+        """What the constructors of class ``cq`` pass for field ``name`` (``Meta(..., name=value)`` in the
+        workspace or the class's module), read where each call is; None when no call passes a value that
+        resolves. Memoised per index generation."""
+        key = (self.index.generation, m.path, m.summary.sha, cq, name)
+        if key in self._field_memo:
+            return self._field_memo[key]
+        if key in self._active:
+            return None
+        if len(self._field_memo) > 20000:
+            self._field_memo.clear()
+        self._active.add(key)
+        try:
+            out = self._field_values(m, cq, name)
+        finally:
+            self._active.discard(key)
+        self._field_memo[key] = out
+        return out
+
+    def _field_values(self, m: Module, cq: str, name: str) -> Val | None:
+        cname = cq.rpartition(".")[2]
+        # the modules that name the class (a constructor may be reached through an attribute: `self.metadata_cls(...)`)
+        mods = [m] + [x for x in self.index.workspace_modules_matching(rb"\b" + re.escape(cname).encode() + rb"\b") if x.path != m.path]
+        arms, seen = [], set()
+        for mod in mods:
+            for cs in mod.summary.calls:
+                if not cs.func or name not in cs.keywords:
+                    continue
+                text = dict(cs.kw_texts).get(name)
+                if not text or text in ("None", "?"):
+                    continue
+                if not self._builds(self.resolve_dotted(mod, cs.scope, cs.func, Walk(), line=cs.line), m, cq):
+                    continue
+                fv = self.value_text(mod, cs.scope, text, Walk(), cs.line)
+                if fv.kind in ("unknown", "builtin", "module"):
+                    continue
+                ident = (fv.kind, fv.dotted, fv.path, fv.line)
+                if ident in seen:
+                    continue
+                seen.add(ident)
+                label = f"{cname}({name}={text}) at {os.path.basename(mod.path)}:{cs.line}"
+                arms.append(Alt(dataclasses.replace(fv, extra=dict(fv.extra, field_site=(mod.path, cs.line, label))),
+                                None, None, label, mod.path, cs.line))
+        if not arms:
+            return None
+        if len(arms) == 1:
+            return arms[0].val
+        return alts_value(M.FORK_ASSIGNMENTS, f"where the {cname} was built", m, f"{cq}.{name}", None, arms)
+
+    @staticmethod
+    def _builds(cv: Val, m: Module, cq: str) -> bool:
+        """Is ``cv`` (a callee) class ``cq`` of ``m``, or a fork with that class among its candidates?"""
+        if cv.kind == "alts":
+            return any(Resolver._builds(a.val, m, cq) for a in cv.extra["alts"])
+        return cv.kind == "class" and cv.module is not None and (cv.module.path, cv.qual) == (m.path, cq)
+
     def attention_layers(self, mod: Module) -> list:
         """Attention layer classes a layer looked up by name can be (vLLM's ``no_compile_layers`` holds every
         layer with an attention backend): the classes of ``mod`` deriving from vLLM's ``AttentionLayerBase``,
@@ -617,6 +831,18 @@ class Resolver:
                     out.append(Val("class", m, q, m.path, c.line))
                     keys.add((m.name, q))
         return out[: M.MAX_LEAVES]
+
+    def layers_by_name(self, mod: Module, text: str, line: int | None, w: Walk, name: str | None = None) -> Val:
+        """An item of vLLM's tables of layers by name (``forward_context.no_compile_layers[...]``,
+        ``compilation_config.static_forward_context[...]``): an instance of one of the attention layer classes."""
+        layers = self.attention_layers(mod)
+        if not layers:
+            return Val("unknown", mod, text, mod.path, line, reason=f"`{text}`: no attention layer class in reach")
+        w.add(Hop("alias", mod.path, line or 0, name or text, f"{name + ' = ' if name else ''}{text.replace('[]', '[...]')}: the attention layer "
+                  f"registered under that name ({len(layers)} layer classes)"))
+        arms = [Alt(Val("instance", lv.module, lv.qual, lv.path, lv.line), f"the layer is a {lv.qual}", None,
+                    lv.qual, lv.path, lv.line) for lv in layers]
+        return alts_value(M.FORK_SUBCLASS, "the layer registered under that name", mod, name or text, line, arms)
 
     def oot_replacement(self, cv: Val):
         """The registration whose class vLLM instantiates instead of ``cv`` (a CustomOp or PluggableLayer
@@ -682,6 +908,9 @@ class Resolver:
         """A value from a binding's recorded text: a dotted name, ``C()`` (a call's result), ``@import:mod``."""
         if text.startswith("@import:"):
             return self.module_value(text[len("@import:"):], w)
+        if text.startswith("[") and text.endswith("]"):
+            items = [x.strip() for x in text[1:-1].split(",") if x.strip()]
+            return Val("list", mod, text, mod.path, line, extra={"items": items, "scope": scope})
         if text.endswith(")") and "(" in text:
             callee, _, inner = text[:-1].partition("(")
             args = tuple("" if a == "?" else a for a in inner.split(", ")) if inner else ()
@@ -822,17 +1051,30 @@ class Resolver:
 
     def _resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
         parts = text.split(".")
-        if parts[0] in ("self", "cls") and scope and self.enclosing_class(mod, scope) is not None:
+        if parts[0] in ("self", "cls") and scope and self.enclosing_class(mod, scope) is not None \
+                and mod.summary.binding_of(scope, parts[0])[0] != "local":  # (a local named `cls` is a value)
             v = self.self_value(mod, scope, parts[0], w)
         else:
             v = self.lookup_name(mod, scope, parts[0], w, line)
         for p in parts[1:]:
+            item = p.endswith("[]")  # `a.table[].x`: an item of `a.table` (pyindex elides the key)
+            if item and p[:-2] in LAYER_TABLES:  # whatever holds the table, its items are the attention layers
+                v = self.layers_by_name(mod, text.partition(p)[0] + p, line, w)
+                continue
             if v.kind in ("unknown", "not_installed", "builtin"):
                 if v.kind == "not_installed":
                     v = Val("not_installed", None, f"{v.qual}.{p}", reason=v.reason, extra=v.extra)
                     continue
                 break
+            if item:
+                p = p[:-2]
             v = self.attr(v, p, w)
+            if item and v.kind == "dict":
+                v = self.dict_choice(v, "?", mod, scope)
+            elif item and v.kind == "container":
+                v = v.extra["item"]
+            elif item:
+                v = Val("unknown", mod, text, mod.path, line, reason=f"`{text.replace('[]', '[...]')}`: an item of `{p}` chosen at run time")
         return v
 
     def self_value(self, mod: Module, scope: str, which: str, w: Walk | None = None) -> Val:
@@ -896,8 +1138,18 @@ class Resolver:
             return Val("not_installed", None, f"{v.qual}.{name}", reason=v.reason, extra=v.extra)
         if k == "platform":
             return self.profile.platform_attr(name, w)
+        if k == "enum_member":
+            em, eq = v.extra["enum"]
+            found = self.class_attr(em, eq, name, w, instance=True)
+            if found is not None and found.kind == "function":
+                return dataclasses.replace(found, extra=dict(found.extra, enum_member=v.extra["member"]))
+            return Val("unknown", v.module, f"{v.qual}.{name}", v.path, v.line, reason=f"`.{name}` of the enum member {v.qual}")
+        if k == "instance" and name == "__class__":
+            return Val("class", v.module, v.qual, v.path, v.line)
         if k in ("class", "instance"):
             found = self.class_attr(v.module, v.qual, name, w, instance=(k == "instance"))  # type: ignore[arg-type]
+            if found is not None and k == "instance" and found.kind == "function" and self.is_enum(v.module, v.qual):  # type: ignore[arg-type]
+                return dataclasses.replace(found, extra=dict(found.extra, enum_any=True))  # a member chosen at run time
             if found is not None and k == "instance" and v.extra.get("annotated") and found.kind == "function":
                 sub = self.overriding_subclasses(v, name, found)
                 if sub is not None:
@@ -1020,12 +1272,12 @@ class Resolver:
                 f = m.summary.functions[fq]
                 return Val("function", m, fq, m.path, f.line, owner=cv.qual, extra={"receiver": (mod, cq)})
             if instance and name in c.attrs and c.attrs[name].kind not in ("class", "assign", "def"):
-                fld = next((x for x in c.fields if x[0] == name), None)
-                if fld is not None and fld[1]:  # `x: T = default` on an instance: the declared type
-                    av = self.annotation_value(m, "", fld[1], fld[3])
-                    if av is not None:
-                        w.add(Hop("alias", m.path, fld[3], f"{cv.dotted}.{name}", f"{name}: {fld[1]} (field)"))
-                        return av
+                av = self._field(cv, name, w)  # `x: T = default` on an instance: what is passed, else the declared type
+                if av is not None:
+                    return av
+            if name in c.attrs and c.attrs[name].kind == "other" and self.is_enum(m, cv.qual):
+                b = c.attrs[name]
+                return Val("enum_member", m, f"{cv.qual}.{name}", m.path, b.line, extra={"enum": (m, cv.qual), "member": name})
             if name in c.attrs:
                 b = c.attrs[name]
                 if b.kind == "class":
@@ -1036,24 +1288,71 @@ class Resolver:
                     return self.resolve_dotted(m, "", b.target or "", w, line=b.line)
                 return Val("unknown", m, f"{cv.dotted}.{name}", m.path, b.line, reason=f"class attribute {cv.dotted}.{name} holds a value", extra={"binding": b})
             if instance and name not in c.inst_attrs:
-                fld = next((x for x in c.fields if x[0] == name), None)
-                if fld is not None and fld[1]:
-                    av = self.annotation_value(m, "", fld[1], fld[3])
-                    if av is not None:
-                        w.add(Hop("alias", m.path, fld[3], f"{cv.dotted}.{name}", f"{name}: {fld[1]} (field)"))
-                        return av
+                av = self._field(cv, name, w)
+                if av is not None:
+                    return av
             if instance and name in c.inst_attrs:
                 b = c.inst_attrs[name]
-                scope = b.attr or ""
-                if b.kind == "assign":
-                    w.add(Hop("alias", m.path, b.line, f"self.{name}", f"self.{name} = {b.target}", None))
-                    return self.resolve_dotted(m, scope, b.target or "", w, line=b.line)
-                if b.kind == "call":
-                    return self.call_value(m, scope, b, w)
-                if b.kind == "ifexp":
-                    return self.binding_value(m, b, w, scope)
-                return Val("unknown", m, f"self.{name}", m.path, b.line, reason=f"self.{name} is computed at {os.path.basename(m.path)}:{b.line}")
+                if name in c.inst_more:
+                    alt = self._reassigned(cv, name, w)
+                    if alt is not None:
+                        return alt
+                    b = next((x for x in (b,) + c.inst_more[name] if not (x.kind == "other" and x.target == "None")), b)
+                iv = self._inst_value(m, b, w)
+                ann = c.inst_ann.get(name)
+                if iv.kind == "unknown" and ann:  # `self.x: T = ...`: the declared type when the value says nothing
+                    av = self.annotation_value(m, b.attr or "", ann, b.line)
+                    if av is not None:
+                        w.add(Hop("alias", m.path, b.line, f"self.{name}", f"self.{name}: {ann} (annotated attribute)"))
+                        return av
+                return iv
         return None
+
+    def _field(self, cv: Val, name: str, w: Walk) -> Val | None:
+        """A declared field read on an instance: the values its constructors pass (``Meta(..., name=x)``), else
+        an instance of its annotation."""
+        m, c = cv.module, cv.cls
+        fld = next((x for x in c.fields if x[0] == name), None)
+        if fld is None or not fld[1]:
+            return None
+        fv = self.field_values(m, cv.qual, name)
+        if fv is not None:
+            site = fv.extra.get("field_site")
+            w.add(Hop("alias", site[0] if site else m.path, site[1] if site else fld[3], f"{cv.dotted}.{name}",
+                      f"{name}: {fld[1]} (field), built as {site[2]}" if site else
+                      f"{name}: {fld[1]} (field), one of the values its constructors pass"))
+            return fv
+        av = self.annotation_value(m, "", fld[1], fld[3])
+        if av is not None:
+            w.add(Hop("alias", m.path, fld[3], f"{cv.dotted}.{name}", f"{name}: {fld[1]} (field)"))
+        return av
+
+    def _reassigned(self, cv: Val, name: str, w: Walk) -> Val | None:
+        """``self.x`` assigned in several places (``self.x = None`` in an except, ``self.x = make(...)`` in the else):
+        a fork over the assignments whose values can be called (None is none); None when fewer than two are left."""
+        m, c = cv.module, cv.cls
+        bs = [b for b in (c.inst_attrs[name],) + c.inst_more[name] if not (b.kind == "other" and b.target in ("None", None))]
+        if len(bs) < 2:
+            return None
+        arms = []
+        for b in bs:
+            sub = w.sub()
+            av = self._inst_value(m, b, sub)
+            arms.append(Alt(av, self.guard_text(b.guards), self.guard_value(m, b.guards, b.attr or "") if b.guards else None,
+                            f"self.{name} = {b.target or '...'} ({os.path.basename(m.path)}:{b.line})", m.path, b.line))
+        w.add(Hop("alias", m.path, bs[0].line, f"self.{name}", f"self.{name} is assigned in {len(bs)} places"))
+        return alts_value(M.FORK_ASSIGNMENTS, f"self.{name}", m, f"self.{name}", bs[0].line, arms)
+
+    def _inst_value(self, m: Module, b: Binding, w: Walk) -> Val:
+        scope = b.attr or ""
+        if b.kind == "assign":
+            w.add(Hop("alias", m.path, b.line, f"self.{b.name}", f"self.{b.name} = {b.target}", None))
+            return self.resolve_dotted(m, scope, b.target or "", w, line=b.line)
+        if b.kind == "call":
+            return self.call_value(m, scope, b, w)
+        if b.kind == "ifexp":
+            return self.binding_value(m, b, w, scope)
+        return Val("unknown", m, f"self.{b.name}", m.path, b.line, reason=f"self.{b.name} is computed at {os.path.basename(m.path)}:{b.line}")
 
     def overriding_subclasses(self, v: Val, name: str, found: Val) -> Val | None:
         """A method called on a value declared as a base type whose own method is abstract or a no-op:
@@ -1087,6 +1386,13 @@ class Resolver:
         text = ann.strip().strip("'\"")
         if text.startswith(("Optional[", "typing.Optional[")) and text.endswith("]"):
             text = text[text.index("[") + 1:-1]
+        head, _, inner = text.partition("[")
+        if head.rpartition(".")[2] in CONTAINERS and inner.endswith("]") and "|" not in text:
+            # `list[T]`, `dict[K, T]`, `Sequence[T]`: an item is a T
+            args = [x.strip() for x in inner[:-1].split(",")]
+            elem = args[-1] if head.rpartition(".")[2] in ("dict", "Dict", "Mapping") else args[0]
+            iv = self.annotation_value(mod, scope, elem, line) if elem and elem != "..." else None
+            return Val("container", mod, text, mod.path, line, extra={"item": iv}) if iv is not None else None
         parts = [x.strip().strip("'\"") for x in text.split("|")]
         parts = [x for x in parts if x and x not in self._NONE_PARTS]
         if len(parts) != 1:
@@ -1096,6 +1402,8 @@ class Resolver:
                                                                                                      "float", "str", "bool"):
             return None
         cv = self.resolve_dotted(mod, scope, base, Walk(), line=line)
+        if cv.kind == "not_installed":
+            return cv  # a type of a missing package: what its methods run comes from that package
         if cv.kind != "class" or cv.module is None:
             return None
         return Val("instance", cv.module, cv.qual, cv.path, cv.line, extra={"annotated": True})
@@ -1120,6 +1428,7 @@ class Resolver:
             return self._patches
         from .patches import collect_patches, freeze_patches, thaw_patches
 
+        self._patches, self._patch_gen = {}, self.index.generation  # re-entrant lookups while collecting see none
         fp = self.index.fingerprint()
         frozen = self.index.cache.load_pickle("derived", f"patches-{fp}")
         if frozen is not None:
@@ -1141,6 +1450,9 @@ class Resolver:
     # ------------------------------------------------------------------
     def follow(self, v: Val, w: Walk, launch: bool = False) -> Final:
         """From a resolved callee value to the final target (memoised when nothing cut it short)."""
+        via = v.extra.get("via")
+        if via:
+            w.hops.extend(via)  # hops that made the value (a registration), outside the memo
         w.depth += 1
         if w.depth > MAX_DEPTH:
             self.cuts += 1
@@ -1148,8 +1460,8 @@ class Resolver:
         if w.out_of_time():
             self.cuts += 1
             return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="time budget exhausted (partial answer)")
-        key = (v.kind, v.module.name if v.module else None, v.qual)
-        if key in w.seen:
+        key = (v.kind, v.module.name if v.module else None, v.qual, bool(v.extra.get("unpatched")))
+        if key in w.seen and v.kind != "alts":  # (a fork is a finite value: only its branches can cycle)
             self.cuts += 1
             return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle in the chain")
         mkey = None
@@ -1178,11 +1490,11 @@ class Resolver:
             return self.fork_final(v, w, launch)
         if k == "dict":
             return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason=f"`{v.qual}` is a dict of callables: call one of its items")
-        if k in ("function", "class"):
+        if k in ("function", "class") and not v.extra.get("unpatched"):
             p = self.patched(v)
             if p is not None:
                 rep, ppath, pline, text = p
-                w.add(Hop("patch", ppath, pline, rep.dotted, f"{text} replaces {v.dotted} at import time", None))
+                w.add(Hop("patch", ppath, pline, rep.extra.get("patch_symbol", rep.dotted), f"{text} replaces {v.dotted} at import time", None))
                 return self.follow(rep, w, launch)
         if k == "function":
             recv = v.extra.get("receiver")
@@ -1226,7 +1538,9 @@ class Resolver:
             return Final(M.UNRESOLVED, None, None, v.qual, reason=f"`{v.qual}` is a Python builtin")
         if k == "platform":
             return Final(M.PYTHON_CLASS, v.path, v.line, v.qual, detail="the current platform")
-        return Final(M.UNRESOLVED, v.path, v.line, v.qual or "?", reason=v.reason or "could not resolve")
+        if k in ("enum_member", "list"):
+            return Final(M.UNRESOLVED, v.path, v.line, v.qual, reason=f"`{v.qual}` is {'an enum member' if k == 'enum_member' else 'a list'}, not a callable")
+        return Final(M.UNRESOLVED, v.path, v.line, (v.qual or "?").replace("[]", "[...]"), reason=v.reason or "could not resolve")
 
     # ------------------------------------------------------------------
     # forks
@@ -1241,19 +1555,22 @@ class Resolver:
             done: dict = {}
             left = 0
             budget = _Budget(w.budget)
-            for i, share in budget.order([a.reachable for a in arms]):
+            def expand(i: int, share: int):
                 a = arms[i]
-                if share <= 0:
-                    left += 1
-                    continue
                 bw = w.branch()
                 bw.budget = share
                 fin = self.follow(a.val, bw, launch)
-                ch = self._chain(bw, fin, a.val.module)
-                done[i] = M.Branch(a.condition, a.reachable, a.label, ch, a.path, a.line)
-                budget.spend(len(ch.leaves()))
                 if bw.partial:
                     w.partial = True
+                return M.Branch(a.condition, a.reachable, a.label, self._chain(bw, fin, a.val.module), a.path, a.line)
+
+            for i, share in budget.order([a.reachable for a in arms]):
+                if share <= 0:
+                    left += 1
+                    continue
+                done[i] = expand(i, share)
+                budget.spend(len(done[i].chain.leaves()))
+            _second_chance(done, budget, expand)
             fk.branches = [done[i] for i in sorted(done)]
             if left:
                 self.cuts += 1
@@ -1290,6 +1607,7 @@ class Resolver:
         out = []
         partial = False
         truncated = None
+        cuts0 = self.cuts  # a subtree cut short below (a nested bound) makes the result depend on the budget
         # the calls worth a branch, in source order; then expanded live and run-time ones first (dead ones get
         # what is left, a few leaves each), so a dead subtree never starves what can run
         cands = []
@@ -1299,6 +1617,8 @@ class Resolver:
             root = cs.func.split(".", 1)[0]
             if root in TRIVIAL_ROOTS or cs.func in TRIVIAL_ROOTS:
                 continue
+            if self._hopeless(mod, f.qualname, cs):
+                continue  # (decided before the leaf shares are handed out: it would take a share and give nothing)
             reach = self.guard_value(mod, cs.guards, f.qualname) if cs.guards else True
             cands.append((cs, reach))
         if w.fork_depth >= M.MAX_FORK_DEPTH and cands:
@@ -1307,11 +1627,10 @@ class Resolver:
         kept: dict = {}
         skipped = 0
         budget = _Budget(w.budget)
-        for i, share in budget.order([r for _cs, r in cands]):
+        flags = {"partial": False}
+
+        def expand(i: int, share: int):
             cs, reach = cands[i]
-            if share <= 0:
-                skipped += 1
-                continue
             bw = w.branch()
             if len(cands) == 1:
                 bw.fork_depth = w.fork_depth  # a body with one candidate call cannot fork here
@@ -1322,30 +1641,40 @@ class Resolver:
                        reach if cs.guards else None, cs.col))
             tv, launch = self.callee_value(mod, cs, bw)
             if any(h.kind == "platform" for h in bw.hops) and tv.kind != "torch_op":
-                continue  # platform queries are not kernels
+                return None  # platform queries are not kernels
             if tv.kind in ("unknown", "builtin", "module", "namespace", "torch", "torch_ops"):
                 # a kernel handed to a launcher the resolver cannot see (`ctx.call_kernel(kernel, grid, ...)`)
                 kv = self._kernel_argument(mod, f.qualname, cs)
                 if kv is None:
-                    continue
+                    return None
                 bw.add(Hop("triton_launch", mod.path, cs.line, kv.dotted, f"{kv.qual} is passed to {cs.func}(...), which launches it", cond,
                            reach if cs.guards else None, cs.col))
                 tv, launch, sym = kv, True, f"{cs.func}({kv.qual}, ...)"
             fin = self.follow(tv, bw, launch=launch)
             ch = self._chain(bw, fin, mod)
-            partial = partial or bw.partial
+            flags["partial"] = flags["partial"] or bw.partial
             if not _reaches_runtime(ch):
                 kv = self._kernel_argument(mod, f.qualname, cs) if fin.kind == M.PYTHON_FUNCTION else None
                 if kv is None:
-                    continue
+                    return None
                 # the callee launches what it is given: the kernel argument is what runs
                 bw.hops = bw.hops[:1]
                 bw.add(Hop("triton_launch", fin.path or mod.path, fin.line or cs.line, kv.dotted,
                            f"{kv.qual} is passed to {fin.symbol}, which launches it"))
                 ch = self._chain(bw, self.follow(kv, bw, launch=True), mod)
                 sym = f"{cs.func}({kv.qual}, ...)"
-            kept[i] = M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line)
-            budget.spend(len(ch.leaves()))
+            return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line)
+
+        for i, share in budget.order([r for _cs, r in cands]):
+            if share <= 0:
+                skipped += 1
+                continue
+            b = expand(i, share)
+            if b is not None:
+                kept[i] = b
+                budget.spend(len(b.chain.leaves()))
+        _second_chance(kept, budget, expand)
+        partial = partial or flags["partial"]
         out = _merge_not_installed([kept[i] for i in sorted(kept)])
         if skipped and truncated is None:
             truncated = f"leaf limit ({M.MAX_LEAVES}): {skipped} calls not expanded"
@@ -1353,9 +1682,24 @@ class Resolver:
             self.cuts += 1
         if partial:
             w.partial = True
-        elif truncated is None:
+        elif truncated is None and self.cuts == cuts0:
             memo[key] = (out, None)
         return out, truncated
+
+    def _hopeless(self, mod: Module, scope: str, cs: CallSite) -> bool:
+        """A call of a body that cannot be a branch: its callee is a platform query, a builtin, a PyTorch or
+        standard-library API, or unknown, and no Triton kernel is handed to it."""
+        if cs.launch:
+            return False
+        probe = Walk()
+        saved, probe.use_guards = probe.use_guards, cs.guards
+        tv = self.resolve_dotted(mod, scope, cs.func, probe, line=cs.line)
+        if tv.kind == "torch_op":
+            return False
+        if any(h.kind == "platform" for h in probe.hops):
+            return True
+        return tv.kind in ("unknown", "builtin", "module", "namespace", "torch", "torch_ops") and \
+            self._kernel_argument(mod, scope, cs) is None
 
     def _kernel_argument(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
         for text in cs.arg_texts:
@@ -1427,7 +1771,30 @@ class Resolver:
                          params=[p.name for p in f.params], fork=fk)
         if nxt is not None:
             return self._follow_call(v, f, nxt[0], nxt[1], w)
+        sel = self.returned_classes(v, f, w)
+        if sel is not None:
+            return sel
         return self.python_final(v, f)
+
+    def returned_classes(self, v: Val, f: FunctionInfo, w: Walk) -> Final | None:
+        """A function that runs no kernel and returns classes (a selector: `get_backend(cfg)`, a lambda that
+        replaces one): the call's result is the class it selects, so the tree ends in those classes (a fork of
+        returns, each with its condition). None for any other function."""
+        texts = [t for t, _g, _l in f.return_alts if t != "None"]
+        if not texts or any(not t or t[0] in "'\"0123456789[({-" or t in ("True", "False") for t in texts):
+            return None
+        rv = self.result_of_call(v.module, f.qualname, f.name, f.line, v.dotted, v, w.sub())  # type: ignore[arg-type]
+
+        def classes_only(x: Val) -> bool:
+            if x.kind == "alts":
+                arms = x.extra["alts"]
+                return all(classes_only(a.val) or a.val.kind == "unknown" for a in arms) and any(classes_only(a.val) for a in arms)
+            return x.kind == "class"
+
+        if not classes_only(rv):
+            return None
+        w.add(Hop("selection", v.path or "", f.line, v.dotted, f"{f.name}(...) returns a class: the call's result is the class it selects"))
+        return self.follow(rv, w)
 
     def _follow_call(self, v: Val, f: FunctionInfo, cs: CallSite, why: str, w: Walk) -> Final:
         mod = v.module
@@ -1441,8 +1808,12 @@ class Resolver:
         mod = v.module
         assert mod is not None
         params = [p.name for p in f.params]
-        return Final(M.PYTHON_FUNCTION, mod.path, f.line, v.dotted, package=_pkg(v), detail=f.docstring or "",
-                     params=params)
+        detail = f.docstring or ""
+        if f.name == "<lambda>":
+            from .patches import _lambda_text
+
+            detail = f"{_lambda_text(mod, f.qualname)} (returns {f.return_alts[0][0] or 'a computed value'})"
+        return Final(M.PYTHON_FUNCTION, mod.path, f.line, v.dotted, package=_pkg(v), detail=detail, params=params)
 
     def triton_final(self, v: Val, f: FunctionInfo, wrappers: list[str]) -> Final:
         params = []
@@ -1626,6 +1997,47 @@ def _merge_not_installed(branches: list) -> list:
     return out
 
 
+def _merge_same(arms: list) -> list:
+    """Returns that give one and the same callable (`return fn` on four paths of `maybe_compile`) are one branch:
+    its condition is any of theirs (dead only when all are). Unknown values are never merged."""
+    out: list = []
+    index: dict = {}
+    for a in arms:
+        v = a.val
+        recv = v.extra.get("receiver")
+        key = None if v.kind in ("unknown", "alts") else (v.kind, v.path, v.qual, v.line, (recv[0].name, recv[1]) if recv else None)
+        if key is None or key not in index:
+            if key is not None:
+                index[key] = (len(out), [a])
+            out.append(a)
+            continue
+        j, group = index[key]
+        group.append(a)
+        conds = [g.condition for g in group]
+        reach = [g.reachable for g in group]
+        r = True if any(x is True for x in reach) else (False if all(x is False for x in reach) else None)
+        cond = None if any(c is None for c in conds) else " or ".join(f"({c})" for c in conds)
+        first = group[0]
+        out[j] = Alt(first.val, cond, r, f"{first.label} ({len(group)} returns)", first.path, first.line)
+    return out
+
+
+def _second_chance(kept: dict, budget, expand) -> None:
+    """Leaves left over once every branch had its share go to the branches that were cut short, in order (a
+    branch that turned out small leaves its share to a big one expanded before it). Each is expanded once more."""
+    for i in sorted(kept):
+        if budget.remaining <= 0:
+            return
+        b = kept[i]
+        if b.reachable is False or not b.chain.truncated():
+            continue
+        used = len(b.chain.leaves())
+        nb = expand(i, used + budget.remaining)
+        if nb is not None:
+            budget.spend(len(nb.chain.leaves()) - used)
+            kept[i] = nb
+
+
 class _Budget:
     """Leaves left for the branches of one fork, handed out in expansion order (see ``order``)."""
 
@@ -1637,12 +2049,16 @@ class _Budget:
         source order, each a fair share of what is left (what a small branch leaves goes to the next); dead
         ones last with a few leaves each (enough to name what they would reach). Shares are computed when
         asked, after the previous branch called ``spend``."""
-        live = [i for i, r in enumerate(reach) if r is not False]
+        # branches the profile proves taken first, then those decided at run time (each in source order)
+        live = [i for i, r in enumerate(reach) if r is True] + [i for i, r in enumerate(reach) if r is None]
+        dead = sum(1 for r in reach if r is False)
+        reserve = min(dead, self.remaining // 4)  # a leaf for each dead branch, so that it is named, not dropped
         for k, i in enumerate(live):
-            left = self.remaining
-            yield i, max(min(left, 4), left // (len(live) - k)) if left > 0 else 0
+            left = self.remaining - reserve
+            yield i, max(1, left // (len(live) - k)) if left > 0 else 0
         for i in (i for i, r in enumerate(reach) if r is False):
-            yield i, min(self.remaining, 3) if self.remaining > 0 else 0
+            # a few leaves each, more when the live branches left many (a dead subtree is then shown whole)
+            yield i, min(self.remaining, max(3, self.remaining // (4 * dead))) if self.remaining > 0 else 0
 
     def spend(self, used: int) -> None:
         self.remaining -= used

@@ -588,6 +588,11 @@ class OpRegistry:
                       f"{pick.text} in {m.name} (dispatch key {pick.key}){also}"))
             fv = self.r.resolve_dotted(m, pick.scope, pick.func, w, line=pick.line)
             fin = self.r.follow(fv, w)
+            if fin.kind == M.PYTHON_FUNCTION:
+                # the Python implementation reaches no kernel the analysis can see (communication through
+                # torch.distributed, a weakref lookup): the op itself is what runs, implemented by that function
+                fin = Final(M.TORCH_OP, fin.path, fin.line, qual, package=fin.package,
+                            detail=f"implemented in Python by {fin.symbol}, whose body reaches no kernel the analysis can follow")
             # a copy: finals may be shared by the resolver's memo
             fin = dataclasses.replace(fin, registrations=list(fin.registrations) + [
                 self._py_registration(r, fv if r is pick else None) for r in pyregs])

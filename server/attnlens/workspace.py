@@ -49,7 +49,9 @@ class Workspace:
         self.resolver = Resolver(self.index)
         self.resolver.backend_impls = self._backend_impls
         self.resolver.oot_replacements = self._oot_replacements
+        self.resolver.enum_overrides = self._enum_overrides
         self._oot_memo: tuple | None = None
+        self._overrides_memo: tuple | None = None
         self._impls_memo: tuple | None = None
         self._never_memo: tuple | None = None
         self._impls_busy = False
@@ -97,6 +99,26 @@ class Workspace:
             regs = {}
         self._oot_memo = (gen, regs)
         return regs
+
+    def _enum_overrides(self) -> dict:
+        """{(enum class name, member): (class path, path, line)} of the plugin's backend registrations (the last
+        one listed wins, as the one imported last does in vLLM); memoised per index generation. Read from the
+        registration calls alone, so that the registry's own selection sees them; re-entrant calls see none."""
+        gen = self.index.generation
+        if self._overrides_memo is not None and self._overrides_memo[0] == gen:
+            return self._overrides_memo[1]
+        from .registry import Registry
+
+        self._overrides_memo = (gen, {})
+        out = {}
+        for e in Registry(self.resolver).scan_registrations().values():
+            if not e.enum or not e.registered_at or "." not in e.enum:
+                continue
+            ename, _, member = e.enum.rpartition(".")
+            reg = e.registered_at[-1]
+            out[(ename.rpartition(".")[2], member)] = (e.cls, reg["path"], reg["line"])
+        self._overrides_memo = (gen, out)
+        return out
 
     def _backend_impls(self) -> list:
         """(backend name, impl class Val, is MLA) for every registered or selectable attention backend;
