@@ -69,7 +69,8 @@ local function run()
   local value = hover and hover.contents and (hover.contents.value or hover.contents) or ''
   if type(value) ~= 'string' then value = vim.inspect(value) end
   check(value:find('_C_cache_ops::reshape_and_cache_flash', 1, true) ~= nil, 'hover names the torch op')
-  check(value:find('conditional_import', 1, true) ~= nil and value:find('`alias`', 1, true) ~= nil,
+  -- the folded chain: each hop a link named in plain words ("import fa_utils.py:26", "alias ...")
+  check(value:find('[import ', 1, true) ~= nil and value:find('[alias ', 1, true) ~= nil,
     'hover lists the import and alias hops')
 
   -- 2. a `)` typed mid-line (in _forward_cascade): the other diagnostics of the file stay, a
