@@ -21,6 +21,7 @@ guards are then evaluated statically:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -452,9 +453,67 @@ class PlatformProfile:
 
     def _fold_name(self, mod, scope, name, depth):
         how, bindings = mod.summary.binding_of(scope, name)
+        if how == "local":
+            return self._fold_local(mod, scope, name, bindings, depth)
         if how != "module" or len(bindings) != 1:
-            return None  # locals are not folded: loops and augmented assignments rebind them
+            return None
         return self._fold_binding(mod, "", bindings[0], depth)
+
+    def _fold_local(self, mod, scope, name, bindings, depth):
+        """A local of ``scope`` (or of an enclosing function) whose every assignment folds to the same
+        constant, when nothing else binds it (a loop, ``with ... as``, ``except ... as``, a walrus or an
+        augmented assignment: checked on the function's text, since the summary does not list those)."""
+        if not bindings or len(bindings) > 4:
+            return None
+        owner = self._local_owner(mod, scope, name)
+        if owner is None or self._rebinds(mod, owner, name):
+            return None
+        vals = []
+        for b in bindings:
+            v = self._fold_binding(mod, owner.qualname, dataclasses.replace(b, guards=()), depth + 1)
+            if v is None:
+                return None
+            vals.append(v)
+        return vals[0] if all(v == vals[0] for v in vals) else None
+
+    @staticmethod
+    def _local_owner(mod, scope, name):
+        q = scope
+        while q:
+            f = mod.summary.functions.get(q)
+            if f is not None and name in f.locals:
+                return f
+            q = q.rpartition(".")[0]
+        return None
+
+    def _rebinds(self, mod, f, name: str) -> bool:
+        lines = (self.r.index.source_text(mod.path) or "").splitlines()[f.line - 1:f.end_line]
+        n = re.escape(name)
+        rx = re.compile(rf"^\s*(?:async\s+)?for\s+[^:]*\b{n}\b[^:]*\bin\b|\bas\s+\(?[^:]*\b{n}\b|\b{n}\s*:=|"
+                        rf"\b{n}\s*(?:[-+*/%&|^@]|//|\*\*|<<|>>)=|\bglobal\s+.*\b{n}\b|\bnonlocal\s+.*\b{n}\b")
+        return any(rx.search(t) for t in lines)
+
+    def _fold_reassigned_attr(self, mod, cls_q, name, depth):
+        """``self.x`` assigned in several methods of the class: folded when every assignment (read off the
+        class's text, one line each) folds to the same constant in its method."""
+        c = mod.summary.classes.get(cls_q)
+        if c is None:
+            return None
+        lines = (self.r.index.source_text(mod.path) or "").splitlines()
+        rx = re.compile(rf"^\s*self\.{re.escape(name)}\s*(?::[^=]+)?=\s*(.+?)\s*$")
+        vals = []
+        for ln in range(c.line, min(c.end_line, len(lines)) + 1):
+            m = rx.match(lines[ln - 1])
+            if m is None:
+                continue
+            text = m.group(1)
+            if text.endswith(("(", "[", "{", ",", "\\")) or text.count("(") != text.count(")"):
+                return None  # continued on the next line
+            v = self.evaluate(mod, mod.summary.scope_at(ln), text) if depth < 6 else None
+            if v is None:
+                return None
+            vals.append(v)
+        return vals[0] if vals and all(v == vals[0] for v in vals) else None
 
     def _fold_self_attr(self, mod, scope, name, depth):
         """``self.x`` assigned exactly once (in ``__init__``) to a constant, in the class or its bases."""
@@ -466,7 +525,7 @@ class PlatformProfile:
             if c is None or cv.module is None:
                 continue
             if name in c.reassigned:
-                return None
+                return self._fold_reassigned_attr(cv.module, cv.qual, name, depth)
             b = c.inst_attrs.get(name)
             if b is not None:
                 if not (b.attr or "").endswith("__init__"):
