@@ -232,3 +232,16 @@ def test_a_request_can_tell_which_edited_buffers_nobody_has_summarised(world):
     assert ci.unsummarised_changes() == []
     ci.sync()
     assert ci.urgent_left == 0 and ci.complete  # a comment at the end: nothing to trace again
+
+
+def test_traces_cut_by_the_time_budget_are_done_again_without_one(world):
+    """A complete index does not depend on the load: with a budget no trace can meet, every record is
+    first partial, then traced again unbudgeted, and the result equals the unbudgeted full scan."""
+    ws = workspace(world)
+    ci = C.CallIndex(ws.index, ws.resolver, budget_s=1e-9)
+    while not ci.step(10.0, urgent_only=True):
+        pass
+    assert ci.urgent_left == 0 and not ci.complete and sum(map(len, ci._partial.values())) > 50
+    run(ci)
+    assert ci.complete and ci._partial == {}
+    assert set(ci.records()) == set(full_scan(world, {}).records())

@@ -96,7 +96,7 @@ def editing_session(tmp_path_factory):
             time.sleep(1.0)  # a request is activity: background work starts 0.3 s after the last one
         out["got_incoming"] = incoming_answers(srv, root, probes)
         out["got_answers"] = answers(srv, root, probes)
-        out["slow"] = [ln.split("worker: ", 1)[1] for ln in srv.stderr_tail if "worker: " in ln]
+        out["slow"] = [ln.split("worker: worker: ", 1)[1] for ln in srv.stderr_tail if "worker: worker: " in ln]
         sess.close_all()
     finally:
         pid = srv.pid
@@ -116,7 +116,9 @@ def test_editing_session_never_hangs_and_answers_equal_a_fresh_server(editing_se
     assert s["status"].get("callSitesIndex") == "complete", s["status"]
     # incoming calls after all those edits: equal to a fresh server's full scan, at every probe
     assert sum(1 for v in s["want_incoming"].values() for _name, calls in v if calls) >= 5
-    assert s["got_incoming"] == s["want_incoming"]
+    diff = {k: (s["want_incoming"][k], s["got_incoming"].get(k)) for k in s["want_incoming"]  # probe -> (fresh, fuzzed)
+            if s["want_incoming"][k] != s["got_incoming"].get(k)}
+    assert diff == {}
     assert diff_answers(s["want_answers"], s["got_answers"]) == []
 
 

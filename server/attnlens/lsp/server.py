@@ -35,6 +35,7 @@ SETTLE_AFTER_OBJECTS = 50_000
 BACKOFF_S = 0.3  # background work waits this long after the last request (user activity)
 CALLSITES_DELAY_S = 0.5  # quiet time after an edit before the call index catches up (stepped, preemptible)
 CALLS_STEP_S = 0.02  # one background step of the call index
+CALLS_SUMMARISE_AFTER_S = 2.0  # quiet time before the call index itself summarises an edited buffer
 # above this many workspace modules the call-site index is built on demand only (the first
 # incoming-calls request): upstream vLLM (2,234 modules) has 144,000 call sites, 17-90 s of
 # tracing and 250 MB more memory for an index that only call hierarchy reads
@@ -275,6 +276,13 @@ class AttnLensServer(LanguageServer):
         run = self.index_run
         should_yield = self.worker.should_yield
         while run == self.index_run:
+            # an edited buffer nobody has read yet is summarised here only after a longer quiet time (its
+            # summary is the part of a step that cannot stop: 0.3-2 s for a 5,000-line paste); a hover
+            # or the diagnostics' preparation usually reads it first
+            if time.monotonic() - self.last_request < CALLS_SUMMARISE_AFTER_S and await self.idle(
+                    lambda a: bool(a.calls.unsummarised_changes())):
+                await asyncio.sleep(CALLS_SUMMARISE_AFTER_S / 4)
+                continue
             done = await self.idle(lambda a: a.calls_step(CALLS_STEP_S, should_yield))
             if done is None or done:
                 # the new records into the permanent generation (cheap; a full collect+freeze walks the

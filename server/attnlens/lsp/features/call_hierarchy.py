@@ -11,17 +11,17 @@ of a backend class.
 Priorities (see ``worker.py``): prepare is a position request (``NOW``);
 outgoing and incoming calls are ``SOON``, so hovers never queue behind them.
 Incoming calls wait only while some module was never traced (the first
-build, in steps that let position requests through), then for at most
-``INCOMING_WAIT_S`` of the urgent catch-up after an edit (never building the
-summary of an edited buffer nobody has read yet); then they answer from the
-index as it is (records whose code was edited keep their old answer, at their
-moved lines, until the background re-traces them).
+build, in steps that let position requests through); then they answer from
+the index as it is, never building the summary of an edited buffer nobody has
+read yet: records whose code was edited keep their old answer, at their moved
+lines, until the background re-traces them (0.5 s after the edit, in
+preemptible steps; on the real checkout that catch-up is 0.1-1 s after a
+statement typed in a method, 1.6-2.5 s after a structural edit).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from lsprotocol import types as T
 
@@ -31,8 +31,10 @@ from ..server import AttnLensServer
 from ..worker import SOON
 
 HOVER_BUDGET_S = 2.0
-INCOMING_WAIT_S = 0.015  # the most an incoming-calls request spends on the index's urgent catch-up
-CALLS_STEP_S = 0.02
+# what an incoming-calls request spends on the urgent catch-up after an edit: none (it answers from the
+# records as they are; the catch-up after a body edit is 0.7 s at the median on the real checkout)
+INCOMING_WAIT_S = 0.0
+CALLS_STEP_S = 0.02  # one step of the first build, which a request does wait for
 
 KINDS = {
     "function": T.SymbolKind.Function, "method": T.SymbolKind.Method, "class": T.SymbolKind.Class,
@@ -68,19 +70,14 @@ def register(ls: AttnLensServer) -> None:
 
 
 async def catch_up(ls: AttnLensServer) -> None:
-    """Step the call index for a request: until every module was traced once, then for at most
-    ``INCOMING_WAIT_S`` of what an edit left stale. Each step is a ``SOON`` job that stops when a
+    """Step the call index for a request until every module was traced once (then at most
+    ``INCOMING_WAIT_S`` of what an edit left stale). Each step is a ``SOON`` job that stops when a
     position request is queued (``Worker.should_yield``)."""
     should_yield = ls.worker.should_yield
-    end = time.monotonic() + INCOMING_WAIT_S
     while True:
-        left = end - time.monotonic()
-        step = CALLS_STEP_S if left <= 0 else min(CALLS_STEP_S, left)
-        state = await ls.call(lambda a: a.calls_request_step(step, should_yield), priority=SOON)
-        if state is None:
-            return
-        must_wait, urgent_done = state
-        if urgent_done or (not must_wait and time.monotonic() >= end):
+        state = await ls.call(lambda a: a.calls_request_step(CALLS_STEP_S, INCOMING_WAIT_S, should_yield),
+                              priority=SOON)
+        if state is None or state[1]:
             return
 
 
