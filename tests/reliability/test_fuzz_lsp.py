@@ -24,8 +24,11 @@ def test_fuzzed_editing_never_crashes_hangs_or_diverges(tmp_path):
     world = FuzzWorld(tmp_path, strict=True, huge_lines=2000)
     try:
         world.setup()
-        with_hover = [k for k, v in world.baseline.items() if v["hover"]]
-        assert len(with_hover) >= len(world.baseline) // 2 >= 5, world.baseline
+        # the comparison after undo means something only when the fresh answers do (a probe on plain Python
+        # has no hover since the verdict-first hover: only kernel-related code has one)
+        # (floors: 25 of the 52 probes have a hover or an implementation, 17 a hover, on the example today)
+        answered = [k for k, v in world.baseline.items() if v["hover"] or v["implementation"]]
+        assert len(answered) >= 20 and sum(1 for v in world.baseline.values() if v["hover"]) >= 10, world.baseline
         LspFuzz.world = world
         run_state_machine_as_test(LspFuzz, settings=settings(
             max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
