@@ -175,6 +175,7 @@ class Resolver:
         # bumps this counter: a result computed without a cut does not depend on the path that led to
         # it, so it may be memoised (see resolve_dotted and follow)
         self.cuts = 0
+        self.bound_cuts = 0  # the cuts made by the leaf / fork-depth bounds (see _bound_cut)
         self._val_memo: dict = {}  # (module, sha, scope, text, line) -> (Val, hops it added)
         self._follow_memo: dict = {}  # (value identity, launch, receiver) -> (Final, hops it added)
         self._memo_gen = -1
@@ -189,6 +190,9 @@ class Resolver:
         self.enum_overrides = None
         self._enum_memo: dict = {}  # (module, class qualname) -> is it an Enum subclass
         self._field_memo: dict = {}  # (generation, module, class, field) -> values constructors pass for it
+        self._kw_memo: tuple | None = None  # (generation, keyword -> workspace modules passing it)
+        self._mro_memo: dict = {}  # (module path, sha, class, limit) -> its MRO, this generation
+        self._karg_memo: dict = {}  # call site -> the Triton kernel handed to it (or None), this generation
         self._import_map_memo: tuple | None = None  # (generation, import hooks' module map)
         self._reach_memo: dict = {}  # kernels reached by a multi-call function, this generation
         self._reach_gen = -1
@@ -551,7 +555,8 @@ class Resolver:
                           f"for this layer ({len(sel.extra['alts'])} candidates)", cond))
                 return sel
         if target.kind == "not_installed" and target.qual.rpartition(".")[2][:1].isupper():
-            return target  # an object of a missing package's class: its methods are that package's code
+            # an object of a missing package's class: its methods are that package's code
+            return Val("not_installed", None, target.qual, reason=target.reason, extra=dict(target.extra, object=True))
         if target.kind == "unknown" and callee in ("cast", "typing.cast") and len(args) >= 2 and args[1]:
             return self.value_text(mod, scope, args[1], w, b_line)  # typing.cast(T, x) is x
         if target.kind == "alts":
@@ -778,10 +783,31 @@ class Resolver:
         self._field_memo[key] = out
         return out
 
+    _KEYWORD = re.compile(rb"[(,]\s*([A-Za-z_]\w*)\s*=(?!=)")
+
+    def _keyword_modules(self) -> dict:
+        """keyword -> workspace modules whose source passes it to a call (`f(..., name=...)`), from one pass
+        over the files' bytes per index generation (a field's constructors are looked for only there)."""
+        memo = self._kw_memo
+        if memo is not None and memo[0] == self.index.generation:
+            return memo[1]
+        out: dict = {}
+        for modname in sorted(self.index.ws_files):
+            text = self.index.source_text(self.index.ws_files[modname]) or ""
+            for kw in set(self._KEYWORD.findall(text.encode("utf-8", "surrogatepass"))):
+                out.setdefault(kw.decode(), []).append(modname)
+        self._kw_memo = (self.index.generation, out)
+        return out
+
     def _field_values(self, m: Module, cq: str, name: str) -> Val | None:
         cname = cq.rpartition(".")[2]
-        # the modules that name the class (a constructor may be reached through an attribute: `self.metadata_cls(...)`)
-        mods = [m] + [x for x in self.index.workspace_modules_matching(rb"\b" + re.escape(cname).encode() + rb"\b") if x.path != m.path]
+        # the class's module, and the workspace modules that pass `name=` to a call and name the class (a
+        # constructor may be reached through an attribute: `self.metadata_cls(...)` defaults to the class)
+        mods = [m]
+        for modname in self._keyword_modules().get(name, ()):
+            x = self.index.module(modname)
+            if x is not None and x.path != m.path and cname in (self.index.source_text(x.path) or ""):
+                mods.append(x)
         arms, seen = [], set()
         for mod in mods:
             for cs in mod.summary.calls:
@@ -1047,6 +1073,8 @@ class Resolver:
         if self._memo_gen != self.index.generation:
             self._val_memo.clear()
             self._follow_memo.clear()
+            self._mro_memo.clear()
+            self._karg_memo.clear()
             self._memo_gen = self.index.generation
 
     def _resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
@@ -1063,7 +1091,7 @@ class Resolver:
                 continue
             if v.kind in ("unknown", "not_installed", "builtin"):
                 if v.kind == "not_installed":
-                    v = Val("not_installed", None, f"{v.qual}.{p}", reason=v.reason, extra=v.extra)
+                    v = self.attr(v, p[:-2] if item else p, w)
                     continue
                 break
             if item:
@@ -1135,7 +1163,13 @@ class Resolver:
         if k in ("ext_module", "ext_attr"):
             return Val("ext_attr", None, f"{v.qual}.{name}", v.path, None, extra=v.extra)
         if k == "not_installed":
-            return Val("not_installed", None, f"{v.qual}.{name}", reason=v.reason, extra=v.extra)
+            extra = {x: y for x, y in v.extra.items() if x not in ("object", "member")}
+            if v.extra.get("member"):
+                # `obj.field.items()` on an object of a missing package: a plain value of it, not its code
+                return Val("unknown", None, f"{v.qual}.{name}", reason=f"`.{name}` of an attribute of a `{v.extra.get('package')}` object")
+            if v.extra.get("object"):
+                extra["member"] = True
+            return Val("not_installed", None, f"{v.qual}.{name}", reason=v.reason, extra=extra)
         if k == "platform":
             return self.profile.platform_attr(name, w)
         if k == "enum_member":
@@ -1246,7 +1280,19 @@ class Resolver:
         return out
 
     def mro(self, mod: Module, cq: str, limit: int = 30) -> list[Val]:
-        """Linearised base classes (depth-first, de-duplicated), starting with the class."""
+        """Linearised base classes (depth-first, de-duplicated), starting with the class. Memoised per index
+        generation (callers get a copy)."""
+        self._check_memo_gen()
+        key = (mod.path, mod.summary.sha, cq, limit)
+        hit = self._mro_memo.get(key)
+        if hit is None:
+            hit = self._mro(mod, cq, limit)
+            if len(self._mro_memo) > 50000:
+                self._mro_memo.clear()
+            self._mro_memo[key] = hit
+        return list(hit)
+
+    def _mro(self, mod: Module, cq: str, limit: int) -> list[Val]:
         out: list[Val] = []
         seen = set()
         stack = [Val("class", mod, cq, mod.path, mod.summary.classes[cq].line if cq in mod.summary.classes else None)]
@@ -1293,12 +1339,15 @@ class Resolver:
                     return av
             if instance and name in c.inst_attrs:
                 b = c.inst_attrs[name]
-                if name in c.inst_more:
+                iv = self._inst_value(m, b, w) if not (b.kind == "other" and b.target == "None") else None
+                if name in c.inst_more and (iv is None or iv.kind == "unknown"):
+                    # the first assignment names nothing (`self.x = None`, then `self.x = make(...)` elsewhere): the
+                    # later ones are what the attribute holds
                     alt = self._reassigned(cv, name, w)
                     if alt is not None:
                         return alt
-                    b = next((x for x in (b,) + c.inst_more[name] if not (x.kind == "other" and x.target == "None")), b)
-                iv = self._inst_value(m, b, w)
+                if iv is None:
+                    iv = self._inst_value(m, b, w)
                 ann = c.inst_ann.get(name)
                 if iv.kind == "unknown" and ann:  # `self.x: T = ...`: the declared type when the value says nothing
                     av = self.annotation_value(m, b.attr or "", ann, b.line)
@@ -1333,13 +1382,19 @@ class Resolver:
         m, c = cv.module, cv.cls
         bs = [b for b in (c.inst_attrs[name],) + c.inst_more[name] if not (b.kind == "other" and b.target in ("None", None))]
         if len(bs) < 2:
-            return None
+            return self._inst_value(m, bs[0], w) if bs else None
         arms = []
         for b in bs:
             sub = w.sub()
             av = self._inst_value(m, b, sub)
+            if av.kind == "unknown":
+                # a value the analysis cannot name (`self.quant_method = quant_method` of a walrus): left out, as a
+                # branch it would only add an unresolved leaf to every call through the attribute
+                continue
             arms.append(Alt(av, self.guard_text(b.guards), self.guard_value(m, b.guards, b.attr or "") if b.guards else None,
                             f"self.{name} = {b.target or '...'} ({os.path.basename(m.path)}:{b.line})", m.path, b.line))
+        if len(arms) < 2:
+            return arms[0].val if arms else None
         w.add(Hop("alias", m.path, bs[0].line, f"self.{name}", f"self.{name} is assigned in {len(bs)} places"))
         return alts_value(M.FORK_ASSIGNMENTS, f"self.{name}", m, f"self.{name}", bs[0].line, arms)
 
@@ -1403,7 +1458,8 @@ class Resolver:
             return None
         cv = self.resolve_dotted(mod, scope, base, Walk(), line=line)
         if cv.kind == "not_installed":
-            return cv  # a type of a missing package: what its methods run comes from that package
+            # an object of a missing package's type: what its methods run comes from that package
+            return Val("not_installed", None, cv.qual, reason=cv.reason, extra=dict(cv.extra, object=True))
         if cv.kind != "class" or cv.module is None:
             return None
         return Val("instance", cv.module, cv.qual, cv.path, cv.line, extra={"annotated": True})
@@ -1471,18 +1527,29 @@ class Resolver:
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
                     v.extra.get("overload") if v.kind == "torch_op" else None)
             hit = self._follow_memo.get(mkey)
+            if hit is None:
+                hit = self._follow_memo.get(mkey + (w.budget, w.fork_depth))
+                if hit is not None:
+                    self._bound_cut()  # (a result cut by the bounds: what uses it is cut too)
             if hit is not None:
                 w.hops.extend(hit[1])
                 return hit[0]
         w.seen.add(key)
-        cuts, n0 = self.cuts, len(w.hops)
+        cuts, bcuts, n0 = self.cuts, self.bound_cuts, len(w.hops)
         fin = self._follow(v, w, launch)
         w.seen.discard(key)
-        if mkey is not None and self.cuts == cuts and not w.partial:
+        if mkey is not None and not w.partial and (self.cuts == cuts or self.cuts - cuts == self.bound_cuts - bcuts):
             if len(self._follow_memo) > 100000:
                 self._follow_memo.clear()
-            self._follow_memo[mkey] = (fin, tuple(w.hops[n0:]))
+            # complete, or cut only by the leaf / depth bounds (then the same for the same budget and depth)
+            self._follow_memo[mkey if self.cuts == cuts else mkey + (w.budget, w.fork_depth)] = (fin, tuple(w.hops[n0:]))
         return fin
+
+    def _bound_cut(self) -> None:
+        """A tree cut by the leaf or fork-depth bound (deterministic for a given budget and depth, unlike a
+        cycle or the time budget, which depend on the path)."""
+        self.cuts += 1
+        self.bound_cuts += 1
 
     def _follow(self, v: Val, w: Walk, launch: bool) -> Final:
         k = v.kind
@@ -1549,7 +1616,7 @@ class Resolver:
         arms: list[Alt] = v.extra["alts"]
         fk = M.Fork(v.extra["fork_kind"], v.extra.get("decided_by"), v.path, v.line, v.dotted)
         if w.fork_depth >= M.MAX_FORK_DEPTH:
-            self.cuts += 1
+            self._bound_cut()
             fk.truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): {len(arms)} branches not expanded"
         else:
             done: dict = {}
@@ -1573,7 +1640,7 @@ class Resolver:
             _second_chance(done, budget, expand)
             fk.branches = [done[i] for i in sorted(done)]
             if left:
-                self.cuts += 1
+                self._bound_cut()
                 fk.truncated = f"leaf limit ({M.MAX_LEAVES}): {left} branches not expanded"
         return Final(M.FORK, v.path, v.line, v.dotted, detail=f"one of {len(arms)} candidates ({fk.kind})", fork=fk)
 
@@ -1602,12 +1669,16 @@ class Resolver:
         if self._reach_gen != self.index.generation:
             memo.clear()
             self._reach_gen = self.index.generation
-        if self.memo_enabled and key in memo:
-            return memo[key]
+        if self.memo_enabled:
+            hit = memo.get(key) or memo.get(key + (w.budget, w.fork_depth))
+            if hit is not None:
+                if hit[1] is not None or key not in memo:
+                    self._bound_cut()  # (what uses it was cut below too)
+                return hit
         out = []
         partial = False
         truncated = None
-        cuts0 = self.cuts  # a subtree cut short below (a nested bound) makes the result depend on the budget
+        cuts0, bcuts0 = self.cuts, self.bound_cuts  # a subtree cut short below makes the result depend on the budget
         # the calls worth a branch, in source order; then expanded live and run-time ones first (dead ones get
         # what is left, a few leaves each), so a dead subtree never starves what can run
         cands = []
@@ -1679,11 +1750,14 @@ class Resolver:
         if skipped and truncated is None:
             truncated = f"leaf limit ({M.MAX_LEAVES}): {skipped} calls not expanded"
         if truncated is not None:
-            self.cuts += 1
+            self._bound_cut()
         if partial:
             w.partial = True
-        elif truncated is None and self.cuts == cuts0:
+        elif self.cuts == cuts0 and truncated is None:
             memo[key] = (out, None)
+        elif self.cuts - cuts0 == self.bound_cuts - bcuts0:
+            # cut only by the leaf / depth bounds: the same for the same budget and depth
+            memo[key + (w.budget, w.fork_depth)] = (out, truncated)
         return out, truncated
 
     def _hopeless(self, mod: Module, scope: str, cs: CallSite) -> bool:
@@ -1702,6 +1776,13 @@ class Resolver:
             self._kernel_argument(mod, scope, cs) is None
 
     def _kernel_argument(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
+        self._check_memo_gen()
+        key = (mod.path, mod.summary.sha, scope, cs.line, cs.col)
+        if key not in self._karg_memo:
+            self._karg_memo[key] = self._kernel_argument_of(mod, scope, cs)
+        return self._karg_memo[key]
+
+    def _kernel_argument_of(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
         for text in cs.arg_texts:
             if not text or text[0] in "'\"[(-0123456789" or text in ("None", "True", "False"):
                 continue
@@ -2057,7 +2138,8 @@ class _Budget:
             left = self.remaining - reserve
             yield i, max(1, left // (len(live) - k)) if left > 0 else 0
         for i in (i for i, r in enumerate(reach) if r is False):
-            # a few leaves each, more when the live branches left many (a dead subtree is then shown whole)
+            # a few leaves each (enough to name them), more when the live branches left many: together at most a
+            # quarter of what is left, so a small dead subtree is shown whole
             yield i, min(self.remaining, max(3, self.remaining // (4 * dead))) if self.remaining > 0 else 0
 
     def spend(self, used: int) -> None:
