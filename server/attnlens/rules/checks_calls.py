@@ -14,7 +14,7 @@ import textwrap
 from .. import model as M
 from ..resolver import Val, Walk
 from .classes import mro_complete
-from .engine import Rule, check, content_memo, rule
+from .engine import Rule, check, content_memo, rule, short_list
 
 AL101 = rule(Rule(
     "AL101", "unaccepted-keyword", "error",
@@ -484,8 +484,8 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
     for x in sites:
         per_name.setdefault(x[1].qual.rpartition(".")[2], []).append(x)
     contract = next((x[3] for x in sites if x[3] is not None), None)
-    counted = ", ".join(f"{n} ×{len(xs)}" if len(xs) > 1 else n
-                        for n, xs in sorted(per_name.items(), key=lambda x: (-len(x[1]), x[0])))
+    counted = short_list((f"{n} ×{len(xs)}" if len(xs) > 1 else n
+                          for n, xs in sorted(per_name.items(), key=lambda x: (-len(x[1]), x[0]))), 60, "{}")
     beyond: dict[str, list] = {}  # name -> keywords its installed reference API does not accept
     refs = {}
     for n, xs in per_name.items():
@@ -498,10 +498,10 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
     routes = _routes(sites)
     at_import = h is not None and h.path == ctx.path
     calls = f"{len(sites)} call{'s' if len(sites) > 1 else ''}" + (" via this import" if at_import else "")
-    msg = f"`{pkg}` is not installed: {calls} {'are' if len(sites) > 1 else 'is'} unchecked ({_clip(counted, 60)})."
+    msg = f"`{pkg}` is not installed: {calls} {'are' if len(sites) > 1 else 'is'} unchecked ({counted})."
     if beyond:
         kw = sorted({k for ks in beyond.values() for k in ks})
-        msg += f" Verify {_clip(', '.join(k + '=' for k in kw), 40)}: upstream's API has no such keyword."
+        msg += f" Verify {short_list(kw, 40, '{}=')}: upstream's API has no such keyword."
     fitting = [r for r in routes.values() if r.probe]
     misfit = [(n, r) for n, r in routes.items() if r.probe is None]
     if fitting and (contract is not None or not misfit):
@@ -570,10 +570,6 @@ def _reference_params(ctx, contract, name: str) -> tuple[str, set] | None:
                 continue
             return v.dotted, {p.name for p in f.params if p.kind != "posonly"}
     return None
-
-
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1].rsplit(",", 1)[0] + ", …"
 
 
 def _rel(path: str, root) -> str:
@@ -664,11 +660,10 @@ def torch_op_schema(ctx):
                 continue
             sch, where, _ws, probs = bad
             loc = _rel(where.rsplit(':', 1)[0], root) + (f":{where.rsplit(':', 1)[1]}" if ":" in where else "")
-            msg = f"`torch.ops.{ns}.{op}` does not fit its schema ({loc}): {_problem(probs, op)}; the call fails when it runs."
             record = _schema_of_record(ctx, where)
-            if record:
-                msg = (f"`torch.ops.{ns}.{op}` does not fit its source-build schema ({loc}): {_problem(probs, op)}; "
-                       f"{record}.")
+            msg = (f"`torch.ops.{ns}.{op}` does not fit its source-build schema ({loc}): {_problem(probs, op)}; {record}."
+                   if record else
+                   f"`torch.ops.{ns}.{op}` does not fit its schema ({loc}): {_problem(probs, op)}; the call fails when it runs.")
             detail = (f"Called with {cs.nargs} positional argument(s)" + (f" and keyword(s) {', '.join(cs.keywords)}" if cs.keywords else "")
                       + f"; schema `{sch}`: " + "; ".join(probs) + ".")
             ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
@@ -687,12 +682,13 @@ def torch_op_schema(ctx):
             sch, where, _ws, probs = bad
             upath = _short(v.module.path)
             loc = f"{_rel(where.rsplit(':', 1)[0], root)}:{where.rsplit(':', 1)[-1]}"
-            msg = (f"`{cs.func}` fails on this platform: upstream `{v.qual}` calls `{ns}::{op}` with {ics.nargs} "
-                   f"arguments and the schema registered here ({loc}) {_problem(probs, op, verb=True)}.")
             record = _schema_of_record(ctx, where)
             if record:
                 msg = (f"`{cs.func}` fails in a source build: upstream `{v.qual}` passes {ics.nargs} arguments to "
                        f"`{ns}::{op}` ({loc}: {_problem(probs, op, verb=True)}); {record}.")
+            else:
+                msg = (f"`{cs.func}` fails on this platform: upstream `{v.qual}` calls `{ns}::{op}` with {ics.nargs} "
+                       f"arguments and the schema registered here ({loc}) {_problem(probs, op, verb=True)}.")
             detail = (f"Upstream call at {upath}:{ics.line} ({v.dotted}); the schema this workspace registers is `{sch}`: "
                       + "; ".join(probs) + ".")
             ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
@@ -704,10 +700,8 @@ def _schema_of_record(ctx, where: str) -> str:
     configuration loads a precompiled provider instead, say which one and that it is not installed here."""
     if not where or not ctx.ws.index.is_workspace_path(where.rsplit(":", 1)[0]):
         return ""
-    try:
-        from ..envflags import platform_defaults
-    except ImportError:
-        return ""
+    from ..envflags import platform_defaults
+
     prov = platform_defaults(ctx.r).provider
     if prov is None or prov.guard is None or "not installed" not in (prov.status or ""):
         return ""

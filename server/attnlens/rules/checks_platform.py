@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..resolver import Walk
-from .checks_calls import _loc, _short
+from .checks_calls import _loc, _rel
 from .engine import Rule, check, rule
 
 AL105 = rule(Rule(
@@ -241,7 +241,7 @@ def _capability_finding(ctx, uses: list, pf: dict, getters_txt: str, root) -> No
     backend = _backend_of(ctx, u.scope) if u.scope.rpartition(".")[2] == "supports_compute_capability" else None
     if value is not None:
         cap, (dpath, dline) = doc
-        reported = f"the platform reports {cap.major}.{cap.minor} ({_rel_path(dpath, root)}:{dline})"
+        reported = f"the platform reports {cap.major}.{cap.minor} ({_rel(dpath, root)}:{dline})"
         if backend is not None:
             effect = f"{backend} is never selected on this platform" if value is False else f"{backend} passes the capability check for an NVIDIA reason"
             msg = f"{effect}: `{text}` compares NVIDIA SM numbers and {reported}."
@@ -271,12 +271,6 @@ def _dead_lines(b, value) -> list | None:
     if tv is True and b.orelse:
         return list(b.orelse)
     return None
-
-
-def _rel_path(path: str, root) -> str:
-    from .checks_calls import _rel
-
-    return _rel(path, root)
 
 
 def _conjunct_false(ctx, u, text: str) -> bool:
@@ -331,5 +325,3 @@ def _branch_json(b):
         return None
     return {"kind": b.kind, "line": b.line, "test": b.test, "body": list(b.body), "orelse": list(b.orelse)}
 
-
-_ = _short

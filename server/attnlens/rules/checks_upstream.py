@@ -14,7 +14,7 @@ from ..resolver import Val, Walk
 from .checks_calls import _loc, _rel, _short
 from .classes import mro as full_mro
 from .classes import mro_complete
-from .engine import Rule, check, content_memo, rule
+from .engine import Rule, check, content_memo, rule, short_list
 
 AL108 = rule(Rule(
     "AL108", "missing-upstream-name", "error",
@@ -272,19 +272,15 @@ def _older_sources(engine, package: str) -> list[tuple[str, str]]:
     """(version, folder holding <package>/) of the upstream versions in the cache root that are older
     than the installed one, newest first (``attnlens upstream fetch`` puts them there)."""
     def compute():
-        installed = _installed_version(engine, package) or ""
+        from ..upgrade.upstream import cached_versions  # the fetcher owns the cache layout
+
         folder = getattr(engine.ws.cache, "folder", None)
-        base = Path(folder).parent if folder is not None else None
-        out = []
-        d = base / "upstream" if base is not None else None
-        if d is None or not d.is_dir():
-            return out
-        for e in d.iterdir():
-            if e.is_dir() and e.name.startswith(package + "-") and (e / package).is_dir():
-                v = e.name[len(package) + 1:]
-                if _vkey(v) < _vkey(installed):
-                    out.append((v, str(e)))
-        return sorted(out, key=lambda x: _vkey(x[0]), reverse=True)
+        if folder is None:
+            return []
+        installed = _vkey(_installed_version(engine, package) or "")
+        got = [(u.version, u.root) for u in cached_versions(Path(folder).parent, package)
+               if _vkey(u.version) < installed]
+        return sorted(got, key=lambda x: _vkey(x[0]), reverse=True)
 
     return engine.memo(("older_sources", package), compute)
 
@@ -749,8 +745,7 @@ def _hooks_finding(ctx, pair, pv, uv, missing) -> None:
     first = rows[0]
     msg = first[2]
     if len(rows) > 1:
-        others = ", ".join(f"`{x[1]}`" for x in rows[1:])
-        msg += f" {len(rows) - 1} more inherited hook{'s' if len(rows) > 2 else ''}: " + (others if len(others) <= 80 else others[:79].rsplit(",", 1)[0] + ", …") + "."
+        msg += f" {len(rows) - 1} more inherited hook{'s' if len(rows) > 2 else ''}: {short_list((x[1] for x in rows[1:]), 80)}."
     detail = []
     for _rank, h, text, decl, df, uf, abstract, up, inh in rows:
         detail.append(f"`{h}`: declared by {decl.dotted} ({'abstract' if abstract else 'with a default'}, "
@@ -821,13 +816,12 @@ def metadata_drift(ctx):
         sev = "warning" if (missing or changed or required_now) else "info"
         pc = pv.cls
         pos = ctx.name_range(pc.line, pc.name)
-        names = lambda xs: _clip_names(xs, 70)  # noqa: E731
         if missing:
-            msg = f"`{pc.name}` lacks {len(missing)} field{'s' if len(missing) > 1 else ''} of upstream `{uv.qual}`: {names(missing)}."
+            msg = f"`{pc.name}` lacks {len(missing)} field{'s' if len(missing) > 1 else ''} of upstream `{uv.qual}`: {short_list(missing, 70)}."
         elif changed or required_now:
-            msg = f"`{pc.name}` declares fields unlike upstream `{uv.qual}`: {names(changed + required_now)}."
+            msg = f"`{pc.name}` declares fields unlike upstream `{uv.qual}`: {short_list(changed + required_now, 70)}."
         else:
-            msg = f"`{pc.name}` has {len(extra)} plugin-only field{'s' if len(extra) > 1 else ''} upstream `{uv.qual}` lacks: {names(extra)}."
+            msg = f"`{pc.name}` has {len(extra)} plugin-only field{'s' if len(extra) > 1 else ''} upstream `{uv.qual}` lacks: {short_list(extra, 70)}."
         others = [x for x in (f"{len(changed)} retyped" if changed and missing else "",
                               f"{len(required_now)} required here, defaulted upstream" if required_now and missing else "",
                               f"{len(extra)} plugin-only" if extra and (missing or changed or required_now) else "") if x]
@@ -836,16 +830,6 @@ def metadata_drift(ctx):
         ctx.add("AL112", *pos, msg, severity=sev, upstream=uv.dotted, missing=missing, extra=extra, changed=changed,
                 required_now=required_now,
                 detail=f"Upstream {uv.dotted} ({_short(uv.module.path)}:{uv.cls.line}): " + "; ".join(parts) + ".")
-
-
-def _clip_names(xs: list, n: int) -> str:
-    out = ""
-    for i, x in enumerate(xs):
-        part = (", " if out else "") + f"`{x}`"
-        if len(out) + len(part) > n:
-            return out + f", … ({len(xs) - i} more)"
-        out += part
-    return out
 
 
 _ = (Path, _rel)

@@ -104,6 +104,19 @@ def _fold_covered(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if not (f.rule == "AL106" and (f.path, f.line) in covered)]
 
 
+def short_list(items, limit: int, fmt: str = "`{}`") -> str:
+    """``a, b, … (3 more)``: items formatted with ``fmt`` and joined while the text stays within ``limit``
+    characters (at least one item is shown). The one list-clipping rule of Problems-panel messages."""
+    items = list(items)
+    out = ""
+    for i, x in enumerate(items):
+        part = (", " if out else "") + fmt.format(x)
+        if out and len(out) + len(part) > limit:
+            return out + f", … ({len(items) - i} more)"
+        out += part
+    return out
+
+
 def merge_causes(findings: list[Finding]) -> list[Finding]:
     """One finding per cause across modules (a workspace report): findings whose ``data["cause"]`` is
     the same (one upstream call that breaks on this platform, reached from several files) become the

@@ -230,7 +230,7 @@ def forget(ls: AttnLensServer, uri: str) -> None:
     ls.debouncer.cancel(("diagnostics", uri))
     if engine() is None:
         return
-    if uri in _workspace_checked.get(id(ls), set()):
+    if uri in _checked(ls):
         # the workspace check published this file: keep its findings in the Problems panel, now for the
         # text on disk (the closed buffer's edits are gone)
         asyncio.ensure_future(_publish_from_disk(ls, uri))
@@ -239,7 +239,14 @@ def forget(ls: AttnLensServer, uri: str) -> None:
 
 
 CHECK_WORKSPACE = "attnlens.checkWorkspace"
-_workspace_checked: dict[int, set] = {}  # server id -> URIs the workspace check published
+
+
+def _checked(ls: AttnLensServer) -> set:
+    """The URIs this server's workspace check published (state of the server, not of the module)."""
+    got = getattr(ls, "workspace_checked_uris", None)
+    if got is None:
+        got = ls.workspace_checked_uris = set()
+    return got
 
 
 async def _publish_from_disk(ls: AttnLensServer, uri: str) -> None:
@@ -259,7 +266,7 @@ async def check_workspace(ls: AttnLensServer) -> dict:
     if rules is None:
         return {"files": 0, "findings": 0, "error": "the rules engine is not available"}
     files = await ls.call(lambda a: sorted(p for p in a.ws.index.ws_files.values() if p.endswith(".py")), priority=IDLE) or []
-    done = _workspace_checked.setdefault(id(ls), set())
+    done = _checked(ls)
     n_findings = 0
     t0 = time.perf_counter()
     for path in files:
