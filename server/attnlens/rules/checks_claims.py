@@ -388,7 +388,12 @@ def _chain_for(ctx, k: Kernel):
 def _first_clause(why: str) -> str:
     """The first clause of a kernel verdict, with dotted names shortened to their last part."""
     first = why.split("; ")[0].rstrip(".")
-    return re.sub(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)\b", r"\1", first)
+    # dotted names only: a file name (`decode.py:83`, a path) keeps its extension
+    return re.sub(r"(?<![\w./])(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)\b(?![/:.])",
+                  lambda m: m.group(0) if m.group(1) in _FILE_EXTS else m.group(1), first)
+
+
+_FILE_EXTS = {"py", "pyi", "cpp", "cc", "cu", "cuh", "h", "hpp"}
 
 
 def _cs_range(cs):

@@ -47,15 +47,16 @@ def _branch_effect(b, value) -> str:
 
 
 def _guard_span(b) -> str:
+    """What the use decides, for a message: "the `if` at line 26 (body 27-30)"."""
     if b is None:
         return ""
     if b.kind in ("if", "while") and b.body:
         s = b.body
-        return f"; it decides the `{b.kind}` at line {b.line} (body lines {s[0]}-{s[1]})"
+        return f"the `{b.kind}` at line {b.line}, body " + (f"line {s[0]}" if s[0] == s[1] else f"lines {s[0]}-{s[1]}")
     if b.kind == "ifexp":
-        return f"; it decides the conditional expression at line {b.line}"
+        return f"the conditional expression at line {b.line}"
     if b.kind in ("return", "assign"):
-        return f"; it decides the {'returned' if b.kind == 'return' else 'assigned'} value at line {b.line}"
+        return f"the {'returned' if b.kind == 'return' else 'assigned'} value at line {b.line}"
     return ""
 
 
@@ -249,7 +250,7 @@ def _capability_finding(ctx, uses: list, pf: dict, getters_txt: str, root) -> No
             msg = f"`{text}` is {value} on this platform: it compares NVIDIA SM numbers and {reported}."
     else:
         what = "an NVIDIA SM version" if u.kind == "call" else "NVIDIA SM numbers"
-        eff = _guard_span(u.branch).removeprefix("; it decides ")
+        eff = _guard_span(u.branch)
         msg = (f"`{text}` compares the vendor's capability with {what}: "
                + (f"{backend} is accepted or rejected" if backend else "it is taken or skipped")
                + " for the wrong reason" + (f" ({eff})" if eff else "") + ".")
