@@ -1131,6 +1131,14 @@ def cached_report(ws, old=None) -> DriftReport | None:
     return rep
 
 
+def memoised_report(ws) -> DriftReport | None:
+    """The report :func:`cached_report` last memoised for ``ws`` (any generation), or None; never
+    computes one (the editor's quick fixes use the report its drift diagnostics came from)."""
+    with _MEMO_LOCK:
+        hit = _MEMO.get(ws)
+    return hit[1] if hit is not None else None
+
+
 def drift_findings(ws, old, include_retained: bool = False) -> list[dict]:
     """Finding-like dicts (rule, severity, source, path, line, col, end_line, end_col, message, data).
 

@@ -37,17 +37,6 @@ def _finding(d: T.Diagnostic, path: str) -> dict:
             "end_line": d.range.end.line + 1, "message": d.message, "data": d.data}
 
 
-def _drift_report(a: Analysis):
-    """The report the drift diagnostics came from (never computed here), for renamed imports."""
-    try:
-        from ...upgrade.drift import _MEMO
-
-        hit = _MEMO.get(a.ws)
-        return hit[1] if hit is not None else None
-    except Exception:  # noqa: BLE001
-        return None
-
-
 def text_edit(ls, a: Analysis, path: str, old: str, new: str) -> T.TextEdit:
     """One edit replacing the changed lines only (the rest of the buffer is not touched)."""
     p_lines, q_lines = old.split("\n"), new.split("\n")
@@ -97,8 +86,9 @@ def fix_actions(a: Analysis, ls, path: str, uri: str, rng: T.Range, diags: list[
     if not wanted:
         return []
     from ...upgrade import fixes as FX
+    from ...upgrade.drift import memoised_report
 
-    rep = _drift_report(a)
+    rep = memoised_report(a.ws)  # the report the drift diagnostics came from (never computed here)
     text = a.ws.index.source_text(path) or ""
     lines = text.splitlines()
     out: list[T.CodeAction] = []
