@@ -25,10 +25,11 @@ FIX_SOURCES = ("attnlens", "attnlens-drift")
 
 
 def _fixable(d: T.Diagnostic) -> bool:
+    if d.source not in FIX_SOURCES or not isinstance(d.data, dict) or not isinstance(d.data.get("id"), str):
+        return False  # the cheap tests first: most diagnostics of a request are not ours
     from ...upgrade.fixes import FIX_RULES
 
-    data = d.data if isinstance(d.data, dict) else {}
-    return d.source in FIX_SOURCES and str(d.code) in FIX_RULES and isinstance(data.get("id"), str)
+    return str(d.code) in FIX_RULES
 
 
 def _finding(d: T.Diagnostic, path: str) -> dict:
