@@ -25,7 +25,6 @@ is taken by default. Reachability itself never uses defaults: a flag can be set.
 from __future__ import annotations
 
 import ast
-import operator
 import weakref
 from dataclasses import dataclass
 
@@ -156,7 +155,7 @@ class EnvDefaults:
                 right = ev(right_node)
                 if left is UNKNOWN or right is UNKNOWN:
                     return UNKNOWN
-                ok = _safe(lambda: _cmp(op, left, right))
+                ok = _safe(lambda: _compare(op, left, right))
                 if ok is UNKNOWN:
                     return UNKNOWN
                 left = right
@@ -182,8 +181,6 @@ class EnvDefaults:
 
     def _flag(self, mod, scope, node, depth, flags):
         """(default,) of the environment flag ``node`` names, or None when it names none."""
-        from .resolver import Walk
-
         if isinstance(node, ast.Attribute):
             home = self._module_named(mod, scope, _dotted(node.value))
             if home is None:
@@ -323,16 +320,6 @@ def _bool_op(node: ast.BoolOp, ev):
     return vals[-1]
 
 
-_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
-            ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
-
-
-def _cmp(op, a, b):
-    fn = _COMPARE.get(type(op))
-    return UNKNOWN if fn is None else fn(a, b)
-
-
 def _safe(fn):
     try:
         return fn()
@@ -388,7 +375,7 @@ def _kernel_import_scopes(resolver) -> list:
     return out
 
 
-from .pyindex import dotted as _dotted  # noqa: E402 - one implementation of Name/Attribute chains
+from .pyindex import compare as _compare, dotted as _dotted  # noqa: E402 - one comparison table, one dotted()
 
 
 # -- the platform's default configuration, as the renderers ask for it -------------------------------

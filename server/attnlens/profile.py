@@ -332,22 +332,12 @@ class PlatformProfile:
             if a is None or b is None:
                 return None
             op = node.ops[0]
+            if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+                return None  # identity and membership are not folded (only what _forced_compare decides)
             try:
-                if isinstance(op, ast.Eq):
-                    return a == b
-                if isinstance(op, ast.NotEq):
-                    return a != b
-                if isinstance(op, ast.Lt):
-                    return a < b
-                if isinstance(op, ast.LtE):
-                    return a <= b
-                if isinstance(op, ast.Gt):
-                    return a > b
-                if isinstance(op, ast.GtE):
-                    return a >= b
+                return _compare(op, a, b)
             except TypeError:
                 return None
-            return None
         if isinstance(node, ast.Call):
             d = _dotted(node.func)
             if not d:
@@ -689,4 +679,4 @@ def _parse_guard(text: str):
     return node
 
 
-from .pyindex import dotted as _dotted  # one implementation of Name/Attribute chains
+from .pyindex import compare as _compare, dotted as _dotted  # one comparison table, one dotted()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import operator
 import sys
 from dataclasses import dataclass, field
 
@@ -263,6 +264,18 @@ def dotted(node: ast.AST) -> str | None:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return None
+
+
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+            ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+def compare(op: ast.cmpop, a, b):
+    """``a <op> b`` for an ``ast.Compare`` operator (every one Python has); raises what Python raises
+    (``TypeError`` when ``a`` and ``b`` do not compare). The one comparison table of the folders
+    (profile, envflags, the capability evaluator)."""
+    return _COMPARE[type(op)](a, b)
 
 
 def _literal_text(node: ast.AST) -> str:

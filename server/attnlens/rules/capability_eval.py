@@ -11,9 +11,10 @@ else makes the answer unknown (None).
 from __future__ import annotations
 
 import ast
-import operator
 import re
 from dataclasses import dataclass
+
+from ..pyindex import compare
 
 _CAP_NAME = re.compile(r"(^|_)(cap|capability|device_capability|compute_capability)$")
 # a documented value: `8.0` in a comment that mentions the device/platform reporting it
@@ -121,18 +122,12 @@ def _norm(v):
     return v
 
 
-_OPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
-        ast.GtE: operator.ge}
-
-
 def _cmp(op, a, b) -> bool:
     if isinstance(op, (ast.In, ast.NotIn)):
-        found = a in [_norm(x) for x in b]
-        return found if isinstance(op, ast.In) else not found
-    f = _OPS.get(type(op))
-    if f is None or isinstance(a, tuple) != isinstance(b, tuple):
+        return compare(op, a, [_norm(x) for x in b])
+    if isinstance(op, (ast.Is, ast.IsNot)) or isinstance(a, tuple) != isinstance(b, tuple):
         raise _Unknown
-    return f(a, b)
+    return compare(op, a, b)
 
 
 def reduce(test: str, use: str, value: bool) -> str | None:
