@@ -205,3 +205,13 @@ def test_inventory_names_the_fixes(state):
 
     md = to_markdown(build_inventory(ws, globs=["fixplug/**"], old=old))
     assert f"| `{OPS}` | 2 | sync (2 quick fixes) |" in md.splitlines()
+
+
+def test_drift_ids_hash_the_analysed_text_of_an_unsaved_buffer(tmp_path):
+    ws, old, _new = FF.make(tmp_path)
+    path = str(ws.root / FLASH)
+    ws.index.set_overlay(path, FF.FLASH.replace("\n\n@dataclass\n", "\n\n\n@dataclass\n"))  # every line below moves
+    (f,) = [f for f in drift_report(ws, old).findings() if f["rule"] == "AL304"]
+    ws.close()
+    assert f["line"] == 22
+    assert IDS.split(f["id"])[2] == IDS.make_id("AL304", "", "class FlashMetadata:")[-4:]

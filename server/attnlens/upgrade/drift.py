@@ -153,6 +153,9 @@ class DriftReport:
     subject: dict | None = None
     elapsed_s: float = 0.0
     errors: list = field(default_factory=list)
+    # path -> lines of the text the analysis read (overlays included), for the findings' ids; filled by
+    # Drift.run, else from the disk once per file (not once per ``findings()`` call: diagnostics ask per file)
+    lines: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def old_label(self) -> str:
@@ -204,16 +207,14 @@ class DriftReport:
         out.sort(key=lambda f: (f["path"], f["line"], f["col"], f["rule"]))
         from ..rules.ids import assign
 
-        texts: dict = {}
-
         def lines_of(path):
-            if path not in texts:
+            if path not in self.lines:
                 try:
                     with open(path, encoding="utf-8", errors="replace") as fh:
-                        texts[path] = fh.read().splitlines()
+                        self.lines[path] = fh.read().splitlines()
                 except OSError:
-                    texts[path] = []
-            return texts[path]
+                    self.lines[path] = []
+            return self.lines[path]
 
         assign(out, self.root, lines_of)
         return out
@@ -291,6 +292,8 @@ class Drift:
         items.sort(key=lambda it: (relpath(self.ws.root, it.path), it.line, it.symbol))
         rep = DriftReport(self.old_src.to_json(), self.new_src.to_json(), str(self.ws.root), self.globs, items,
                           subject=_subject_of(self.ws), errors=self.errors)
+        for path in {it.path for it in items if any(ch.rule for ch in it.changes)}:
+            rep.lines[path] = (self.ws.index.source_text(path) or "").splitlines()
         rep.elapsed_s = time.perf_counter() - t0
         return rep
 
