@@ -169,6 +169,28 @@ def _loc(text: str | None) -> tuple[str, int]:
     return path, int(line) if line.isdigit() else 0
 
 
+_TREES: dict = {}  # path -> ((mtime_ns, size), text, tree): code actions ask again on every cursor move
+
+
+def _upstream_tree(path: str) -> tuple[str, ast.Module] | None:
+    """(text, parsed tree) of an upstream file, memoised per file stamp; None when unreadable."""
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = _TREES.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1], hit[2]
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    if len(_TREES) > 64:
+        _TREES.clear()
+    _TREES[path] = (stamp, text, tree)
+    return text, tree
+
+
 # ----------------------------------------------------------------------------- imports
 
 
@@ -250,12 +272,10 @@ def _offer_hook(ws, f, data, drift) -> Offer | None:
         qual = next((q for q, c in m.summary.classes.items() if c.line == f["line"]), "")
     if not qual or qual not in m.summary.classes:
         return None
-    try:
-        with open(upath, encoding="utf-8") as fh:
-            utext = fh.read()
-        tree = ast.parse(utext)
-    except (OSError, SyntaxError, ValueError):
+    parsed = _upstream_tree(upath)
+    if parsed is None:
         return None
+    utext, tree = parsed
     ucls_qual = override.rpartition(".")[0]
     ucls = _find_class(tree, ucls_qual.rpartition(".")[2])
     node = next((n for n in (ucls.body if ucls else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -324,11 +344,10 @@ def _offer_op_param(ws, f, data, drift) -> Offer | None:
     m = _module_of(ws, f["path"])
     if not lacks or not qual or m is None or qual not in m.summary.functions or not upath:
         return None
-    try:
-        with open(upath, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read())
-    except (OSError, SyntaxError, ValueError):
+    parsed = _upstream_tree(upath)
+    if parsed is None:
         return None
+    tree = parsed[1]
     node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno == uline), None)
     if node is None:
         return None
@@ -424,12 +443,10 @@ def _upstream_dataclass(ws, dotted: str):
         loc = ws.index.locate(mod)
         if loc is None or loc.kind != "py":
             continue
-        try:
-            with open(loc.path, encoding="utf-8") as fh:
-                tree = ast.parse(fh.read())
-        except (OSError, SyntaxError, ValueError):
+        parsed = _upstream_tree(loc.path)
+        if parsed is None:
             return None, None, [], mod
-        body, node = tree.body, None
+        body, node = parsed[1].body, None
         for name in parts[i:]:
             node = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == name), None)
             if node is None:
