@@ -210,7 +210,7 @@ def _offer_import(ws, f, data, drift) -> Offer | None:
     m = _module_of(ws, f["path"])
     if m is None:
         return None
-    binding = next((b for bs in [m.summary.bindings.get(n, []) for n in m.summary.bindings] for b in bs
+    binding = next((b for bs in m.summary.bindings.values() for b in bs
                     if b.kind == "from" and b.attr == name and b.line == f["line"]), None)
     if binding is None:
         binding = next((b for bs in m.summary.bindings.values() for b in bs
@@ -221,7 +221,7 @@ def _offer_import(ws, f, data, drift) -> Offer | None:
         rmod, _, rname = repl.rpartition(".")
         spec.update(mode="rewrite", replacement_module=rmod, replacement_name=rname, evidence=why)
         title = (f"Import {rname} from {rmod}" + (f" (renamed from {name})" if rname != name else "")
-                 + f": {why}" if why else "")
+                 + (f": {why}" if why else ""))
     elif _handles_absence(ws, m, local, binding):
         spec.update(mode="guard")
         title = f"Guard the import of {name} from {module} (gone upstream; the module already handles its absence)"
@@ -409,7 +409,6 @@ def _offer_fields(ws, f, data, drift) -> Offer | None:
     types = {x[0]: x for x in new}
     readers = _readers(ws, upath, unode, umod, [n for n in wanted if n not in have])
     todo = []
-    present = [x for x in order if x in have]
     for i, name in enumerate(order):
         if name not in wanted or name in have or name not in readers:
             continue
@@ -418,7 +417,6 @@ def _offer_fields(ws, f, data, drift) -> Offer | None:
         todo.append({"name": name, "annotation": ann, "default": default, "after": after, "read_at": readers[name]})
     if not todo:
         return None
-    _ = present
     names = ", ".join(t["name"] for t in todo)
     title = f"Add upstream's field{'s' if len(todo) > 1 else ''} {names} to {qual.rpartition('.')[2]} (read by upstream at {todo[0]['read_at']})"
     spec = {"class": qual, "fields": todo, "upstream": f"{_rel_upstream(upath, umod)}:{unode.lineno}"}
@@ -520,8 +518,6 @@ def apply(offer: Offer, text: str) -> str:
     fn = {"import": _apply_import, "hook": _apply_hook, "op_param": _apply_op_param, "fields": _apply_fields}[offer.kind]
     try:
         new = _apply_in_segments(cst, text, offer, fn)
-    except FixError:
-        raise
     except cst.CSTValidationError as e:
         raise FixError(f"the fix would not leave valid Python ({e}): edit by hand") from None
     except (cst.ParserSyntaxError, ValueError, KeyError, TypeError, AttributeError) as e:
