@@ -50,13 +50,21 @@ class HoverContext:
     signature: str | None = None  # Markdown of the final Python function (signature, first docstring line)
     copy_args: dict | None = None  # arguments of the Copy as Markdown link (None: no link)
     class_kernels: object = None  # lens.Counts of a hovered class's kernel call sites
+    _related: tuple | None = field(default=None, repr=False)  # (chain, kernel_related(chain))
 
     def link(self, path: str, line: int | None) -> str:
         return link(path, line)
 
+    def chain_related(self) -> bool:
+        """Is the chain worth showing (:func:`kernel_related`)? Asked by the hover, :meth:`relevant` and the
+        chain section: computed once per chain."""
+        if self._related is None or self._related[0] is not self.chain:
+            self._related = (self.chain, self.chain is not None and kernel_related(self.chain))
+        return self._related[1]
+
     def relevant(self) -> bool:
         """Is there anything kernel-related to say here (else: no hover at all)?"""
-        if self.chain is not None and kernel_related(self.chain):
+        if self.chain_related():
             return True
         if self.symbol and self.analysis is not None and self.analysis.role_of(self.symbol) is not None:
             return True
@@ -122,7 +130,7 @@ def copy_link(args: dict | None) -> str | None:
 def chain_section(ctx: HoverContext) -> str | None:
     """The verdict (one ``Runs:`` line per leaf that can run), the final Python function, the folded chain."""
     ch = ctx.chain
-    if ch is None or not kernel_related(ch):
+    if not ctx.chain_related():
         return None
     lines = verdict_markdown(ch, ctx.link, ctx.defaults)
     if ch.partial:
