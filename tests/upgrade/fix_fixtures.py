@@ -51,119 +51,99 @@ _BACKEND = '''
             return False
 '''
 
+_OPS_V1 = '''
+    from vllm.utils import direct_register_custom_op
+
+
+    def my_op(x, out):
+        out.copy_(x)
+
+
+    def my_op_fake(x, out):
+        return None
+
+
+    direct_register_custom_op(op_name="my_op", op_func=my_op, fake_impl=my_op_fake)
+'''
+
+_FLASH_V1 = '''
+    from dataclasses import dataclass
+
+    from vllm.attention.backend import AttentionBackend, is_quantized
+
+
+    @dataclass
+    class FlashMetadata:
+        num_tokens: int
+        max_len: int
+        block_size: int = 16
+
+
+    class FlashBackend(AttentionBackend):
+        @staticmethod
+        def get_name():
+            return "FLASH"
+
+        @staticmethod
+        def get_impl_cls():
+            return FlashImpl
+
+
+    class FlashImpl:
+        def forward(self, q, metadata):
+            return is_quantized("fp8") and metadata.num_tokens
+'''
+
+_UTILS_V1 = '''
+    def direct_register_custom_op(op_name, op_func, mutates_args=None, fake_impl=None, dispatch_key=None):
+        return None
+'''
+
+
+def _edit(text: str, *pairs: tuple[str, str]) -> str:
+    """``text`` with each ``old`` (present exactly once) replaced by ``new``: 2.0 as 1.0 plus its changes."""
+    for old, new in pairs:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
 V1 = dict(COMMON, **{
     "vllm-1.0.0.dist-info/METADATA": "Name: vllm\nVersion: 1.0.0\n",
-    "vllm/utils.py": '''
-        def direct_register_custom_op(op_name, op_func, mutates_args=None, fake_impl=None, dispatch_key=None):
-            return None
-    ''',
+    "vllm/utils.py": _UTILS_V1,
     "vllm/attention/backend.py": _BACKEND + '''
 
     def is_quantized(kv_cache_dtype: str) -> bool:
         return kv_cache_dtype.startswith("fp8")
     ''',
-    "vllm/ops.py": '''
-        from vllm.utils import direct_register_custom_op
-
-
-        def my_op(x, out):
-            out.copy_(x)
-
-
-        def my_op_fake(x, out):
-            return None
-
-
-        direct_register_custom_op(op_name="my_op", op_func=my_op, fake_impl=my_op_fake)
-    ''',
-    "vllm/attention/backends/flash.py": '''
-        from dataclasses import dataclass
-
-        from vllm.attention.backend import AttentionBackend, is_quantized
-
-
-        @dataclass
-        class FlashMetadata:
-            num_tokens: int
-            max_len: int
-            block_size: int = 16
-
-
-        class FlashBackend(AttentionBackend):
-            @staticmethod
-            def get_name():
-                return "FLASH"
-
-            @staticmethod
-            def get_impl_cls():
-                return FlashImpl
-
-
-        class FlashImpl:
-            def forward(self, q, metadata):
-                return is_quantized("fp8") and metadata.num_tokens
-    ''',
+    "vllm/ops.py": _OPS_V1,
+    "vllm/attention/backends/flash.py": _FLASH_V1,
 })
 
 V2 = dict(COMMON, **{
     "vllm-2.0.0.dist-info/METADATA": "Name: vllm\nVersion: 2.0.0\n",
-    "vllm/utils.py": '''
-        def direct_register_custom_op(op_name, op_func, mutates_args=None, fake_impl=None, dispatch_key=None):
-            return None
+    "vllm/utils.py": _UTILS_V1 + '''
 
-
-        def is_quantized(kv_cache_dtype: str) -> bool:
-            return kv_cache_dtype.startswith(("fp8", "nvfp4"))
-    ''',
+    def is_quantized(kv_cache_dtype: str) -> bool:
+        return kv_cache_dtype.startswith(("fp8", "nvfp4"))
+''',
     "vllm/attention/backend.py": _BACKEND,
-    "vllm/ops.py": '''
-        from vllm.utils import direct_register_custom_op
+    "vllm/ops.py": _edit(_OPS_V1, ("def my_op(x, out):", "def my_op(x, out, scale: float | None = None):"),
+                         ("def my_op_fake(x, out):", "def my_op_fake(x, out, scale: float | None = None):")),
+    "vllm/attention/backends/flash.py": _edit(
+        _FLASH_V1,
+        ("from vllm.attention.backend import AttentionBackend, is_quantized\n",
+         "from vllm.attention.backend import AttentionBackend\n    from vllm.utils import is_quantized\n"),
+        ("    block_size: int = 16\n", "    block_size: int = 16\n        seq_lens: list | None = None\n"),
+        ('''            return "FLASH"
+''', '''            return "FLASH"
 
-
-        def my_op(x, out, scale: float | None = None):
-            out.copy_(x)
-
-
-        def my_op_fake(x, out, scale: float | None = None):
-            return None
-
-
-        direct_register_custom_op(op_name="my_op", op_func=my_op, fake_impl=my_op_fake)
-    ''',
-    "vllm/attention/backends/flash.py": '''
-        from dataclasses import dataclass
-
-        from vllm.attention.backend import AttentionBackend
-        from vllm.utils import is_quantized
-
-
-        @dataclass
-        class FlashMetadata:
-            num_tokens: int
-            max_len: int
-            block_size: int = 16
-            seq_lens: list | None = None
-
-
-        class FlashBackend(AttentionBackend):
-            @staticmethod
-            def get_name():
-                return "FLASH"
-
-            @classmethod
-            def supports_sinks(cls):
-                # sinks need the 2.0 kernels
-                return True
-
-            @staticmethod
-            def get_impl_cls():
-                return FlashImpl
-
-
-        class FlashImpl:
-            def forward(self, q, metadata):
-                return is_quantized("fp8") and metadata.seq_lens
-    ''',
+        @classmethod
+        def supports_sinks(cls):
+            # sinks need the 2.0 kernels
+            return True
+'''),
+        ("metadata.num_tokens", "metadata.seq_lens")),
 })
 
 FLASH = '''\
