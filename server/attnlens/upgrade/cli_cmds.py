@@ -221,12 +221,7 @@ def cmd_fix(args) -> int:
                 status = 1
     else:
         rules = {x.strip().upper() for x in (args.rule or "").split(",") if x.strip()}
-        keys = set()
-        for o in offers:
-            if (rules and o.rule not in rules) or o.key in keys:
-                continue
-            keys.add(o.key)
-            chosen.append(o)
+        chosen = FX.one_per_change([o for o in offers if not rules or o.rule in rules])
     by_path: dict = {}
     for o in chosen:
         by_path.setdefault(o.path, []).append(o)

@@ -135,12 +135,9 @@ def main(argv=None) -> int:
     new = resolve(args.new, cache_root=root_cache, target=ws.target) if args.new and args.new != "installed" else None
     drift = drift_report(ws, old, new, patches="none") if old is not None else None
     offers = FX.offers(ws, FX.collect_findings(ws, None, drift), drift)
-    seen, rows = set(), []
+    rows = []
     texts: dict = {}
-    for o in offers:
-        if o.key in seen:
-            continue
-        seen.add(o.key)
+    for o in FX.one_per_change(offers):
         if o.path not in texts:
             with open(o.path, encoding="utf-8") as fh:
                 texts[o.path] = fh.read()

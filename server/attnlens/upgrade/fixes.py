@@ -120,6 +120,14 @@ def offers(ws, findings, drift=None) -> list[Offer]:
     return out
 
 
+def one_per_change(candidates: list[Offer]) -> list[Offer]:
+    """The first offer of each change (check's and drift's findings of one change share a key)."""
+    first: dict = {}
+    for o in candidates:
+        first.setdefault(o.key, o)
+    return list(first.values())
+
+
 def offer_for(ws, f, drift=None) -> Offer | None:
     """The fix of one finding (a dict or a rules ``Finding``), or None when it has none."""
     f = _as_dict(f)
