@@ -235,9 +235,7 @@ class AttnLensServer(LanguageServer):
         return status
 
     async def idle(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a background step when the user has been quiet for ``BACKOFF_S``."""
-        while (wait := self.last_request + BACKOFF_S - time.monotonic()) > 0:
-            await asyncio.sleep(wait)
+        """Run a background step when the user has been quiet for ``BACKOFF_S`` (:meth:`call` waits for it)."""
         return await self.call(fn, *args, priority=IDLE)
 
     # -- background refresh after edits -----------------------------------------
