@@ -98,3 +98,16 @@ def test_capability_tests_of_one_expression_are_one_finding_with_the_documented_
 def test_folded_assert_is_stated(platform):
     _ws, findings = platform
     assert all(len(f.message) <= 300 for f in findings)
+
+
+def test_capability_evaluator_takes_tuple_literals():
+    from attnlens.rules.capability_eval import Cap, evaluate
+
+    c = Cap(8, 0)
+    assert evaluate("capability >= (8, 0)", c) is True
+    assert evaluate("capability < (9, 0)", c) is True
+    assert evaluate("capability in [(8, 0), (9, 0)]", c) is True
+    assert evaluate("capability.major in (9, 10)", c) is False
+    assert evaluate("capability.major in [9, 10]", c) is False
+    assert evaluate("capability >= DeviceCapability(7, 5)", c) is True
+    assert evaluate("x.foo == 3", c) is None

@@ -69,7 +69,9 @@ def _is_cap_ref(node) -> bool:
 def _ev(node, cap: Cap, method: str):
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         return node.value
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+    if isinstance(node, ast.Tuple):
+        return tuple(_ev(e, cap, method) for e in node.elts)  # `(8, 0)`: compares like a capability
+    if isinstance(node, (ast.List, ast.Set)):
         return [_ev(e, cap, method) for e in node.elts]
     if _is_cap_ref(node):
         return cap
@@ -124,6 +126,8 @@ def _norm(v):
 
 def _cmp(op, a, b) -> bool:
     if isinstance(op, (ast.In, ast.NotIn)):
+        if not isinstance(b, (list, tuple)):
+            raise _Unknown
         return compare(op, a, [_norm(x) for x in b])
     if isinstance(op, (ast.Is, ast.IsNot)) or isinstance(a, tuple) != isinstance(b, tuple):
         raise _Unknown
