@@ -450,21 +450,13 @@ class PlatformProfile:
         return self._fold_binding(mod, "", bindings[0], depth)
 
     def _fold_local(self, mod, scope, name, bindings, depth):
-        """A local of ``scope`` (or of an enclosing function) whose every assignment folds to the same
-        constant, when nothing else binds it (a loop, ``with ... as``, ``except ... as``, a walrus or an
-        augmented assignment: checked on the function's text, since the summary does not list those)."""
+        """A local of ``scope`` (or of an enclosing function) whose every binding folds to the same constant.
+        A loop, ``with``/``except ... as``, walrus, augmented or ``nonlocal`` assignment is a binding of the
+        summary that folds to nothing, so such a local is never folded."""
         if not bindings or len(bindings) > 4:
             return None
         owner = self._local_owner(mod, scope, name)
-        if owner is None or self._rebinds(mod, owner, name):
-            return None
-        vals = []
-        for b in bindings:
-            v = self._fold_binding(mod, owner.qualname, dataclasses.replace(b, guards=()), depth + 1)
-            if v is None:
-                return None
-            vals.append(v)
-        return vals[0] if all(v == vals[0] for v in vals) else None
+        return self._fold_alike(mod, [(owner.qualname, b) for b in bindings], depth + 1) if owner is not None else None
 
     @staticmethod
     def _local_owner(mod, scope, name):
@@ -476,30 +468,24 @@ class PlatformProfile:
             q = q.rpartition(".")[0]
         return None
 
-    def _rebinds(self, mod, f, name: str) -> bool:
-        lines = (self.r.index.source_text(mod.path) or "").splitlines()[f.line - 1:f.end_line]
-        n = re.escape(name)
-        rx = re.compile(rf"^\s*(?:async\s+)?for\s+[^:]*\b{n}\b[^:]*\bin\b|\bas\s+\(?[^:]*\b{n}\b|\b{n}\s*:=|"
-                        rf"\b{n}\s*(?:[-+*/%&|^@]|//|\*\*|<<|>>)=|\bglobal\s+.*\b{n}\b|\bnonlocal\s+.*\b{n}\b")
-        return any(rx.search(t) for t in lines)
-
     def _fold_reassigned_attr(self, mod, cls_q, name, depth):
-        """``self.x`` assigned in several methods of the class: folded when every assignment (read off the
-        class's text, one line each) folds to the same constant in its method."""
+        """``self.x`` assigned in several methods of the class: folded when every assignment folds to the
+        same constant in its method."""
         c = mod.summary.classes.get(cls_q)
-        if c is None:
+        if c is None or name not in c.inst_attrs or depth >= 6:
             return None
-        lines = (self.r.index.source_text(mod.path) or "").splitlines()
-        rx = re.compile(rf"^\s*self\.{re.escape(name)}\s*(?::[^=]+)?=\s*(.+?)\s*$")
+        return self._fold_alike(mod, [(b.attr or "", b) for b in (c.inst_attrs[name],) + c.inst_more.get(name, ())], depth + 1)
+
+    def _fold_alike(self, mod, scoped, depth):
+        """The constant every ``(scope, binding)`` folds to alike, else None. Guards are set aside: whichever
+        assignment runs, the value is the same. A plain name or attribute (``x = y``) folds as ``y`` does."""
         vals = []
-        for ln in range(c.line, min(c.end_line, len(lines)) + 1):
-            m = rx.match(lines[ln - 1])
-            if m is None:
-                continue
-            text = m.group(1)
-            if text.endswith(("(", "[", "{", ",", "\\")) or text.count("(") != text.count(")"):
-                return None  # continued on the next line
-            v = self.evaluate(mod, mod.summary.scope_at(ln), text) if depth < 6 else None
+        for q, b in scoped:
+            if b.kind == "assign" and b.target and not b.scope:
+                node = _parse_guard(b.target)
+                v = self._eval(mod, q, node, depth) if node is not None else None
+            else:
+                v = self._fold_binding(mod, q, dataclasses.replace(b, guards=()), depth)
             if v is None:
                 return None
             vals.append(v)

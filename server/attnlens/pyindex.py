@@ -429,6 +429,7 @@ class _Builder:
         self._rets = []
         self._names = []
         self._lambda_done: set = set()  # ids of Lambda nodes summarised as functions (their bodies are their own scope)
+        self._nonlocals: dict[str, frozenset] = {}  # function qualname -> names it declares `nonlocal`
 
     # -- positions ---------------------------------------------------------
     def pos(self, node) -> tuple[int, int]:
@@ -445,12 +446,30 @@ class _Builder:
             # `global x; x = ...` inside a function: a lazily filled module global
             b.scope = self.scope[-1].qualname
             self.s.bindings.setdefault(b.name, []).append(b)
+        elif self.scope and b.name in self._nonlocals.get(self.scope[-1].qualname, ()):
+            # `nonlocal x; x = ...`: rebinds the enclosing function's x (the innermost that binds it)
+            b.scope = self.scope[-1].qualname
+            outer = self.scope[-2::-1]
+            owner = next((f for f in outer if b.name in f.locals or any(p.name == b.name for p in f.params)), outer[0])
+            owner.locals.setdefault(b.name, []).append(b)
         elif self.scope:
             self.scope[-1].locals.setdefault(b.name, []).append(b)
         elif self.cls:
             pass  # class attributes handled by the class visitor
         else:
             self.s.bindings.setdefault(b.name, []).append(b)
+
+    def bind_names(self, target, g: tuple) -> None:
+        """Bind every plain name in an assignment target (a name, a tuple/list of them, a starred one) to a
+        value the summary does not follow (``kind='other'``): loop, ``with ... as`` and augmented targets."""
+        if isinstance(target, ast.Name):
+            line, col = self.pos(target)
+            self.bind(Binding(target.id, "other", line, col, guards=g))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for e in target.elts:
+                self.bind_names(e, g)
+        elif isinstance(target, ast.Starred):
+            self.bind_names(target.value, g)
 
     def cur_scope(self) -> str:
         return self.scope[-1].qualname if self.scope else ""
@@ -518,6 +537,8 @@ class _Builder:
                 if h.type is not None and isinstance(h.type, ast.Tuple):
                     names = ",".join(dotted(e) or "?" for e in h.type.elts)
                 self.guards.append(("except", names or "?", h.lineno))
+                if h.name:
+                    self.bind(Binding(h.name, "other", h.lineno, self.lm.cp(h.lineno, h.col_offset), guards=tuple(self.guards)))
                 self.body(h.body)
                 self.guards.pop()
             self.body(st.orelse)
@@ -525,6 +546,8 @@ class _Builder:
         elif isinstance(st, (ast.With, ast.AsyncWith)):
             for it in st.items:
                 self.expr(it.context_expr)
+                if it.optional_vars is not None:
+                    self.bind_names(it.optional_vars, g)  # `with c as x`: whatever c.__enter__ returns
             self.body(st.body)
         elif isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
             if isinstance(st, ast.While):
@@ -536,6 +559,8 @@ class _Builder:
                     line, col = self.pos(st.target)
                     src = dotted(st.iter) or _call_text(st.iter) or _literal_text(st.iter)
                     self.bind(Binding(st.target.id, "iter", line, col, target=src or None, guards=g))
+                else:
+                    self.bind_names(st.target, g)  # `for a, b in items:`
             self.body(st.body)
             self.body(st.orelse)
         elif isinstance(st, ast.Assign):
@@ -561,12 +586,14 @@ class _Builder:
                 self.expr(st.value, in_return=True)
         elif isinstance(st, ast.AugAssign):
             self.expr(st.value)
-            if isinstance(st.target, ast.Name) and not self.cls:
-                line, col = self.pos(st.target)
-                self.bind(Binding(st.target.id, "other", line, col, guards=tuple(self.guards)))
+            self.bind_names(st.target, g)
         elif isinstance(st, ast.Global):
             if self.scope:
                 self.scope[-1].globals_ = self.scope[-1].globals_ | frozenset(st.names)
+        elif isinstance(st, ast.Nonlocal):
+            if self.scope:
+                q = self.scope[-1].qualname
+                self._nonlocals[q] = self._nonlocals.get(q, frozenset()) | frozenset(st.names)
         elif hasattr(ast, "Match") and isinstance(st, getattr(ast, "Match")):
             self.expr(st.subject)
             for case in st.cases:
