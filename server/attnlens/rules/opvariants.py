@@ -115,6 +115,17 @@ def upstream_registration(ws, ns: str, op: str) -> OpReg | None:
     return None
 
 
+def _ws_modules_with(idx, needle: str):
+    """(module, text) of the workspace files whose text contains ``needle``, in name order."""
+    for name, path in sorted(idx.ws_files.items()):
+        text = idx.source_text(path)
+        if not text or needle not in text:
+            continue
+        m = idx.module(name)
+        if m is not None:
+            yield m, text
+
+
 def _name_candidates(reg: OpReg) -> list[str]:
     out = []
     for n in (reg.op, reg.func.rpartition(".")[2]):
@@ -140,13 +151,7 @@ def _by_call_site(ws, reg: OpReg, memo: dict) -> OpReg | None:
     r = ws.resolver
     needle = f"torch.ops.{reg.ns}.{reg.op}"
     cands: dict = {}
-    for name, path in sorted(idx.ws_files.items()):
-        text = idx.source_text(path)
-        if not text or needle not in text:
-            continue
-        m = idx.module(name)
-        if m is None:
-            continue
+    for m, text in _ws_modules_with(idx, needle):
         lines = text.splitlines()
         for i, ln in enumerate(lines, 1):
             if not re.search(re.escape(needle) + r"\b", ln):
@@ -183,12 +188,8 @@ def variants(ws) -> list[Variant]:
     r = ws.resolver
     out = []
     memo: dict = {}
-    for name, path in sorted(idx.ws_files.items()):
-        text = idx.source_text(path)
-        if not text or REGISTER not in text:
-            continue
-        m = idx.module(name)
-        if m is None or not m.workspace:
+    for m, _text in _ws_modules_with(idx, REGISTER):
+        if not m.workspace:
             continue
         for reg in registrations_in(r, m):
             if not reg.func:
