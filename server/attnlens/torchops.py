@@ -293,25 +293,34 @@ class OpRegistry:
         self._reg_files_memo = (gen, out)
         return out
 
-    def _installed_candidates(self, ns: str, op: str):
-        """(installed modules that mention the op name (byte pre-filter), installed packages
-        searched, package names tried)."""
+    def _installed_candidates(self, ns: str, op: str, match=None):
+        """(installed modules whose bytes mention the op name, or satisfy ``match(data)`` when given
+        (byte pre-filter), installed packages searched, package names tried)."""
         pkgs = {"vllm"} if ns == "vllm" else set()
         pkgs.add(ns.lstrip("_").split("_")[0])
         out = []
         searched = []
-        needle = op.encode()
+        if match is None:
+            needle = op.encode()
+
+            def match(data: bytes) -> bool:
+                return needle in data
         for pkg in sorted(pkgs):
             loc = self.r.index.locate(pkg)
             if loc is None or loc.kind != "py" or not loc.is_package or self.r.index.is_workspace_path(loc.path):
                 continue
             searched.append(pkg)
             for p, data in self._installed_registering(pkg, os.path.dirname(loc.path)):
-                if needle in data:
+                if match(data):
                     m = self.r.index.module_for_path(p)
                     if m is not None:
                         out.append(m)
         return out, searched, sorted(pkgs)
+
+    def installed_modules_matching(self, ns: str, match) -> list:
+        """Installed modules (of the packages an op of ``ns`` can come from) that use a Python
+        op-registration API and whose bytes satisfy ``match``: only these are summarised."""
+        return self._installed_candidates(ns, "", match)[0]
 
     def _installed_registering(self, pkg: str, folder: str) -> list:
         """(path, bytes) of an installed package's files that use a Python op-registration API, read

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 _OPS_RE = re.compile(r"torch\.ops\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
 REGISTER = "direct_register_custom_op"
+_REGISTER_B = REGISTER.encode()
 
 
 @dataclass(frozen=True)
@@ -99,18 +100,27 @@ def registrations_in(r, m, op: str | None = None) -> list[OpReg]:
 
 
 def upstream_registration(ws, ns: str, op: str) -> OpReg | None:
-    """Where the installed upstream registers ``ns::op`` with ``direct_register_custom_op``."""
+    """Where the installed upstream registers ``ns::op`` with ``direct_register_custom_op``. Only the
+    installed modules that spell the registration call and the op name as a whole word are
+    summarised: most names asked about (a plugin op's name and its vendor-less forms, ``pre`` of
+    ``mhc_pre``) are registered nowhere, and the every-API substring search of
+    ``python_registrations_all`` summarised each module that merely contains them."""
     r = ws.resolver
+    name = op.encode()
+    word = re.compile(rb"(?<!\w)" + re.escape(name) + rb"(?!\w)")
+
+    def match(data: bytes) -> bool:
+        return _REGISTER_B in data and name in data and word.search(data) is not None
+
     try:
-        regs = r.ops.python_registrations_all(ns, op)
+        mods = r.ops.installed_modules_matching(ns, match)
     except Exception:  # noqa: BLE001 - no registration found is an answer
         return None
-    for reg in regs:
-        m = reg.module
-        if reg.api != REGISTER or m is None or m.workspace:
+    for m in mods:
+        if m.workspace:
             continue
         for o in registrations_in(r, m, op):
-            if o.func:
+            if o.func and o.ns == ns:
                 return o
     return None
 
