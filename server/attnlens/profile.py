@@ -577,18 +577,10 @@ class PlatformProfile:
     def result_of(self, v) -> object | None:
         """What calling function ``v`` returns on this platform when the profile decides it (a bool,
         int or str constant), else None. Public face of the folding for rules that compare answers."""
-        if v is None or v.func is None or v.module is None:
-            return None
-        key = ("result", v.module.name, v.qual)
-        if key in self._active_eval:
-            return None
-        self._active_eval.add(key)
         try:
-            return self._function_result(v)
+            return self._called_result(v) if v is not None else None
         except RecursionError:
             return None
-        finally:
-            self._active_eval.discard(key)
 
     def _function_result(self, v):
         """The value a call of ``v`` returns when the profile decides it: every return the same
