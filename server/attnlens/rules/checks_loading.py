@@ -330,9 +330,9 @@ def _first_missing(idx, name: str) -> str | None:
     parts = name.split(".")
     for i in range(1, len(parts) + 1):
         pre = ".".join(parts[:i])
-        if idx.locate(pre) is None:
-            return pre
         loc = idx.locate(pre)
+        if loc is None:
+            return pre
         if loc.kind == "ext":
             return None  # a compiled module: what it holds is not visible here
     return None
