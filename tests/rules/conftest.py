@@ -28,6 +28,25 @@ def make_workspace(root, cache_root=None, use_cache=True):
     return Workspace(root, python=PYTHON, cache_dir=cache_root, use_cache=use_cache and cache_root is not None)
 
 
+@pytest.fixture(scope="session")
+def checked(cache_root):
+    """``checked(root)`` -> (workspace, engine, findings) of a whole-workspace check of ``root``, run once
+    per root and test session (the test modules that read the same example share one check)."""
+    from attnlens.rules.engine import Engine
+
+    done: dict = {}
+
+    def run(root):
+        key = Path(root).resolve()
+        if key not in done:
+            ws = make_workspace(root, cache_root)
+            eng = Engine(ws)
+            done[key] = (ws, eng, eng.check_paths(None))
+        return done[key]
+
+    return run
+
+
 def markers(path: Path) -> list[tuple[str, str, int, int]]:
     """(kind, rule, target line, marker line) for Semgrep-style markers: the target is the
     next line that is neither blank nor a marker line."""

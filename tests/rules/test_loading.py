@@ -7,19 +7,16 @@ from pathlib import Path
 
 import pytest
 from attnlens.rules import checks_loading as L
-from attnlens.rules.engine import Engine
 
-from .conftest import FIXTURES, MINI, REPO, make_workspace
+from .conftest import FIXTURES, MINI, REPO
 
 ROOT = FIXTURES / "loading"
 NEW_RULES = ("AL115", "AL116", "AL117")
 
 
 @pytest.fixture(scope="module")
-def loading(cache_root):
-    ws = make_workspace(ROOT, cache_root)
-    eng = Engine(ws)
-    findings = eng.check_paths(None)
+def loading(checked):
+    ws, eng, findings = checked(ROOT)
     assert not eng.errors, eng.errors
     return ws, eng, findings
 
@@ -148,10 +145,9 @@ def test_environment_facts(loading):
     assert not L.is_build_artifact(eng, "fxload.kernels_old")
 
 
-def test_example_plugins(cache_root):
-    ws = make_workspace(MINI, cache_root)
-    got = sorted((_rel(f, MINI), f.line, f.severity, f.message) for f in Engine(ws).check_paths(None)
-                 if f.rule in NEW_RULES)
+def test_example_plugins(checked):
+    _ws, _eng, findings = checked(MINI)  # the check test_mini_metax reads too
+    got = sorted((_rel(f, MINI), f.line, f.severity, f.message) for f in findings if f.rule in NEW_RULES)
     assert got == [
         ("mini_metax/attention/backends/fa_utils.py", 18, "warning",
          "`miniflash` is not installed and no requirement declares it: this module cannot be imported; unusable: "
@@ -160,5 +156,4 @@ def test_example_plugins(cache_root):
          "`minismi` is not installed and no requirement declares it: the `except ImportError` always runs, silently: "
          "`smi_available` is never True."),
     ]
-    tiny = make_workspace(REPO / "examples" / "tiny-npu", cache_root)
-    assert [f for f in Engine(tiny).check_paths(None) if f.rule in NEW_RULES] == []
+    assert [f for f in checked(REPO / "examples" / "tiny-npu")[2] if f.rule in NEW_RULES] == []

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from attnlens.rules.engine import Engine
 
-from .conftest import MINI, make_workspace
+from .conftest import MINI
 
 # (rule, file, call text from examples/mini-metax/README.md or the file)
 EXPECTED = [
@@ -51,10 +50,8 @@ def _line_of(path: Path, text: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def mini(cache_root):
-    ws = make_workspace(MINI, cache_root)
-    eng = Engine(ws)
-    findings = eng.check_paths(None)
+def mini(checked):
+    ws, eng, findings = checked(MINI)
     assert not eng.errors, eng.errors
     return ws, findings
 
