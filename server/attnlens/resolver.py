@@ -1619,9 +1619,6 @@ class Resolver:
             self._bound_cut()
             fk.truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): {len(arms)} branches not expanded"
         else:
-            done: dict = {}
-            left = 0
-            budget = _Budget(w.budget)
             def expand(i: int, share: int):
                 a = arms[i]
                 bw = w.branch()
@@ -1631,13 +1628,7 @@ class Resolver:
                     w.partial = True
                 return M.Branch(a.condition, a.reachable, a.label, self._chain(bw, fin, a.val.module), a.path, a.line)
 
-            for i, share in budget.order([a.reachable for a in arms]):
-                if share <= 0:
-                    left += 1
-                    continue
-                done[i] = expand(i, share)
-                budget.spend(len(done[i].chain.leaves()))
-            _second_chance(done, budget, expand)
+            done, left = _expand_within(w.budget, [a.reachable for a in arms], expand)
             fk.branches = [done[i] for i in sorted(done)]
             if left:
                 self._bound_cut()
@@ -1695,12 +1686,9 @@ class Resolver:
         if w.fork_depth >= M.MAX_FORK_DEPTH and cands:
             truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): calls not expanded"
             cands = []
-        kept: dict = {}
-        skipped = 0
-        budget = _Budget(w.budget)
-        flags = {"partial": False}
 
         def expand(i: int, share: int):
+            nonlocal partial
             cs, reach = cands[i]
             bw = w.branch()
             if len(cands) == 1:
@@ -1723,7 +1711,7 @@ class Resolver:
                 tv, launch, sym = kv, True, f"{cs.func}({kv.qual}, ...)"
             fin = self.follow(tv, bw, launch=launch)
             ch = self._chain(bw, fin, mod)
-            flags["partial"] = flags["partial"] or bw.partial
+            partial = partial or bw.partial
             if not _reaches_runtime(ch):
                 kv = self._kernel_argument(mod, f.qualname, cs) if fin.kind == M.PYTHON_FUNCTION else None
                 if kv is None:
@@ -1736,16 +1724,7 @@ class Resolver:
                 sym = f"{cs.func}({kv.qual}, ...)"
             return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line)
 
-        for i, share in budget.order([r for _cs, r in cands]):
-            if share <= 0:
-                skipped += 1
-                continue
-            b = expand(i, share)
-            if b is not None:
-                kept[i] = b
-                budget.spend(len(b.chain.leaves()))
-        _second_chance(kept, budget, expand)
-        partial = partial or flags["partial"]
+        kept, skipped = _expand_within(w.budget, [r for _cs, r in cands], expand)
         out = _merge_not_installed([kept[i] for i in sorted(kept)])
         if skipped and truncated is None:
             truncated = f"leaf limit ({M.MAX_LEAVES}): {skipped} calls not expanded"
@@ -2101,6 +2080,25 @@ def _merge_same(arms: list) -> list:
         first = group[0]
         out[j] = Alt(first.val, cond, r, f"{first.label} ({len(group)} returns)", first.path, first.line)
     return out
+
+
+def _expand_within(leaves: int, reach: list, expand) -> tuple[dict, int]:
+    """Expand the branches with these reachabilities within ``leaves`` (``expand(i, share)`` gives branch i's
+    Branch, or None when it is no branch): the order and shares of ``_Budget.order``, then a second chance for
+    the branches cut short. Returns ({index: Branch}, how many branches got no share)."""
+    budget = _Budget(leaves)
+    kept: dict = {}
+    skipped = 0
+    for i, share in budget.order(reach):
+        if share <= 0:
+            skipped += 1
+            continue
+        b = expand(i, share)
+        if b is not None:
+            kept[i] = b
+            budget.spend(len(b.chain.leaves()))
+    _second_chance(kept, budget, expand)
+    return kept, skipped
 
 
 def _second_chance(kept: dict, budget, expand) -> None:
