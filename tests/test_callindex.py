@@ -73,6 +73,18 @@ def brute_force_calls_into(ci: C.CallIndex, path: str, lo: int, hi: int) -> list
         inside(r.final_path, r.final_line) or any(inside(p, ln) for p, ln in r.waypoints)))
 
 
+def linked_records(ci: C.CallIndex) -> set:
+    """Every record the reverse maps hold (they must hold exactly the records of ``by_path``)."""
+    out = set()
+    for table in (ci._points, ci._finals):
+        for by_line in table.values():
+            for recs in by_line.values():
+                out |= recs
+    for recs in list(ci._marks.values()) + list(ci._dependents.values()):
+        out |= set(recs)
+    return out
+
+
 def lines_of(world, rel: str) -> list[str]:
     return (world[0] / rel).read_text().splitlines(True)
 
@@ -114,6 +126,7 @@ def apply_and_compare(world, edited, rel: str, text: str | None, *, expect_full:
     run(ci)
     assert ci.complete
     assert set(ci.records()) == set(want.records())
+    assert linked_records(ci) == set(ci.records())  # nothing stale left in a reverse map
     assert incoming_of_every_def(ws, ci) == incoming_of_every_def(workspace(world, overlays), want)
     return ws, ci
 
@@ -199,6 +212,28 @@ def test_structural_edits_queue_the_workspace(world, edited):
     apply_and_compare(world, edited, FA, "".join(lines[:half]) + paste + "".join(lines[half:]), expect_full=True)
     apply_and_compare(world, edited, FA, "", expect_full=True)  # the whole file deleted
     apply_and_compare(world, edited, FA, None, expect_full=True)  # back to the disk's text
+
+
+PLATFORM = "mini_metax/platform.py"
+
+
+def test_a_deleted_paste_moves_later_calls_onto_the_stale_calls_lines(world, edited):
+    """A paste of copies of a call, then its deletion: the calls after it move up onto the lines (and the
+    call keys) of the pasted copies, which are stale until traced again. The moved records must not
+    overwrite the stale ones in place (those would stay in the reverse maps: a caller at a line past
+    the end of the file)."""
+    original = (world[0] / PLATFORM).read_text()
+    lines = original.splitlines(True)
+    i = next(k for k, ln in enumerate(lines) if "register_backend(AttentionBackendEnum.FLASH_ATTN" in ln)
+    call = lines[i]
+    # a function of 40 copies pasted before a short function and a second function with the same call,
+    # at the end (the edited region grows to the functions it touches: the short one keeps it from the last)
+    gap = "\n\ndef _gap() -> int:\n    return 1\n"
+    tail = "\n\ndef _more_backends() -> None:\n" + call * 3
+    paste = "\n\ndef _pasted() -> None:\n" + call * 40
+    apply_and_compare(world, edited, PLATFORM, original + paste + gap + tail, expect_full=True)
+    apply_and_compare(world, edited, PLATFORM, original + gap + tail, expect_full=True)
+    apply_and_compare(world, edited, PLATFORM, None, expect_full=True)
 
 
 def test_outside_facts_and_the_edited_region():

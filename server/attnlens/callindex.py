@@ -377,13 +377,16 @@ class CallIndex:
 
     def _move_lines(self, path: str, lo: int, hi: int, delta: int) -> list[CallRec]:
         """Move the points at ``path`` after line ``hi`` by ``delta``; return the records with a point (or
-        their call) in ``lo..hi``, moved too (their lines there kept as they were, they are stale)."""
+        their call) in ``lo..hi``, moved too (their lines there kept as they were, they are stale).
+
+        A stale call of ``path`` (in ``lo..hi``) whose key a moved call now has (a deleted region: the
+        calls after it move onto its lines) is dropped: its call is gone, and the new text's calls there
+        are traced again anyway."""
         touched: set[CallRec] = set(self.by_path.get(path, {}).values())
         for table in (self._points.get(path), self._finals.get(path)):
             if table:
                 for ln in [ln for ln in table if ln >= lo]:
                     touched.update(table[ln])
-        stale = []
 
         def mv(p, ln):
             return ln + delta if p == path and ln is not None and ln > hi else ln
@@ -391,6 +394,7 @@ class CallIndex:
         def inside(p, ln):
             return p == path and ln is not None and lo <= ln <= hi
 
+        moves: list[tuple[CallRec, CallRec, bool]] = []  # (record, moved, stale)
         for r in touched:
             is_stale = (inside(r.path, r.fline) or inside(r.final_path, r.final_line)
                         or any(inside(p, ln) for p, ln in r.waypoints))
@@ -399,13 +403,27 @@ class CallIndex:
                 moved = replace(r, line=mv(r.path, r.line), fline=mv(r.path, r.fline),
                                 final_line=mv(r.final_path, r.final_line),
                                 waypoints=tuple(dict.fromkeys((p, mv(p, ln)) for p, ln in r.waypoints)))
-                if moved != r:
-                    self._unlink(r)
-                    recs = self.by_path.get(r.path)
-                    if recs is not None and recs.get(r.key) is r:
-                        del recs[r.key]
-                        recs[moved.key] = moved
-                    self._link(moved)
+            moves.append((r, moved, is_stale))
+        if not delta:
+            return [m for _r, m, st in moves if st]
+        for r, moved, _st in moves:  # every touched record out of the maps first: keys may be taken over
+            self._unlink(r)
+            recs = self.by_path.get(r.path)
+            if recs is not None and recs.get(r.key) is r:
+                del recs[r.key]
+        partial = self._partial.get(self._name_of.get(path, ""), set())
+        stale = []
+        # the calls that moved (never in the region) take their keys first; then the rest, where free
+        for r, moved, is_stale in sorted(moves, key=lambda t: t[0].path != path or t[0].fline <= hi):
+            recs = self.by_path.get(r.path)
+            if recs is not None:
+                if moved.key in recs:
+                    continue  # a stale call of ``path`` on a moved call's line: dropped
+                recs[moved.key] = moved
+                if r.key != moved.key and r.key in partial:
+                    partial.discard(r.key)
+                    partial.add(moved.key)
+            self._link(moved)
             if is_stale:
                 stale.append(moved)
         return stale

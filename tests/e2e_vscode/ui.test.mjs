@@ -151,7 +151,8 @@ async function quickOpen(text) {
   const input = page.locator(".quick-input-widget input");
   await input.waitFor({ timeout: 20000 });
   await input.fill(text);
-  await page.locator(".quick-input-list .monaco-list-row").first().waitFor({ timeout: 20000 });
+  // the focused row, once it is the file (see openFileRetried)
+  await page.locator(".quick-input-list .monaco-list-row.focused", { hasText: path.basename(text) }).first().waitFor({ timeout: 20000 });
   await page.keyboard.press("Enter");
 }
 
@@ -792,7 +793,9 @@ async function openFileRetried(rel, name) {
       await runCommand("Go to File...");
       const input = page.locator(".quick-input-widget input");
       await input.fill(rel, { timeout: 5000 });
-      await page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 15000 });
+      // The *focused* row: until the picker has filtered, the list shows the recently opened files, the
+      // file may be one of them, and Enter would open whichever was first.
+      await page.locator(".quick-input-list .monaco-list-row.focused", { hasText: name }).first().waitFor({ timeout: 15000 });
       await page.keyboard.press("Enter");
       await page.locator(".tabs-container .tab.active", { hasText: name }).waitFor({ timeout: 15000 });
       await page.locator(".editor-instance .monaco-editor .view-line").first().waitFor({ timeout: 15000 });
