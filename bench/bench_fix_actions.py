@@ -10,6 +10,10 @@ worker's Analysis, at the position of a fixable finding of FILE:
 * ``after, first``: with the diagnostic, the first request (imports libcst, computes the fix);
 * ``after``: with the diagnostic, later requests (median).
 
+With ``--resolve`` the client resolves code actions (VS Code does): the offers are computed in the
+background after the diagnostics (``fixes.warm_offers``, timed), the request returns titles only, and ``resolve first`` / ``resolve`` time ``codeAction/resolve`` (``fixes.resolve_fix``: the libcst
+edit, computed when the user picks the fix; the first one imports libcst).
+
 Prints medians in ms. The rules' findings of the file are computed once before timing (the
 diagnostics did that already in the editor).
 """
@@ -30,6 +34,7 @@ def main() -> int:
     p.add_argument("--python", default=None)
     p.add_argument("--rule", default="AL108")
     p.add_argument("-n", type=int, default=7)
+    p.add_argument("--resolve", action="store_true", help="a client that resolves the edit (codeAction/resolve)")
     args = p.parse_args()
     from lsprotocol import types as T
 
@@ -42,7 +47,9 @@ def main() -> int:
 
     class LS:
         encoding = "utf-16"
-        client_capabilities = T.ClientCapabilities()
+        client_capabilities = T.ClientCapabilities(text_document=T.TextDocumentClientCapabilities(
+            code_action=T.CodeActionClientCapabilities(resolve_support=T.ClientCodeActionResolveOptions(
+                properties=["edit"])))) if args.resolve else T.ClientCapabilities()
 
         def positions(self, a):
             return Positions(a.line_text, self.encoding)
@@ -64,12 +71,32 @@ def main() -> int:
 
     code_actions(a, ls, path, uri, d.range, [])  # warm the chain under the cursor
     before = [once([])[0] for _ in range(args.n)]
+    warm = None
+    if args.resolve:  # the server computes the offers in the background once the diagnostics are sent
+        from attnlens.lsp.features.fixes import warm_offers
+
+        t0 = time.perf_counter()
+        warm_offers(a, path, [d])
+        warm = (time.perf_counter() - t0) * 1000
     first, got = once([d])
     after = [once([d])[0] for _ in range(args.n)]
-    titles = [x.title for x in got if x.edit is not None]
-    print(f"{args.file} {args.rule}: before {statistics.median(before):.1f} ms; after, first {first:.1f} ms; "
-          f"after {statistics.median(after):.1f} ms (median of {args.n}); actions with an edit: {titles}; "
-          f"load {os.getloadavg()[0]:.2f}")
+    titles = [x.title for x in got if x.edit is not None or (x.data and "fix" in x.data)]
+    line = (f"{args.file} {args.rule}: before {statistics.median(before):.1f} ms; after, first {first:.1f} ms; "
+            f"after {statistics.median(after):.1f} ms (median of {args.n})")
+    if args.resolve:
+        from attnlens.lsp.features.fixes import resolve_fix
+
+        line += f"; background offer after the diagnostics {warm:.1f} ms"
+        todo = [x for x in got if x.data and "fix" in x.data]
+        if todo:
+            times = []
+            for _ in range(args.n + 1):
+                t0 = time.perf_counter()
+                done, why = resolve_fix(a, ls, todo[0], path)
+                times.append((time.perf_counter() - t0) * 1000)
+                todo[0].edit = None
+            line += f"; resolve first {times[0]:.1f} ms, resolve {statistics.median(times[1:]):.1f} ms ({why or 'edit'})"
+    print(f"{line}; actions: {titles}; load {os.getloadavg()[0]:.2f}")
     ws.close()
     return 0
 

@@ -87,3 +87,118 @@ def test_diagnostics_without_a_fix_add_no_action(tmp_path):
     uri = (ws.root / "fixplug" / "attention" / "flash.py").as_uri()
     assert [x for x in code_actions(a, ls, path, uri, d.range, [d]) if x.edit is not None or x.disabled] == []
     ws.close()
+
+
+class _ResolvingLS(_LS):
+    """A client that fills in the edit through codeAction/resolve (VS Code)."""
+
+    client_capabilities = T.ClientCapabilities(
+        workspace=T.WorkspaceClientCapabilities(workspace_edit=T.WorkspaceEditClientCapabilities(document_changes=True)),
+        text_document=T.TextDocumentClientCapabilities(code_action=T.CodeActionClientCapabilities(
+            resolve_support=T.ClientCodeActionResolveOptions(properties=["edit"]))))
+
+
+def _roundtrip(action: T.CodeAction) -> T.CodeAction:
+    """The action as the client sends it back: through JSON, like the wire."""
+    import json
+
+    from lsprotocol import converters
+
+    conv = converters.get_converter()
+    return conv.structure(json.loads(json.dumps(conv.unstructure(action, T.CodeAction))), T.CodeAction)
+
+
+def test_resolving_client_gets_the_title_first_and_the_edit_on_resolve(tmp_path):
+    from attnlens.lsp.features.fixes import resolve_fix
+
+    ws, _old, _new = FF.make(tmp_path)
+    path = str(ws.root / "fixplug" / "attention" / "flash.py")
+    a, ls = Analysis(ws), _ResolvingLS()
+    uri = (ws.root / "fixplug" / "attention" / "flash.py").as_uri()
+    d = _diag(a, ls, path, "AL112")
+    (act,) = [x for x in code_actions(a, ls, path, uri, d.range, [d]) if x.data and "fix" in x.data]
+    assert act.title.startswith("Add upstream's field seq_lens to FlashMetadata") and act.edit is None
+    got, why = resolve_fix(a, ls, _roundtrip(act), path)
+    assert why is None
+    (doc,) = got.edit.document_changes
+    assert doc.text_document.version == 7 and [e.new_text for e in doc.edits] == ["    seq_lens: list | None = None\n"]
+    assert _apply(FF.FLASH, doc.edits[0]) == FF.FIELDS_AFTER
+    # the buffer changed under the finding between the light bulb and the pick: no edit, the reason
+    ws.index.set_overlay(path, FF.FLASH.replace("class FlashMetadata:", "class FlashMetadata:  # edited"))
+    got, why = resolve_fix(a, ls, _roundtrip(act), path)
+    assert got.edit is None and why.startswith("The finding's target text changed since it was computed")
+    ws.close()
+
+
+def test_the_light_bulb_request_does_not_import_libcst(tmp_path):
+    """Run in a fresh interpreter: the first request of a resolving client leaves libcst unimported."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+sys.path.insert(0, {str(FF.__file__.rsplit('/tests/', 1)[0])!r})
+from pathlib import Path
+from tests.lsp.test_fix_actions import _ResolvingLS, _diag, FF, Analysis, code_actions
+ws, _o, _n = FF.make(Path({str(tmp_path)!r}))
+path = str(ws.root / "fixplug" / "attention" / "flash.py")
+a, ls = Analysis(ws), _ResolvingLS()
+d = _diag(a, ls, path, "AL112")
+acts = code_actions(a, ls, path, "file://" + path, d.range, [d])
+assert any(x.data and "fix" in x.data for x in acts), acts
+print("libcst" in sys.modules)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_code_action_then_resolve_through_the_server(tmp_path):
+    """A real `attnlens serve` and a client that resolves (VS Code's capabilities): the light-bulb reply
+    has the title and no edit; codeAction/resolve returns the versioned edit; after the buffer changed
+    under the finding, resolve returns no edit and the server says why (window/showMessage)."""
+    import time
+
+    from tests.reliability.lspdriver import ServerHandle, default_capabilities
+
+    FF.make(tmp_path)
+    flash = tmp_path / "plugin" / "fixplug" / "attention" / "flash.py"
+    caps = default_capabilities()  # (attrs classes: set in place)
+    caps.workspace.workspace_edit = T.WorkspaceEditClientCapabilities(document_changes=True)
+    caps.text_document.code_action = T.CodeActionClientCapabilities(
+        resolve_support=T.ClientCodeActionResolveOptions(properties=["edit"]))
+    # the target interpreter sees the fixture's vllm 2.0 first (PYTHONPATH, inherited by the target probe)
+    srv = ServerHandle(tmp_path / "plugin", tmp_path / "srv-cache", capabilities=caps,
+                       env={"PYTHONPATH": str(tmp_path / "v2")})
+    try:
+        srv.start()
+        srv.wait_indexed()
+        assert srv.server_capabilities["capabilities"]["codeActionProvider"]["resolveProvider"] is True
+        uri = srv.open(flash)
+        diags = []
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not diags:
+            rep = srv.request(T.TEXT_DOCUMENT_DIAGNOSTIC, {"textDocument": {"uri": uri}}, timeout=60)
+            diags = [d for d in (rep.result or {}).get("items", []) if d.get("code") == "AL112"]
+        (d,) = diags
+        rep = srv.request(T.TEXT_DOCUMENT_CODE_ACTION, {"textDocument": {"uri": uri}, "range": d["range"],
+                                                        "context": {"diagnostics": [d]}}, timeout=30)
+        (act,) = [x for x in rep.result if isinstance(x.get("data"), dict) and "fix" in x["data"]]
+        assert act["title"].startswith("Add upstream's field seq_lens to FlashMetadata") and "edit" not in act
+        done = srv.request(T.CODE_ACTION_RESOLVE, act, timeout=60).result
+        (doc,) = done["edit"]["documentChanges"]
+        assert doc["textDocument"] == {"uri": uri, "version": 1}
+        assert [e["newText"] for e in doc["edits"]] == ["    seq_lens: list | None = None\n"]
+        # the class line edited in the buffer: the finding's text is not what it was
+        text = flash.read_text()
+        i = text.split("\n").index("class FlashMetadata:")
+        srv.change(uri, 2, [T.TextDocumentContentChangePartial(
+            range=T.Range(T.Position(i, 20), T.Position(i, 20)), text="  # edited")])
+        done = srv.request(T.CODE_ACTION_RESOLVE, act, timeout=60).result
+        assert "edit" not in done
+        end = time.monotonic() + 10
+        while time.monotonic() < end and not any("target text changed" in m[2] for m in srv.messages):
+            time.sleep(0.1)
+        assert any(m[0] == "show" and m[2].startswith("AttnLens: The finding's target text changed") for m in srv.messages)
+    finally:
+        srv.close()

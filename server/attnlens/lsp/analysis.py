@@ -36,6 +36,7 @@ class Analysis(CallsMixin, SymbolsMixin):
         self._backends: tuple[int, list] | None = None
         self._roles: tuple[int, dict] | None = None
         self._symbols: tuple[int, list[Sym]] | None = None
+        self.fix_offers: LRU = LRU(256)  # (finding id, path, generation, drift report) -> quick-fix offer (fixes.py)
         self.index_budget_s = index_budget_s
         self.calls = CallIndex(ws.index, ws.resolver, index_budget_s)  # incoming calls (calls.py)
         # "has the running request given up?" (the server sets Worker.should_yield): a cancelled hover's

@@ -57,6 +57,7 @@ def register(ls: AttnLensServer) -> None:
         if params.previous_result_id == result_id:
             return T.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
         items = [] if path is None or not ls.settings.diagnostics else await ls.call(check, ls, path, uri) or []
+        warm_fixes(ls, path, items)
         return T.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
 
 
@@ -223,6 +224,16 @@ async def publish(ls: AttnLensServer, uri: str) -> None:
     if items is None or ls.doc_version(uri) != version:
         return  # superseded by a newer edit: its own run publishes
     ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=items, version=version))
+    warm_fixes(ls, path, items)
+
+
+def warm_fixes(ls: AttnLensServer, path: str | None, items: list[T.Diagnostic]) -> None:
+    """In the background: the quick-fix offers of the diagnostics just sent (``fixes.warm_offers``)."""
+    from .fixes import fixable_diagnostics, warm_offers
+
+    wanted = fixable_diagnostics(items) if path is not None else []
+    if wanted:
+        ls.spawn(ls.call(warm_offers, path, wanted, priority=IDLE))
 
 
 def forget(ls: AttnLensServer, uri: str) -> None:

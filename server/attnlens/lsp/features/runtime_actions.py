@@ -471,7 +471,8 @@ def register(ls: AttnLensServer) -> None:
     register_section("evidence", _evidence_section, order=60)
     register_section("drift", _drift_section, order=70)
 
-    @ls.feature(T.TEXT_DOCUMENT_CODE_ACTION, T.CodeActionOptions(code_action_kinds=[T.CodeActionKind.QuickFix]))
+    @ls.feature(T.TEXT_DOCUMENT_CODE_ACTION, T.CodeActionOptions(code_action_kinds=[T.CodeActionKind.QuickFix],
+                                                                 resolve_provider=True))
     async def code_action(params: T.CodeActionParams) -> list[T.CodeAction] | None:
         uri = params.text_document.uri
         path = uri_to_path(uri)
@@ -479,6 +480,23 @@ def register(ls: AttnLensServer) -> None:
             return None
         got = await ls.call(code_actions, ls, path, uri, params.range, list(params.context.diagnostics or []))
         return got or None
+
+    @ls.feature(T.CODE_ACTION_RESOLVE)
+    async def code_action_resolve(action: T.CodeAction) -> T.CodeAction:
+        """The edit of a quick fix, computed when the user picks it (``fixes.resolve_fix``)."""
+        data = action.data if isinstance(action.data, dict) else {}
+        path = uri_to_path(data["uri"]) if isinstance(data.get("fix"), dict) and isinstance(data.get("uri"), str) else None
+        if path is None:
+            return action  # a probe action (a command) or not ours: nothing to fill in
+        from .fixes import resolve_fix
+
+        got = await ls.call(resolve_fix, ls, action, path)
+        if got is None:
+            return action
+        action, why = got
+        if why:
+            ls.window_show_message(T.ShowMessageParams(type=T.MessageType.Warning, message=f"AttnLens: {why}"))
+        return action
 
     @ls.command(PROBE_MATRIX)
     async def probe_matrix(*args: Any) -> dict:
