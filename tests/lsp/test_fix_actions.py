@@ -53,7 +53,7 @@ def test_quick_fix_is_a_versioned_workspace_edit_on_the_buffer(tmp_path):
     d = _diag(a, ls, path, "AL112")
     acts = [x for x in code_actions(a, ls, path, uri, d.range, [d]) if x.edit is not None]
     assert [x.title for x in acts] == ["Add upstream's field seq_lens to FlashMetadata (read by upstream at "
-                                       "vllm/attention/backends/flash.py:32)"]
+                                       "vllm/attention/backends/flash.py:35)"]
     act = acts[0]
     assert act.kind == T.CodeActionKind.QuickFix and act.diagnostics == [d] and act.is_preferred
     (doc,) = act.edit.document_changes

@@ -6,7 +6,8 @@ What changed upstream from 1.0 to 2.0:
 * `is_quantized` moved from `vllm.attention.backend` to `vllm.utils` (upstream's own
   `flash.py` now imports it from there);
 * `FlashBackend` now overrides the base hook `supports_sinks()`;
-* `FlashMetadata` gained `seq_lens`, which upstream's `FlashImpl.forward` reads;
+* `FlashMetadata` gained `seq_lens`, which upstream's `FlashImpl.forward` reads (the plugin overrides it) and
+  `FlashImpl.num_queries` (the plugin's impl inherits it: the read that runs);
 * the custom op `my_op` (and its fake) gained `scale`.
 """
 
@@ -92,6 +93,9 @@ _FLASH_V1 = '''
     class FlashImpl:
         def forward(self, q, metadata):
             return is_quantized("fp8") and metadata.num_tokens
+
+        def num_queries(self, metadata):
+            return metadata.max_len
 '''
 
 _UTILS_V1 = '''
@@ -143,7 +147,8 @@ V2 = dict(COMMON, **{
             # sinks need the 2.0 kernels
             return True
 '''),
-        ("metadata.num_tokens", "metadata.seq_lens")),
+        ("metadata.num_tokens", "metadata.seq_lens"),
+        ("return metadata.max_len", "return len(metadata.seq_lens or ())")),
 })
 
 FLASH = '''\
@@ -153,6 +158,7 @@ from vllm.attention.backend import (
     AttentionBackend,   # the base
     is_quantized,  # moved upstream in 2.0
 )
+from vllm.attention.backends.flash import FlashImpl
 
 
 class MiniFlashBackend(AttentionBackend):
@@ -174,7 +180,7 @@ class FlashMetadata:
     block_size: int = 16
 
 
-class MiniFlashImpl:
+class MiniFlashImpl(FlashImpl):  # inherits num_queries
     def forward(self, q, metadata):
         return is_quantized( "fp8" )  # odd call spacing
 '''

@@ -786,6 +786,43 @@ def _fields(engine, cv: Val) -> dict:
     return out
 
 
+def _reads_that_run(engine, pair: dict, names: list[str]) -> dict:
+    """field -> (path, line) of a read of it that runs with the plugin's metadata: in an upstream
+    method that the plugin's backend, impl or builder class of the same entry inherits without
+    overriding (its own class or any upstream base: ``MLACommonImpl.forward`` for an MLA impl), off a
+    name holding the metadata (``rules.readers.reads_in``). Reads in upstream methods the plugin
+    replaces, in other backends that share the upstream class, or at module level do not count."""
+    from .classes import class_attr
+    from .readers import reads_in
+
+    uv = pair["upstream"]
+    if not names or uv.module is None:
+        return {}
+    cls = uv.cls.name if uv.cls else uv.qual.rpartition(".")[2]
+    key = ("AL112 reads", pair["entry"], uv.dotted, tuple(names))
+
+    def compute():
+        quals: dict[str, set] = {}  # upstream module path -> inherited method qualnames
+        for p in registry_pairs(engine):
+            if p["entry"] != pair["entry"] or p["kind"] not in ("backend", "impl", "builder"):
+                continue
+            pv = p["plugin"]
+            for cv in full_mro(engine, pv)[0]:
+                if cv.module is None or cv.module.workspace or cv.cls is None:
+                    continue
+                for meth, fq in cv.cls.methods.items():
+                    owner = class_attr(engine, pv, meth)[1]
+                    if owner is not None and owner.module is cv.module and owner.qual == cv.qual:
+                        quals.setdefault(cv.module.path, set()).add(fq)
+        out: dict = {}
+        for path in sorted(quals):
+            for n, hits in reads_in(path, quals[path], cls, [n for n in names if n not in out]).items():
+                out[n] = hits[0]
+        return out
+
+    return engine.memo(key, compute)
+
+
 @check("AL112")
 def metadata_drift(ctx):
     done = set()
@@ -801,14 +838,23 @@ def metadata_drift(ctx):
         missing = [n for n in uf if n not in pf]
         extra = [n for n in pf if n not in uf]
         changed = [n for n in pf if n in uf and _norm_ann(pf[n][0]) != _norm_ann(uf[n][0]) and pf[n][0] and uf[n][0]]
+        # a field that no code running with this metadata reads breaks nothing: missing or retyped
+        read_at = _reads_that_run(ctx.engine, pair, missing + changed)
+        unread = [n for n in missing + changed if n not in read_at]
+        missing = [n for n in missing if n in read_at]
+        changed = [n for n in changed if n in read_at]
         required_now = [n for n in pf if n in uf and uf[n][1] and not pf[n][1]]
-        if not (missing or extra or changed or required_now):
-            continue
+        if not (missing or changed or required_now):
+            continue  # plugin-only fields alone are the plugin's own design: only its code reads them
         parts = []
         if missing:
-            parts.append("missing upstream field(s) " + ", ".join(f"`{n}`" for n in missing))
+            parts.append("missing upstream field(s) " + ", ".join(
+                f"`{n}` (read at {_short(read_at[n][0])}:{read_at[n][1]})" for n in missing))
+        if unread:
+            parts.append("not counted (no code that runs with this metadata reads them): " + short_list(unread, 120))
         if changed:
-            parts.append("retyped " + ", ".join(f"`{n}` ({pf[n][0]} vs upstream {uf[n][0]})" for n in changed))
+            parts.append("retyped " + ", ".join(f"`{n}` ({pf[n][0]} vs upstream {uf[n][0]}; read at "
+                                                f"{_short(read_at[n][0])}:{read_at[n][1]})" for n in changed))
         if required_now:
             parts.append("required here but defaulted upstream: " + ", ".join(f"`{n}`" for n in required_now))
         if extra:
@@ -828,7 +874,7 @@ def metadata_drift(ctx):
         if others:
             msg = msg[:-1] + f" ({', '.join(others)})."
         ctx.add("AL112", *pos, msg, severity=sev, upstream=uv.dotted, missing=missing, extra=extra, changed=changed,
-                required_now=required_now,
+                required_now=required_now, read_at={n: list(read_at[n]) for n in missing + changed},
                 detail=f"Upstream {uv.dotted} ({_short(uv.module.path)}:{uv.cls.line}): " + "; ".join(parts) + ".")
 
 

@@ -416,6 +416,9 @@ def _offer_fields(ws, f, data, drift) -> Offer | None:
     order = [x[0] for x in new]
     types = {x[0]: x for x in new}
     readers = _readers(ws, upath, unode, umod, [n for n in wanted if n not in have])
+    for n, (p, ln) in (data.get("read_at") or {}).items():  # AL112 names the read that runs with the plugin
+        if n in readers:
+            readers[n] = f"{_rel_upstream(p, umod if os.path.realpath(p) == os.path.realpath(upath) else None)}:{ln}"
     todo = []
     for i, name in enumerate(order):
         if name not in wanted or name in have or name not in readers:
@@ -468,51 +471,11 @@ def _upstream_dataclass(ws, dotted: str):
 
 
 def _readers(ws, upath: str, unode, umod: str, names: list[str]) -> dict:
-    """field -> ``file:line`` of a read of ``.field`` by upstream code: the class's module, and the
-    upstream modules that use the class by name (a byte pre-filter, then a regex per line)."""
-    if not names:
-        return {}
-    try:
-        stamp = os.stat(upath).st_mtime_ns
-    except OSError:
-        stamp = 0
-    key = (upath, stamp, unode.name, umod, tuple(names))
-    if key not in _READERS:
-        if len(_READERS) > 256:
-            _READERS.clear()
-        _READERS[key] = _scan_readers(ws, upath, unode, umod, names)
-    return _READERS[key]
+    """field -> ``file:line`` of the first read of ``.field`` by upstream code (``rules.readers``)."""
+    from ..rules.readers import field_reads
 
-
-_READERS: dict = {}  # upstream sources do not change under a running server: one scan per question
-
-
-def _scan_readers(ws, upath: str, unode, umod: str, names: list[str]) -> dict:
-    cls = unode.name
-    files = [upath]
-    top = umod.split(".", 1)[0]
-    loc = ws.index.locate(top)
-    if loc is not None and loc.kind == "py" and loc.is_package:
-        from ..index import iter_py_bytes
-
-        needle = cls.encode()
-        files += [p for p, data in iter_py_bytes(os.path.dirname(loc.path), ("tests", "benchmarks"))
-                  if needle in data and p != upath]
-    pats = {n: re.compile(r"\." + re.escape(n) + r"\b(?!\s*(?:=[^=]|\+=|-=))") for n in names}
-    out: dict = {}
-    for p in files:
-        try:
-            with open(p, encoding="utf-8", errors="replace") as fh:
-                lines = fh.read().splitlines()
-        except OSError:
-            continue
-        for i, ln in enumerate(lines, 1):
-            for n, pat in pats.items():
-                if n not in out and pat.search(ln):
-                    out[n] = f"{_rel_upstream(p, umod if p == upath else None)}:{i}"
-        if len(out) == len(names):
-            break
-    return out
+    reads = field_reads(ws, upath, unode.name, umod, names)
+    return {n: f"{_rel_upstream(p, umod if p == upath else None)}:{ln}" for n, ((p, ln), *_r) in reads.items()}
 
 
 # ----------------------------------------------------------------------------- edits (libcst)
