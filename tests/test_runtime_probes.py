@@ -105,6 +105,25 @@ def test_broken_fixture_is_caught(env_, cache, family):
     _check_evidence(cache, rec)
 
 
+def test_kv_cache_write_catches_a_kernel_that_ignores_strides(env_, cache):
+    """Issue 15 item 12: the packed K|V layout (views with head stride 2*D) decides a stride-blind kernel."""
+    rec = run(env_, cache, "kv_cache_write", "probefix.kv_cache:reshape_and_cache_flash_assumes_contiguous")
+    status = {c["name"]: c["status"] for c in rec.cases}
+    assert status == {"nhd_bf16": "pass", "padding_and_holes": "pass", "hnd_strided": "fail", "kv_packed": "fail",
+                      "kv_packed_head_stride": "fail", "head_size_80": "pass", "fp8_per_tensor_scale": "pass"}, rec.cases
+    shapes = _by_name(rec)["kv_packed_head_stride"]["shapes"]
+    assert shapes["layout"] == "KV_PACKED_HEAD_STRIDE"
+
+
+def test_varlen_packed_head_stride_case(env_, cache):
+    rec = run(env_, cache, "varlen", "probefix.varlen:flash_attn_varlen_func")
+    c = _by_name(rec)["kv_packed_head_stride"]
+    assert c["status"] == "pass", c
+    kc = c["shapes"]["k_cache"]
+    D = kc["shape"][-1]
+    assert kc["stride"][-2:] == [2 * D, 1]  # head stride 2*D
+
+
 def test_varlen_unified_attention_convention_and_sinks_evidence(env_, cache):
     rec = run(env_, cache, "varlen", "probefix.varlen:unified_attention", options={"convention": "unified_attention"})
     assert rec.verdict == "pass", rec.cases

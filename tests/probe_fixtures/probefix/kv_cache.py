@@ -4,6 +4,9 @@
 * ``reshape_and_cache_flash_triton``   a @triton.jit kernel, correct (runs under TRITON_INTERPRET=1)
 * ``reshape_and_cache_flash_writes_padding``  BROKEN: uses the slot as an index even when it is -1,
   so padding tokens land in the last slot of the cache
+* ``reshape_and_cache_flash_assumes_contiguous``  BROKEN: writes the cache's storage as if it were a
+  contiguous [num_blocks, block_size, KVH, D] tensor (a kernel without stride arguments): right for
+  contiguous caches, wrong for permuted or packed views
 """
 
 import torch
@@ -37,6 +40,18 @@ def reshape_and_cache_flash_writes_padding(key, value, key_cache, value_cache, s
         s = s % (nb * bs)  # -1 -> last slot, as a flat C index would after wrap-around
         key_cache[s // bs, s % bs] = _quant(key[t], kv_cache_dtype, k_scale, key_cache)
         value_cache[s // bs, s % bs] = _quant(value[t], kv_cache_dtype, v_scale, value_cache)
+
+
+def reshape_and_cache_flash_assumes_contiguous(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+                                               k_scale, v_scale):
+    """BROKEN: ignores the caches' strides (what a kernel taking only base pointers does)."""
+    nb, bs, H, D = key_cache.shape
+    row = H * D
+    for cache, x, sc in ((key_cache, key, k_scale), (value_cache, value, v_scale)):
+        flat = torch.as_strided(cache, (nb * bs * row,), (1,), cache.storage_offset())
+        for t, s in enumerate(slot_mapping.tolist()):
+            if s >= 0:
+                flat[s * row:(s + 1) * row] = _quant(x[t], kv_cache_dtype, sc, cache).reshape(-1)
 
 
 @triton.jit

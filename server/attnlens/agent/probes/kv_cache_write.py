@@ -32,7 +32,8 @@ FAMILY = {
         "kv_cache_dtype: str ('auto' | 'fp8'), k_scale float32[] , v_scale float32[]) -> None, writing "
         "key_cache[slot // block_size, slot % block_size] = key[t]. Caches have the logical shape "
         "[num_blocks, block_size, KVH, D]; layout HND passes a permuted view of a [num_blocks, KVH, block_size, D] "
-        "tensor; kv_packed passes views [:, 0] and [:, 1] of one [num_blocks, 2, block_size, KVH, D] tensor. "
+        "tensor; kv_packed passes views [:, 0] and [:, 1] of one [num_blocks, 2, block_size, KVH, D] tensor; "
+        "kv_packed_head_stride passes [..., :D] and [..., D:] of one [num_blocks, block_size, KVH, 2*D] tensor. "
         "fp8 caches are uint8 storage holding float8_e4m3fn bytes of key / k_scale."
     ),
     "cases": [
@@ -40,6 +41,8 @@ FAMILY = {
         {"name": "padding_and_holes", "what": "slot mapping with interior -1 holes and trailing -1 padding"},
         {"name": "hnd_strided", "what": "HND physical layout passed as a permuted (non-contiguous) view"},
         {"name": "kv_packed", "what": "K and V as two views of one tensor (gap between them in memory)"},
+        {"name": "kv_packed_head_stride", "what": "K|V side by side in the last dim of one [.., KVH, 2*D] tensor: "
+                                                   "views with head stride 2*D"},
         {"name": "head_size_80", "what": "head size 80, fp16"},
         {"name": "fp8_per_tensor_scale", "what": "kv_cache_dtype='fp8', k/v scales = amax/64, plus padding"},
     ],
@@ -69,6 +72,12 @@ def _alloc(torch, shape_logical, layout, cdt, dev, g):
 
         def views(bk, bv):
             return bk.permute(0, 2, 1, 3), bv.permute(0, 2, 1, 3)
+    elif layout == "KV_PACKED_HEAD_STRIDE":
+        base = torch.empty(nb, bs, kvh, 2 * d, dtype=cdt)
+        bases = [base]
+
+        def views(b, _unused=None):
+            return b[..., :d], b[..., d:]  # head stride 2*D: `kv_cache.split(D, dim=-1)` of a packed cache
     elif layout == "KV_PACKED":
         base = torch.empty(nb, 2, bs, kvh, d, dtype=cdt)
         bases = [base]
@@ -192,6 +201,7 @@ def run(target, dev, options: dict) -> list:
     case("padding_and_holes", base_seed + 1, dt=torch.float16, holes=(3, 10, 11), pad=5)
     case("hnd_strided", base_seed + 2, dt=torch.bfloat16, layout="HND", holes=(7,), pad=2)
     case("kv_packed", base_seed + 3, dt=torch.bfloat16, layout="KV_PACKED", pad=3)
+    case("kv_packed_head_stride", base_seed + 6, dt=torch.bfloat16, layout="KV_PACKED_HEAD_STRIDE", holes=(4,), pad=2)
     case("head_size_80", base_seed + 4, dt=torch.float16, hd=80)
     case("fp8_per_tensor_scale", base_seed + 5, dt=torch.bfloat16, kv_dtype="fp8", holes=(2,), pad=3)
     return suite.cases

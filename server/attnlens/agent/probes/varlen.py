@@ -49,6 +49,8 @@ FAMILY = {
         {"name": "sinks_neg_inf", "what": "sinks all -inf: must equal attention without sinks"},
         {"name": "sinks_large", "what": "per-head sinks in [1, 6]: must match the reference with sinks"},
         {"name": "sinks_must_differ", "what": "the two sinks calls must differ as much as the reference says"},
+        {"name": "kv_packed_head_stride", "what": "K and V caches as the two halves of one [.., KVH, 2*D] tensor "
+                                                   "(head stride 2*D, not contiguous)"},
     ],
     "options": {
         "convention": "flash_attn_varlen | unified_attention",
@@ -64,7 +66,8 @@ FAMILY = {
 }
 
 
-def _make_inputs(torch, dev, dt, seed, *, H, KVH, D, bs, qlens, kvlens, poison, q_scale=1.0, num_blocks=None):
+def _make_inputs(torch, dev, dt, seed, *, H, KVH, D, bs, qlens, kvlens, poison, q_scale=1.0, num_blocks=None,
+                 packed=False):
     g = C.gen(torch, seed)
     T = sum(qlens)
     B = len(qlens)
@@ -96,8 +99,14 @@ def _make_inputs(torch, dev, dt, seed, *, H, KVH, D, bs, qlens, kvlens, poison, 
     cu = torch.zeros(B + 1, dtype=torch.int32)
     cu[1:] = torch.cumsum(torch.tensor(qlens, dtype=torch.int32), 0)
     seqused = torch.tensor(kvlens, dtype=torch.int32)
+    k_dev, v_dev = k_cache.to(dev), v_cache.to(dev)
+    if packed:
+        # one [num_blocks, block_size, KVH, 2*D] tensor, K|V side by side in the last dim: the views have head
+        # stride 2*D (what a backend gets from `kv_cache.split(D, dim=-1)` of a packed cache)
+        both = torch.cat([k_dev, v_dev], dim=-1)
+        k_dev, v_dev = both[..., :D], both[..., D:]
     return {
-        "q": q, "k_cache": k_cache.to(dev), "v_cache": v_cache.to(dev), "block_table": bt.to(dev),
+        "q": q, "k_cache": k_dev, "v_cache": v_dev, "block_table": bt.to(dev),
         "cu_seqlens_q": cu.to(dev), "seqused_k": seqused.to(dev), "qlens": list(qlens), "kvlens": list(kvlens),
         "max_seqlen_q": max(qlens), "max_seqlen_k": max(kvlens), "bs": bs,
     }
@@ -213,10 +222,10 @@ def run(target, dev, options: dict) -> list:
     mix_q, mix_k = [1, 5, 17, 1], [17, 40, 64, 100]
 
     def attn_case(name, desc, seed, *, H, KVH, hd, qlens, kvlens, window=(-1, -1), softcap=0.0, q_scale=1.0,
-                  sinks_fn=None, keep=None):
+                  sinks_fn=None, keep=None, packed=False):
         def fn():
             inp = _make_inputs(torch, dev, dt, seed, H=H, KVH=KVH, D=hd, bs=bs, qlens=qlens, kvlens=kvlens,
-                               poison=poison, q_scale=q_scale)
+                               poison=poison, q_scale=q_scale, packed=packed)
             scale = 1.0 / math.sqrt(hd)
             sinks = sinks_fn(H, seed).to(sinks_dt).to(dev) if sinks_fn else None
             out = torch.empty_like(inp["q"])
@@ -278,4 +287,6 @@ def run(target, dev, options: dict) -> list:
                          f"moves by {expected:.3g}: sinks are ignored or mis-applied")}
 
     suite.run("sinks_must_differ", FAMILY["cases"][7]["what"], differ, seed=base + 5, dtype=dn, kind="attention")
+    attn_case("kv_packed_head_stride", FAMILY["cases"][8]["what"], base + 6, H=8, KVH=2, hd=D, qlens=mix_q,
+              kvlens=mix_k, packed=True)
     return suite.cases
