@@ -747,16 +747,7 @@ class Engine:
                 return None
 
     def _check_module(self, path: str) -> list[Finding]:
-        from . import (  # noqa: F401
-            checks_calls,
-            checks_claims,
-            checks_customops,
-            checks_loading,
-            checks_platform,
-            checks_shapes,
-            checks_upstream,
-        )
-
+        load_checks()
         name = self._module_name(path)
         if name is None:
             return []
@@ -995,17 +986,21 @@ def check_paths(ws, paths: Iterable[str] | None = None) -> list[Finding]:
     return engine_for(ws).check_paths(paths)
 
 
-def rules_table() -> list[Rule]:
-    from . import (  # noqa: F401
-        checks_calls,
-        checks_claims,
-        checks_customops,
-        checks_loading,
-        checks_platform,
-        checks_shapes,
-        checks_upstream,
-    )
+# the modules whose @check functions make up the rules (imported on first use: they import the engine)
+CHECK_MODULES = ("checks_calls", "checks_claims", "checks_customops", "checks_layout", "checks_loading",
+                 "checks_platform", "checks_shapes", "checks_upstream")
 
+
+def load_checks() -> None:
+    """Import every check module once (registers their rules and checks)."""
+    import importlib
+
+    for m in CHECK_MODULES:
+        importlib.import_module(f"{__package__}.{m}")
+
+
+def rules_table() -> list[Rule]:
+    load_checks()
     return [RULES[k] for k in sorted(RULES)]
 
 

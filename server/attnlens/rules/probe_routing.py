@@ -64,3 +64,12 @@ def route(probe: str | None, keywords, name: str = "") -> Route:
     if kws and (len(inside) < len(outside) or not inside):
         return Route(None, needs=kws)
     return Route(probe, uncovered=outside)
+
+
+def best_family(words, among: tuple[str, ...]) -> str | None:
+    """The family of ``among`` whose calling conventions pass most of ``words`` (argument names and texts of a
+    call), None when none passes any."""
+    fam_kws = _families()[0]
+    score = {f: len(set(words) & fam_kws.get(f, frozenset())) for f in among}
+    best = max(among, key=lambda f: (score[f], -among.index(f)))
+    return best if score[best] else None
