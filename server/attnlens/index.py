@@ -102,6 +102,10 @@ class Index:
         self.generation = 0  # bumped on every change (overlay/edit/refresh)
         self._changes: list[tuple[int, str]] = []  # (generation, real path) of each invalidation
         self._changes_floor = 0
+        # the generation of the last change outside the workspace's Python modules (an installed module, a
+        # C++ file, a full refresh): what depends only on those stays valid across edits of the plugin
+        self.outside_generation = 0
+        self._outside_memo: tuple[int, dict] = (0, {})
         self._prefetch: tuple[int, object] | None = None  # (pid, shared position) of the summary worker
         self._helper = None  # the server's summary helper process (start_summary_helper)
         self._match_memo: dict = {}  # workspace_modules_matching: pattern -> module names, per generation
@@ -556,6 +560,20 @@ class Index:
         self._dir_cache.clear()
         self._scan_workspace()  # saved meanwhile: now found on disk; else gone
 
+    def outside_memo(self, key, fn):
+        """``fn()`` memoised until something outside the workspace's Python modules changes
+        (:attr:`outside_generation`): for answers that read only installed code, or that name the
+        workspace content they read in ``key`` (module names and summary shas)."""
+        gen, memo = self._outside_memo
+        if gen != self.outside_generation:
+            memo = {}
+            self._outside_memo = (self.outside_generation, memo)
+        if key not in memo:
+            if len(memo) > 20_000:
+                memo.clear()
+            memo[key] = fn()
+        return memo[key]
+
     def changed_since(self, generation: int) -> set[str] | None:
         """Real paths changed after ``generation``; None when unknown (a full refresh happened)."""
         if generation < self._changes_floor:
@@ -579,6 +597,8 @@ class Index:
                 name = self._path_to_name.get(real)
             if name is not None:
                 self._modules.pop(name, None)
+            if name is None or self.ws_files.get(name) is None or not real.endswith(".py"):
+                self.outside_generation = self.generation
             if not os.path.exists(real) and real not in self._virtual:
                 self._loc_cache.clear()
                 self._dir_cache.clear()
@@ -589,12 +609,14 @@ class Index:
         with self._lock:
             self.generation += 1
             self._changes_floor = self.generation
+            self.outside_generation = self.generation
 
     def refresh(self) -> None:
         with self._lock:
             _REALPATHS.clear()
             self.generation += 1
             self._changes_floor = self.generation
+            self.outside_generation = self.generation
             self._modules.clear()
             self._loc_cache.clear()
             self._dir_cache.clear()

@@ -57,6 +57,7 @@ class Workspace:
         self._impls_busy = False
         self._refs: dict[tuple, list] = {}
         self._backends_memo = None
+        self._backends_carry: dict = {}  # flags -> (registry inputs, entries): reused across generations
         self.allow_fork = False  # forked prefetch workers: only in single-threaded CLI processes
 
     # -- registry ------------------------------------------------------------
@@ -72,6 +73,11 @@ class Workspace:
         key = (self.index.generation, with_call_sites, include_custom_ops)
         if self._backends_memo is not None and self._backends_memo[0] == key:
             return self._backends_memo[1]
+        flags = (with_call_sites, include_custom_ops)
+        carry = self._backends_carry.get(flags)
+        if carry is not None and not with_call_sites and carry[0] == self._registry_inputs():
+            self._backends_memo = (key, carry[1])  # an edit the registry cannot see (text typed in a body)
+            return carry[1]
         name = f"backends-{self.index.fingerprint()}-{_code_stamp()}-{int(with_call_sites)}{int(include_custom_ops)}"
         cached = None if self.index.has_overlays() else self.cache.load_pickle("derived", name)
         if cached is not None and _deps_fresh(cached[0]):
@@ -81,7 +87,27 @@ class Workspace:
             if not self.index.has_overlays():
                 self.cache.store_pickle("derived", name, (self._dependency_stamps(), entries))
         self._backends_memo = (key, entries)
+        if not with_call_sites:
+            self._backends_carry[flags] = (self._registry_inputs(), entries)
         return entries
+
+    def _registry_inputs(self) -> tuple:
+        """What the registry's entries (without call sites) can depend on, cheaply comparable across index
+        generations: installed code and non-Python files (``Index.outside_generation``), the workspace's
+        modules and, per module, what other modules can see of it (``callindex.outside_facts``: classes
+        with bases and members, signatures and returns, registrations, patches) with the lines of its
+        definitions and registration calls (entries carry lines); a module that holds a backend selector
+        (``get_attn_backend_cls``, a prefill-backend selector) by its whole content, since a selector's
+        body is evaluated."""
+        idx = self.index
+        sigs = []
+        for name in sorted(idx.ws_files):
+            m = idx.module(name)
+            if m is None:
+                sigs.append((name, None))
+                continue
+            sigs.append((name, _registry_signature(m.summary, idx.source_text(m.path) or "")))
+        return (idx.outside_generation, tuple(sigs))
 
     def _oot_replacements(self) -> dict:
         """register_oot registrations by name, memoised per index generation."""
@@ -466,3 +492,27 @@ def _deps_fresh(stamps: list) -> bool:
         if st.st_mtime_ns != mt or st.st_size != size:
             return False
     return True
+
+
+_REG_SIGS: dict = {}  # summary sha -> registry signature (content-addressed, bounded)
+_SELECTORS = ("get_attn_backend_cls", "prefill_backend")
+
+
+def _registry_signature(summary, text: str) -> str:
+    """One module's part of :meth:`Workspace._registry_inputs` (memoised by the summary's content sha)."""
+    hit = _REG_SIGS.get(summary.sha)
+    if hit is not None:
+        return hit
+    if any(sel in text for sel in _SELECTORS):
+        sig = "sha:" + summary.sha
+    else:
+        from .callindex import outside_facts
+
+        positions = (tuple((q, f.line, f.end_line) for q, f in sorted(summary.functions.items())),
+                     tuple((q, c.line, c.end_line) for q, c in sorted(summary.classes.items())),
+                     tuple(cs.line for cs in summary.calls if not cs.scope or "regist" in cs.func))
+        sig = hashlib.sha1(repr((outside_facts(summary), positions)).encode()).hexdigest()
+    if len(_REG_SIGS) > 20_000:
+        _REG_SIGS.clear()
+    _REG_SIGS[summary.sha] = sig
+    return sig

@@ -53,7 +53,7 @@ class Layout:
     kind: str = ""  # why it is not contiguous: "split_last" | "select_inner" | "permuted" | "split_inner"
 
 
-def _dims_of_return(fn: ast.FunctionDef, lines: list[str]) -> tuple | None:
+def _dims_of_return(fn: ast.FunctionDef) -> tuple | None:
     """The dimensions of the last ``return (a, b, ...)`` of ``get_kv_cache_shape`` (the default path)."""
     found = None
     for node in ast.walk(fn):
@@ -62,7 +62,7 @@ def _dims_of_return(fn: ast.FunctionDef, lines: list[str]) -> tuple | None:
                 found = node
     if found is None:
         return None
-    return tuple(ast.get_source_segment("\n".join(lines), e) or "?" for e in found.value.elts)
+    return tuple(ast.unparse(e) for e in found.value.elts)
 
 
 def _norm_dim(d, n: int) -> int | None:
@@ -167,7 +167,7 @@ def _unwind(expr) -> tuple[ast.AST, list]:
             return cur, list(reversed(ops))
 
 
-def _track(fn, src: str, start: Layout) -> dict[str, Layout]:
+def _track(fn, start: Layout) -> dict[str, Layout]:
     """name -> layout of the names derived from ``kv_cache`` in ``fn`` (assignments in source order; a
     name rebound to anything not followed is dropped)."""
     env: dict[str, Layout] = {"kv_cache": start}
@@ -178,7 +178,7 @@ def _track(fn, src: str, start: Layout) -> dict[str, Layout]:
         for op in ops:
             if lay is None:
                 break
-            text = (ast.get_source_segment(src, op.slice) or "") if isinstance(op, ast.Subscript) else ""
+            text = ast.unparse(op.slice) if isinstance(op, ast.Subscript) else ""
             lay = _apply(lay, op, text)
         targets = [t for t in st.targets]
         names = [e for t in targets for e in ([t] if isinstance(t, ast.Name) else
@@ -250,71 +250,80 @@ _CASES = {"split_last": "kv_packed_head_stride", "select_inner": "kv_packed", "p
           "split_inner": "kv_packed"}
 
 
+def _backends_of(ctx, impl_name: str) -> list:
+    """Backend classes (Vals) whose ``get_impl_cls`` returns the class named ``impl_name``: read from the
+    workspace summaries (no registry refresh after every edit)."""
+    out = []
+    for mod in ctx.ws.index.workspace_modules_matching(rb"def\s+get_impl_cls"):
+        s = mod.summary
+        for q, f in s.functions.items():
+            if f.name == "get_impl_cls" and f.class_name and any(
+                    r.rpartition(".")[2].strip("'\"") == impl_name for r in f.returns if r):
+                cq = q.rpartition(".")[0]
+                if cq in s.classes:
+                    out.append(ctx.r.resolve_symbol(f"{mod.name}.{cq}"))
+    return [v for v in out if v.kind == "class"]
+
+
 @check("AL121")
 def strided_kv_views(ctx):
-    try:
-        entries = ctx.ws.backends(with_call_sites=False)
-    except Exception:  # noqa: BLE001 - the registry reports its own problems
+    # the impl classes of this module: a method with a `kv_cache` parameter (cheap test first)
+    methods = [(q, f) for q, f in ctx.s.functions.items()
+               if f.class_name and f.class_name in ctx.s.classes and any(p.name == "kv_cache" for p in f.params)]
+    if not methods:
         return
-    done = set()
-    tree = None
-    src = "\n".join(ctx.lines)
-    for e in entries:
-        if e.impl is None or not e.impl.cls or e.impl.path != ctx.path or e.kind == "custom_op":
+    shapes: dict = {}
+    for q, f in methods:
+        cq = f.class_name
+        if cq not in shapes:
+            shapes[cq] = None
+            for bv in _backends_of(ctx, ctx.s.classes[cq].name):
+                fv, _owner = class_attr(ctx.engine, bv, "get_kv_cache_shape")
+                dims = _shape_of(ctx, fv) if fv is not None and fv.module is not None else None
+                if dims:
+                    shapes[cq] = (dims, fv)
+                    break  # one backend's shape per impl
+        if shapes[cq] is None:
             continue
-        bv, iv = ctx.r.resolve_symbol(e.cls), ctx.r.resolve_symbol(e.impl.cls)
-        if bv.kind != "class" or iv.kind != "class" or iv.module is None or iv.module.path != ctx.path:
+        dims, fv = shapes[cq]
+        fn = _function_node(ctx.lines, f.deco_line, f.end_line, f.name)
+        if fn is None:
             continue
-        fv, _owner = class_attr(ctx.engine, bv, "get_kv_cache_shape")
-        if fv is None or fv.module is None:
-            continue
-        dims = _shape_of(ctx, fv)
-        if not dims:
-            continue
-        if tree is None:
-            try:
-                tree = ast.parse(src)
-            except SyntaxError:
-                return
-        cls_node = _class_node(tree, iv.qual)
-        if cls_node is None:
-            continue
-        for fn in cls_node.body:
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or (iv.qual, fn.name) in done:
-                continue
-            if "kv_cache" not in {a.arg for a in fn.args.args + fn.args.kwonlyargs}:
-                continue
-            done.add((iv.qual, fn.name))
-            shape = f"({', '.join(dims)})"
-            env = _track(fn, src, Layout(dims, True, "kv_cache"))
-            bad = {n: lay for n, lay in env.items() if not lay.contiguous and lay.kind}
-            if bad:
-                _report_calls(ctx, f"{iv.qual}.{fn.name}", bad, shape, fv)
+        env = _track(fn, Layout(dims, True, "kv_cache"))
+        bad = {n: lay for n, lay in env.items() if not lay.contiguous and lay.kind}
+        if bad:
+            _report_calls(ctx, q, bad, f"({', '.join(dims)})", fv)
+
+
+def _function_node(lines: list[str], first: int, last: int, name: str):
+    """The ``def`` spanning ``first..last`` (1-based, decorators included), parsed alone: the cost is the
+    function's, not the module's."""
+    import textwrap
+
+    text = textwrap.dedent("\n".join(lines[first - 1:last]))
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    return next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name),
+                None)
 
 
 def _shape_of(ctx, fv) -> tuple | None:
-    text = ctx.ws.index.source_text(fv.module.path) or ""
-    try:
-        t = ast.parse(text)
-    except SyntaxError:
-        return None
-    node = next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and n.name == "get_kv_cache_shape" and n.lineno <= (fv.line or 0) + 1
-                 and (n.end_lineno or 0) >= (fv.line or 0)), None)
-    if node is None:
-        return None
-    return _dims_of_return(node, text.splitlines())
+    """The dimensions ``get_kv_cache_shape`` (function ``fv``) returns, memoised by its module's content."""
+    from .engine import content_memo
 
+    f = fv.func
+    mod = fv.module
+    if f is None:
+        return None
 
-def _class_node(tree, qual: str):
-    body = tree.body
-    node = None
-    for part in qual.split("."):
-        node = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == part), None)
-        if node is None:
-            return None
-        body = node.body
-    return node
+    def compute():
+        text = ctx.ws.index.source_text(mod.path) or ""
+        node = _function_node(text.splitlines(), f.deco_line, f.end_line, f.name)
+        return _dims_of_return(node) if node is not None else None
+
+    return content_memo(("AL121 shape", mod.path, mod.summary.sha, fv.qual), compute)
 
 
 def _report_calls(ctx, scope: str, bad: dict, shape: str, fv) -> None:

@@ -235,7 +235,7 @@ def declared(engine) -> dict:
                 out.setdefault(imp, f"{n} (required by an installed distribution)")
         return out
 
-    return engine.memo("al115-declared", compute)
+    return engine.outside_memo("al115-declared", compute)
 
 
 _BUILD_FILES = ("setup.py", "setup.cfg", "pyproject.toml", "CMakeLists.txt", "meson.build")
@@ -1436,7 +1436,7 @@ def _op_registered(ctx, ns: str, op: str, missing_providers: list):
         except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
             return "unknown"
 
-    return ctx.engine.memo(("al117-ext", ns, op), ext)
+    return ctx.engine.outside_memo(("al117-ext", ns, op), ext)
 
 
 def _cpp_namespaces(ctx) -> tuple[set, bool]:

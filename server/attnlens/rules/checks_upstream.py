@@ -73,7 +73,7 @@ def _installed_version(engine, top: str) -> str | None:
                         return parts[1]
         return None
 
-    return engine.memo(("version", top), compute)
+    return engine.outside_memo(("version", top), compute)
 
 
 def module_has(r, m, name: str, depth: int = 0) -> bool:

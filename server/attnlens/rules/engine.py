@@ -614,6 +614,12 @@ class Engine:
             self._memo[key] = fn()
         return self._memo[key]
 
+    def outside_memo(self, key, fn):
+        """Like :meth:`memo` for a result that reads nothing of the workspace's Python modules (installed
+        code, dist metadata, the plugin's requirement files): it outlives this engine, until something
+        outside those modules changes (``Index.outside_memo``). Never for results holding Module objects."""
+        return self.ws.index.outside_memo(("rules", key), fn)
+
     # -- fingerprints --------------------------------------------------------
     def fingerprint(self) -> str:
         if self._fingerprint is not None:

@@ -100,6 +100,12 @@ def registrations_in(r, m, op: str | None = None) -> list[OpReg]:
 
 
 def upstream_registration(ws, ns: str, op: str) -> OpReg | None:
+    """See :func:`_upstream_registration`; memoised until installed code changes (it reads only that)."""
+    return ws.index.outside_memo(("opvariants.upstream_registration", ns, op),
+                                 lambda: _upstream_registration(ws, ns, op))
+
+
+def _upstream_registration(ws, ns: str, op: str) -> OpReg | None:
     """Where the installed upstream registers ``ns::op`` with ``direct_register_custom_op``. Only the
     installed modules that spell the registration call and the op name as a whole word are
     summarised: most names asked about (a plugin op's name and its vendor-less forms, ``pre`` of
@@ -125,11 +131,15 @@ def upstream_registration(ws, ns: str, op: str) -> OpReg | None:
     return None
 
 
-def _ws_modules_with(idx, needle: str):
+def _ws_texts(idx) -> list[tuple[str, str]]:
+    """(module name, text) of every workspace file, in name order (read once per :func:`variants`)."""
+    return [(name, text) for name, path in sorted(idx.ws_files.items()) if (text := idx.source_text(path))]
+
+
+def _ws_modules_with(idx, needle: str, texts: list | None = None):
     """(module, text) of the workspace files whose text contains ``needle``, in name order."""
-    for name, path in sorted(idx.ws_files.items()):
-        text = idx.source_text(path)
-        if not text or needle not in text:
+    for name, text in (texts if texts is not None else _ws_texts(idx)):
+        if needle not in text:
             continue
         m = idx.module(name)
         if m is not None:
@@ -156,12 +166,20 @@ def _class_ops(text_lines: list[str], start: int, end: int) -> set:
     return found
 
 
-def _by_call_site(ws, reg: OpReg, memo: dict) -> OpReg | None:
+def _by_call_site(ws, reg: OpReg, memo: dict, texts: list | None = None) -> OpReg | None:
+    """The upstream op whose call sites in upstream base classes match the plugin op's call sites; memoised
+    by the content of the workspace modules that call it (and installed code)."""
+    needle = f"torch.ops.{reg.ns}.{reg.op}"
+    mods = list(_ws_modules_with(ws.index, needle, texts))
+    key = ("opvariants.by_call_site", reg.ns, reg.op, tuple((m.name, m.summary.sha) for m, _t in mods))
+    return ws.index.outside_memo(key, lambda: _by_call_site_in(ws, reg, memo, needle, mods))
+
+
+def _by_call_site_in(ws, reg: OpReg, memo: dict, needle: str, mods: list) -> OpReg | None:
     idx = ws.index
     r = ws.resolver
-    needle = f"torch.ops.{reg.ns}.{reg.op}"
     cands: dict = {}
-    for m, text in _ws_modules_with(idx, needle):
+    for m, text in mods:
         lines = text.splitlines()
         for i, ln in enumerate(lines, 1):
             if not re.search(re.escape(needle) + r"\b", ln):
@@ -198,7 +216,8 @@ def variants(ws) -> list[Variant]:
     r = ws.resolver
     out = []
     memo: dict = {}
-    for m, _text in _ws_modules_with(idx, REGISTER):
+    texts = _ws_texts(idx)
+    for m, _text in _ws_modules_with(idx, REGISTER, texts):
         if not m.workspace:
             continue
         for reg in registrations_in(r, m):
@@ -211,7 +230,7 @@ def variants(ws) -> list[Variant]:
                 if up is not None:
                     break
             if up is None:
-                up = _by_call_site(ws, reg, memo)
+                up = _by_call_site(ws, reg, memo, texts)
                 via = "call_site"
             if up is not None and up.module is not m:
                 out.append(Variant(reg, up, via))
