@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +41,24 @@ def test_installed_modules_never_count_as_workspace(tmp_path):
     assert not ws.index.is_workspace_path(loc.path)
     ws.index.module_for_path(loc.path)  # learns the installed path's module name
     assert not ws.index.is_workspace_path(loc.path)
+
+
+@pytest.mark.parametrize("root", ROOTS, ids=lambda p: p.name)
+def test_editor_and_cli_agree_on_every_kernel_call_site(root, tmp_path):
+    """Issue 16 item 1: `attnlens trace --json` (the CLI's own code path), the chain the hover renders and
+    the Go to Implementation targets give the same leaves at every kernel call site (bench/agree.py, which
+    also runs on a sample of the real checkout: docs/vscode.md)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("agree", Path(__file__).resolve().parents[1] / "bench" / "agree.py")
+    agree = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agree)
+    census = Workspace(root, python=sys.executable, cache_dir=tmp_path / "census")
+    sites = census.kernel_sites()
+    census.close()
+    rows = agree.compare(str(root), sys.executable, sites, str(tmp_path / "c"))
+    assert len(rows) > 20
+    assert [r for r in rows if not (r["leaves_agree"] and r["impl_agree"])] == []
+    # the comparison sees the leaves: every row has some, and the torch-op rows are checked at their C++ function
+    assert all(r["cli"] for r in rows)
+    assert any(k == "torch_op" for r in rows for k, _s, _r in r["cli"])
