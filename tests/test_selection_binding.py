@@ -175,7 +175,8 @@ def test_backend_whose_module_cannot_be_imported_is_never_selected(tmp_path):
     root = tmp_path / "plugin"
     shutil.copytree(EXAMPLE, root)
     tri = root / "mini_metax/attention/backends/triton_attn.py"
-    tri.write_text("from vllm.v1.attention.backend import NoSuchAttentionImpl  # gone upstream\n" + tri.read_text())
+    tri.write_text("from vllm.v1.attention.backend import NoSuchAttentionImpl  # gone upstream\n" + tri.read_text()
+                   + "\n\ndef _module_helper(x):\n    return torch.ops._C_cache_ops.reshape_and_cache_flash(x)\n")
     ws = Workspace(root, python=sys.executable, cache_dir=tmp_path / "cache")
     e = next(e for e in ws.backends(with_call_sites=False) if e.name == "TRITON_ATTN")
     assert e.loads is False
@@ -184,6 +185,12 @@ def test_backend_whose_module_cannot_be_imported_is_never_selected(tmp_path):
     assert "TRITON_ATTN" not in [name for name, _v, _mla in ws._backend_impls()]
     dead = [s for s in ws.kernel_sites() if s.path.endswith("backends/triton_attn.py")]
     assert dead and all(s.chain.reachable is False and s.chain.hops[1].kind == "selection" for s in dead)
+    # code outside the backend's classes is dead too: the module itself cannot be imported
+    helper = [s for s in dead if s.scope == "_module_helper"]
+    assert [(s.call, s.chain.hops[1].symbol) for s in helper] == [
+        ("torch.ops._C_cache_ops.reshape_and_cache_flash", "mini_metax.attention.backends.triton_attn")]
+    assert helper[0].chain.hops[1].condition.startswith("triton_attn.py cannot be imported with the installed vLLM: "
+                                                     "`vllm.v1.attention.backend.NoSuchAttentionImpl`")
 
 
 def test_reachability_follows_selection(tiny):

@@ -273,6 +273,12 @@ class Workspace:
                     continue
                 if dotted in broken:
                     why = f"{q} cannot be imported with the installed vLLM (see `attnlens backends`)"
+                    # nothing in that module runs: it cannot be imported (its helper classes and functions too)
+                    if (m.name, "") not in out:
+                        from .registry import Registry
+
+                        first = (Registry(self.resolver).broken_imports(m) or ["an import fails"])[0]
+                        out[(m.name, "")] = f"{os.path.basename(m.path)} cannot be imported with the installed vLLM: {first}"
                 elif self._used_elsewhere(m, q):
                     continue  # imported, subclassed or used by other code: it can be reached without selection
                 else:
@@ -412,16 +418,18 @@ class Workspace:
         """The chain of code inside a class vLLM never instantiates on this platform, marked dead (a new chain)."""
         if not mod.workspace:
             return chain
-        cls_q = mod.summary.class_at(line)
-        if not cls_q:
-            return chain
         never = self.never_selected() if never is None else never
-        why = never.get((mod.name, cls_q.split(".")[0]))
+        cls_q = mod.summary.class_at(line)
+        top = cls_q.split(".")[0] if cls_q else ""
+        why = never.get((mod.name, top)) if top else None
         if why is None:
-            return chain
-        top = cls_q.split(".")[0]
-        hop = M.Hop("selection", mod.path, mod.summary.classes[top].line if top in mod.summary.classes else line,
-                    top, f"never selected on this platform: {why}", why, False)
+            why = never.get((mod.name, ""))  # the whole module cannot be imported
+            if why is None:
+                return chain
+            hop = M.Hop("selection", mod.path, 1, mod.name, f"never runs on this platform: {why}", why, False)
+        else:
+            hop = M.Hop("selection", mod.path, mod.summary.classes[top].line if top in mod.summary.classes else line,
+                        top, f"never selected on this platform: {why}", why, False)
         hops = [chain.hops[0], hop] + chain.hops[1:] if chain.hops else [hop]
         return M.Chain(hops, chain.final, False, chain.partial, chain.upstream)
 
