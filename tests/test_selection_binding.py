@@ -261,3 +261,23 @@ def test_never_selected_survives_body_edits_and_follows_import_edits(tmp_path):
     ws.index.set_overlay(path, "from vllm.v1.attention.backend import NoSuchImpl\n" + text)
     again = ws.never_selected()
     assert calls and ("mini_metax.attention.backends.triton_attn", "MiniTritonAttentionBackend") in again
+
+
+def test_layer_looked_up_by_a_helper_of_another_module_is_that_modules_layer(tmp_path):
+    """Upstream `unified_mla_kv_cache_update` (mla_attention.py) unpacks `get_attention_context(layer_name)`,
+    which looks the layer up in attention.py: the layer is an MLA layer (the caller's module's layer class),
+    so the cache write is the MLA impls' `concat_and_cache_mla`, not the other backends' writes."""
+    import sys
+
+    from attnlens.workspace import Workspace
+
+    ws = Workspace(EXAMPLE, python=sys.executable, cache_dir=tmp_path / "cache")
+    c = _trace(ws, "vllm.model_executor.layers.attention.mla_attention", "attn_layer.impl.do_kv_cache_update")
+    assert [b.label for b in c.final.fork.branches] == ["MLAAttention"]
+    assert sorted({(lf.final.kind, lf.final.symbol) for lf in c.leaves()}) == [
+        (M.TORCH_OP, "_C_cache_ops::concat_and_cache_mla")]
+    # the non-MLA op (attention.py, the helper's own module) keeps the attention layers
+    c2 = _trace(ws, "vllm.model_executor.layers.attention.attention", "self.impl.forward")
+    assert "MLAAttention" not in ([b.label for b in c2.final.fork.branches] if c2.final.fork else [])
+    assert c2.leaves() and (M.TORCH_OP, "_C_cache_ops::concat_and_cache_mla") not in {
+        (lf.final.kind, lf.final.symbol) for lf in c2.leaves()}

@@ -862,6 +862,15 @@ class Resolver:
         """An item of vLLM's tables of layers by name (``forward_context.no_compile_layers[...]``,
         ``compilation_config.static_forward_context[...]``): an instance of one of the attention layer classes."""
         layers = self.attention_layers(mod)
+        prev = w.hops[-1] if w.hops else None
+        if prev is not None and prev.path and prev.path != mod.path:
+            # looked up in a helper (``get_attention_context``) whose caller in another module unpacked the
+            # result: the layer is one of the caller's module's layer classes (an MLA op's helper call
+            # returns an MLA layer), when that module defines any
+            caller = self.index.module_for_path(prev.path)
+            theirs = self.attention_layers(caller) if caller is not None else []
+            if theirs:
+                layers = theirs
         if not layers:
             return Val("unknown", mod, text, mod.path, line, reason=f"`{text}`: no attention layer class in reach")
         w.add(Hop("alias", mod.path, line or 0, name or text, f"{name + ' = ' if name else ''}{text.replace('[]', '[...]')}: the attention layer "
