@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import contextlib
 import os
 import re
 import stat
@@ -560,6 +561,58 @@ class Index:
         self._dir_cache.clear()
         self._scan_workspace()  # saved meanwhile: now found on disk; else gone
 
+    def peek(self, name: str):
+        """:meth:`module` for bookkeeping, not an analysis read: dependency recorders that observe
+        :meth:`module` (``observe``, the rules engine's) do not see it."""
+        return Index.module(self, name)
+
+    @contextlib.contextmanager
+    def observe(self):
+        """Record which modules a computation reads: ``obs.names`` (by :meth:`module`) and ``obs.scanned``
+        (whether it iterated :meth:`workspace_modules`), for :meth:`replay`. Works under other observers
+        (each call goes through to the one below)."""
+        obs = _Observed(set(), False)
+        below_module, below_scan = self.module, self.workspace_modules
+        had = {k: k in self.__dict__ for k in ("module", "workspace_modules")}
+        depth = [0]
+
+        def module(name):
+            if not depth[0]:
+                obs.names.add(name)
+            return below_module(name)
+
+        def workspace_modules():
+            obs.scanned = True
+            it = below_scan()
+            while True:
+                depth[0] += 1  # only the scan's own reads: the caller's reads between items are recorded
+                try:
+                    m = next(it)
+                except StopIteration:
+                    return
+                finally:
+                    depth[0] -= 1
+                yield m
+
+        self.module, self.workspace_modules = module, workspace_modules
+        try:
+            yield obs
+        finally:
+            for k, below in (("module", below_module), ("workspace_modules", below_scan)):
+                if had[k]:
+                    setattr(self, k, below)
+                else:
+                    self.__dict__.pop(k, None)
+
+    def replay(self, obs: "_Observed") -> None:
+        """Read again what an observed computation read, so that observers now recording see the same
+        dependencies when its result is reused instead of recomputed."""
+        if obs.scanned:
+            for _m in self.workspace_modules():
+                pass
+        for name in sorted(obs.names):
+            self.module(name)
+
     def outside_memo(self, key, fn):
         """``fn()`` memoised until something outside the workspace's Python modules changes
         (:attr:`outside_generation`): for answers that read only installed code, or that name the
@@ -726,3 +779,11 @@ if __name__ == "__main__":  # pragma: no cover - the server's summary helper
     import sys
 
     sys.exit(_summary_helper(sys.argv[1]))
+
+
+@dataclass
+class _Observed:
+    """What :meth:`Index.observe` saw: modules read by name, and whether the workspace was scanned."""
+
+    names: set
+    scanned: bool

@@ -76,19 +76,23 @@ class Workspace:
         flags = (with_call_sites, include_custom_ops)
         carry = self._backends_carry.get(flags)
         if carry is not None and not with_call_sites and carry[0] == self._registry_inputs():
-            self._backends_memo = (key, carry[1])  # an edit the registry cannot see (text typed in a body)
+            # an edit the registry cannot see (text typed in a body): the entries stand; dependency recorders
+            # (the rules engine's) see the reads they were computed from
+            self.index.replay(carry[2])
+            self._backends_memo = (key, carry[1])
             return carry[1]
         name = f"backends-{self.index.fingerprint()}-{_code_stamp()}-{int(with_call_sites)}{int(include_custom_ops)}"
         cached = None if self.index.has_overlays() else self.cache.load_pickle("derived", name)
         if cached is not None and _deps_fresh(cached[0]):
             entries = cached[1]
         else:
-            entries = Registry(self.resolver).entries(with_call_sites, include_custom_ops=include_custom_ops)
+            with self.index.observe() as obs:
+                entries = Registry(self.resolver).entries(with_call_sites, include_custom_ops=include_custom_ops)
             if not self.index.has_overlays():
                 self.cache.store_pickle("derived", name, (self._dependency_stamps(), entries))
+            if not with_call_sites:
+                self._backends_carry[flags] = (self._registry_inputs(), entries, obs)
         self._backends_memo = (key, entries)
-        if not with_call_sites:
-            self._backends_carry[flags] = (self._registry_inputs(), entries)
         return entries
 
     def _registry_inputs(self) -> tuple:
@@ -102,7 +106,7 @@ class Workspace:
         idx = self.index
         sigs = []
         for name in sorted(idx.ws_files):
-            m = idx.module(name)
+            m = idx.peek(name)  # bookkeeping: not a read of the analysis
             if m is None:
                 sigs.append((name, None))
                 continue
