@@ -25,6 +25,8 @@ def _write_shim_version(shim: Path, version: str) -> None:
     d = shim / f"vllm_metax-{version}.dist-info"
     d.mkdir()
     (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm_metax\nVersion: {version}\n")
+    # a vLLM platform plugin: the agent finds it by its entry point, not by its name
+    (d / "entry_points.txt").write_text("[vllm.platform_plugins]\nshim = vllm_metax:register\n")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +67,7 @@ def test_record_hash_reuse_and_change(ctx, monkeypatch):
     assert re.fullmatch(r"[0-9a-f]{16}", h1)
     # what the target offers, read in the target
     pk = rec["packages"]
-    assert pk["vllm_metax"]["version"] == "0.1.0"
+    assert pk["vllm_metax"]["version"] == "0.1.0" and pk["vllm_metax"]["vllm_plugin"] is True  # by its entry point
     assert pk["vllm_metax"]["location"] == str(ctx["shim"] / "vllm_metax" / "__init__.py")
     assert pk["torch"]["version"].startswith("2.")
     assert rec["torch"]["version"] == pk["torch"]["version"] and rec["torch"]["git_version"]

@@ -26,15 +26,13 @@ import sys
 import time
 
 # Distributions (and their top-level modules) whose versions and locations
-# matter for attention code on CUDA or MetaX machines.
+# matter for attention code on any device. The installed vLLM plugins and what they
+# require are found from their entry points (``plugin_packages``), not listed here.
 PACKAGES = [
     ("torch", "torch"),
     ("triton", "triton"),
     ("pytorch-triton", None),
     ("vllm", "vllm"),
-    ("vllm_metax", "vllm_metax"),
-    ("vllm-metax", None),
-    ("mcoplib", "mcoplib"),
     ("flash_attn", "flash_attn"),
     ("flash-attn", None),
     ("vllm-flash-attn", None),
@@ -115,9 +113,34 @@ def _lib_version(paths: list[str], pattern: str, func: str) -> dict | None:
     return None
 
 
+PLUGIN_GROUPS = ("vllm.platform_plugins", "vllm.general_plugins")
+
+
+def plugin_packages() -> list:
+    """(distribution, top-level module) of every installed vLLM plugin: a distribution other than vLLM itself
+    with an entry point in ``vllm.platform_plugins`` / ``vllm.general_plugins``."""
+    out: list = []
+    seen: set = {"vllm"}
+    try:
+        eps = md.entry_points()
+        groups = [eps.select(group=g) for g in PLUGIN_GROUPS] if hasattr(eps, "select") else \
+            [eps.get(g, []) for g in PLUGIN_GROUPS]
+    except Exception:  # noqa: BLE001 - no plugin information is an answer
+        return out
+    for ep in (e for g in groups for e in g):
+        dist = getattr(ep, "dist", None)
+        name = getattr(dist, "name", None)
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        out.append((name, (getattr(ep, "value", "") or "").split(":", 1)[0].split(".", 1)[0] or None))
+    return out
+
+
 def _packages() -> dict:
     out = {}
-    for dist, mod in PACKAGES:
+    plugins = plugin_packages()
+    for dist, mod in PACKAGES + [p for p in plugins if p[0] not in {d for d, _m in PACKAGES}]:
         entry: dict = {}
         try:
             d = md.distribution(dist)
@@ -142,6 +165,8 @@ def _packages() -> dict:
                     loc = list(spec.submodule_search_locations)[0]
                 entry["location"] = loc
         if entry:
+            if dist in {d for d, m in plugins if m}:
+                entry["vllm_plugin"] = True
             out[dist] = entry
     return out
 
@@ -341,7 +366,7 @@ def collect() -> dict:
     rec["maca"] = _maca_info()
     rec["nvidia"] = _nvidia_info()
     pk = _packages()
-    for name in ("vllm", "vllm_metax", "mcoplib", "flash_attn"):
+    for name in ["vllm", "flash_attn"] + [n for n, e in pk.items() if e.get("vllm_plugin")]:
         if name in pk:
             sha = _git_sha(pk[name].get("location"))
             if sha:

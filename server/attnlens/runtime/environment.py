@@ -249,7 +249,7 @@ def summary(record: dict) -> str:
                                                            "no driver")
         parts.append(f"triton {tr['version']} ({where})")
     pk = record.get("packages") or {}
-    for n in ("vllm", "vllm_metax", "vllm-metax", "mcoplib", "flash_attn", "flash-attn"):
+    for n in ["vllm"] + [k for k, e in pk.items() if e.get("vllm_plugin")] + ["flash_attn", "flash-attn"]:
         if n in pk and pk[n].get("version"):
             parts.append(f"{n} {pk[n]['version']}")
     py = (record.get("python") or {}).get("version")

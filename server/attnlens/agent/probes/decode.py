@@ -26,7 +26,6 @@ FAMILY = {
     "component": "attention.decode",
     "upstream": [
         "vllm.v1.attention.ops.triton_decode_attention.decode_attention_fwd",
-        "vllm_metax.v1.attention.ops.triton_decode_attention.decode_attention_fwd",
     ],
     "convention": (
         "target(q [B, H, D], k_buffer [num_pages, page_size, KVH, D], v_buffer [num_pages, page_size, KVH, D], "

@@ -25,7 +25,6 @@ FAMILY = {
     "upstream": [
         "vllm._custom_ops.top_k_per_row_prefill",
         "torch.ops._C.top_k_per_row_prefill",
-        "vllm_metax sparse_attn_indexer top-k",
     ],
     "convention": (
         "convention=prefill (default): target(logits float32[R, N], row_starts int32[R], row_ends int32[R], "

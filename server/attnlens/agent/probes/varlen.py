@@ -27,7 +27,7 @@ FAMILY = {
     "upstream": [
         "vllm.vllm_flash_attn.flash_attn_varlen_func",
         "vllm.v1.attention.ops.triton_unified_attention.unified_attention",
-        "MetaX flash_attn.flash_attn_varlen_func (vllm_metax fa_utils)",
+        "flash_attn.flash_attn_varlen_func",
     ],
     "convention": (
         "convention=flash_attn_varlen (default): target(q, k_cache, v_cache, max_seqlen_q=int, "
