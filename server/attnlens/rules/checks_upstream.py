@@ -569,7 +569,7 @@ def _metadata_class(r, cv: Val, like: str | None = None) -> Val | None:
         if exact:
             cands = exact
         else:
-            stem = re.sub(r"^(Maca|Metax|MetaX|Mx|Mini)", "", like)
+            stem = re.sub(r"^[A-Z][a-z0-9]*(?=[A-Z])", "", like)  # a vendor prefix word: `XyzFlashMetadata`
             exact = [(q, c) for q, c in cands if q == stem]
             if exact:
                 cands = exact
