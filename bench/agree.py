@@ -60,6 +60,21 @@ def _registrations(d: dict, symbol: str) -> list[dict]:
     return out
 
 
+def definition_positions(ws) -> list:
+    """A site per function and class definition of the workspace (the position of its name)."""
+    from types import SimpleNamespace
+
+    out = []
+    for mod in ws.index.workspace_modules():
+        text = (ws.index.source_text(mod.path) or "").split("\n")
+        for q, d in list(mod.summary.functions.items()) + list(mod.summary.classes.items()):
+            ln = text[d.line - 1] if 0 < d.line <= len(text) else ""
+            col = ln.find(d.name, ln.find("def ") + 1 if "def " in ln else ln.find("class ") + 1)
+            if col >= 0:
+                out.append(SimpleNamespace(path=mod.path, line=d.line, col=col, call=f"def {q}"))
+    return out
+
+
 def compare(root: str, python: str, sites, cache: str, hover_budget_s: float = 0.5) -> list[dict]:
     """One row per site: the three answers and whether they agree."""
     from attnlens import model as M
@@ -72,10 +87,16 @@ def compare(root: str, python: str, sites, cache: str, hover_budget_s: float = 0
     rows = []
     for s in sites:
         d = cli_trace(root, python, cache, s.path, s.line, s.col)
-        r = a.resolve(s.path, s.line, s.col, hover_budget_s)
-        chain = r.chain if r is not None else None
-        if chain is not None and chain.partial:
-            chain = a.resolve(s.path, s.line, s.col, None).chain  # the background completion
+        d_at = a.def_at(s.path, s.line, s.col)
+        if d_at is not None:  # a `def` / `class` name: the hover's and implementation's door (trace_symbol)
+            chain = a.ws.trace_symbol(d_at.dotted, budget_s=hover_budget_s)
+            if chain.partial:
+                chain = a.ws.trace_symbol(d_at.dotted)
+        else:
+            r = a.resolve(s.path, s.line, s.col, hover_budget_s)
+            chain = r.chain if r is not None else None
+            if chain is not None and chain.partial:
+                chain = a.resolve(s.path, s.line, s.col, None).chain  # the background completion
         cli = _json_leaves(d)
         hover = _chain_leaves(chain) if chain is not None else []
         impl = set()
@@ -108,12 +129,15 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--sample", type=int, default=1, help="every k-th kernel call site (1: all)")
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--defs", action="store_true", help="also every function and class definition")
     args = ap.parse_args()
     from attnlens.workspace import Workspace
 
     cache = args.cache_dir or tempfile.mkdtemp(prefix="attnlens-agree-")
     census = Workspace(args.root, python=args.python, cache_dir=cache)
     sites = census.kernel_sites()[::args.sample]
+    if args.defs:
+        sites += definition_positions(census)[::args.sample]
     census.close()
     t0 = time.perf_counter()
     rows = compare(args.root, args.python, sites, cache)

@@ -55,10 +55,29 @@ def test_editor_and_cli_agree_on_every_kernel_call_site(root, tmp_path):
     spec.loader.exec_module(agree)
     census = Workspace(root, python=sys.executable, cache_dir=tmp_path / "census")
     sites = census.kernel_sites()
+    defs = agree.definition_positions(census)  # issue 12's acceptance: every `def` too
     census.close()
-    rows = agree.compare(str(root), sys.executable, sites, str(tmp_path / "c"))
-    assert len(rows) > 20
+    rows = agree.compare(str(root), sys.executable, sites + defs + _readme_positions(root), str(tmp_path / "c"))
+    assert len(rows) > 20 + len(defs) and len(defs) > 20
     assert [r for r in rows if not (r["leaves_agree"] and r["impl_agree"])] == []
     # the comparison sees the leaves: every row has some, and the torch-op rows are checked at their C++ function
-    assert all(r["cli"] for r in rows)
+    assert all(r["cli"] for r in rows[:len(sites)])
     assert any(k == "torch_op" for r in rows for k, _s, _r in r["cli"])
+
+
+def _readme_positions(root: Path) -> list:
+    """The call texts of the example's README table ("| kind | `file` | `call` |"), at their first occurrence."""
+    import re
+    from types import SimpleNamespace
+
+    out = []
+    readme = root / "README.md"
+    for line in readme.read_text(encoding="utf-8").splitlines() if readme.is_file() else []:
+        m = re.match(r"^\| (.+?) \| `([^`]+)` \| `(.+)` \|$", line)
+        if not m or not (root / m.group(2)).is_file():
+            continue
+        for i, ln in enumerate((root / m.group(2)).read_text(encoding="utf-8").split("\n"), 1):
+            if m.group(3) in ln:
+                out.append(SimpleNamespace(path=str(root / m.group(2)), line=i, col=ln.index(m.group(3)), call=m.group(3)))
+                break
+    return out
