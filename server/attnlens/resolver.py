@@ -105,6 +105,15 @@ def alts_value(fork_kind: str, decided_by: str | None, mod: Module | None, name:
                extra={"alts": arms, "fork_kind": fork_kind, "decided_by": decided_by})
 
 
+def _room(computed: tuple[int, int], w: "Walk") -> bool:
+    """May a complete result computed at (fork depth, leaf budget) ``computed`` stand for a fresh trace at walk
+    ``w``? Only where ``w`` has at least that much room: no deeper and no smaller a budget. With less room a
+    bound might cut what the result holds, or a branch it dropped might take the share another one got, so
+    answers would depend on what was traced before."""
+    depth, budget = computed
+    return w.fork_depth <= depth and w.budget >= budget
+
+
 class Walk:
     """Mutable state of one resolution: hops so far, depth, visited."""
 
@@ -177,7 +186,8 @@ class Resolver:
         self.cuts = 0
         self.bound_cuts = 0  # the cuts made by the leaf / fork-depth bounds (see _bound_cut)
         self._val_memo: dict = {}  # (module, sha, scope, text, line) -> (Val, hops it added)
-        self._follow_memo: dict = {}  # (value identity, launch, receiver) -> (Final, hops it added)
+        self._follow_memo: dict = {}  # (value identity, launch, receiver) -> (Final, hops it added, shape, met)
+        self._visits: list[set] = []  # per follow / body being computed: the values it met (see follow)
         self._memo_gen = -1
         self.memo_enabled = True  # off only in tests that prove memoised answers equal fresh ones
         # the impl classes of the backends vLLM can select: [(backend name, impl class Val, is_mla)],
@@ -1526,6 +1536,8 @@ class Resolver:
             self.cuts += 1
             return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="time budget exhausted (partial answer)")
         key = (v.kind, v.module.name if v.module else None, v.qual, bool(v.extra.get("unpatched")))
+        if self._visits:
+            self._visits[-1].add(key)  # (what a memoised subtree met: reusable only off those paths)
         if key in w.seen and v.kind != "alts":  # (a fork is a finite value: only its branches can cycle)
             self.cuts += 1
             return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle in the chain")
@@ -1536,23 +1548,53 @@ class Resolver:
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
                     v.extra.get("overload") if v.kind == "torch_op" else None)
             hit = self._follow_memo.get(mkey)
+            if hit is not None and not (_room(hit[2], w) and hit[3].isdisjoint(w.seen)):
+                hit = None  # complete, but this walk's bounds or path (a cycle) would cut it: traced again
             if hit is None:
                 hit = self._follow_memo.get(mkey + (w.budget, w.fork_depth))
+                if hit is not None and not hit[3].isdisjoint(w.seen):
+                    hit = None
                 if hit is not None:
                     self._bound_cut()  # (a result cut by the bounds: what uses it is cut too)
             if hit is not None:
+                if self._visits:
+                    self._visits[-1] |= hit[3]
                 w.hops.extend(hit[1])
                 return hit[0]
         w.seen.add(key)
         cuts, bcuts, n0 = self.cuts, self.bound_cuts, len(w.hops)
-        fin = self._follow(v, w, launch)
+        vis_n = self._visits_push()
+        try:
+            fin = self._follow(v, w, launch)
+        finally:
+            met = self._visits_pop(vis_n)
         w.seen.discard(key)
         if mkey is not None and not w.partial and (self.cuts == cuts or self.cuts - cuts == self.bound_cuts - bcuts):
             if len(self._follow_memo) > 100000:
                 self._follow_memo.clear()
-            # complete, or cut only by the leaf / depth bounds (then the same for the same budget and depth)
-            self._follow_memo[mkey if self.cuts == cuts else mkey + (w.budget, w.fork_depth)] = (fin, tuple(w.hops[n0:]))
+            # complete, or cut only by the leaf / depth bounds (then the same for the same budget and depth);
+            # with what it met on the way: on a path through any of those, a fresh trace would end in a cycle
+            met = frozenset(met)
+            if self.cuts == cuts:  # complete: reusable wherever a walk has as much room (_room)
+                self._follow_memo[mkey] = (fin, tuple(w.hops[n0:]), (w.fork_depth, w.budget), met)
+            else:
+                self._follow_memo[mkey + (w.budget, w.fork_depth)] = (fin, tuple(w.hops[n0:]), None, met)
         return fin
+
+    def _visits_push(self) -> int:
+        self._visits.append(set())
+        return len(self._visits) - 1
+
+    def _visits_pop(self, n: int) -> set:
+        """End the visit record started at stack position ``n`` (and any left open above it by an exception):
+        what it met, also added to the enclosing record."""
+        met: set = set()
+        for extra in self._visits[n:]:
+            met |= extra
+        del self._visits[n:]
+        if self._visits:
+            self._visits[-1] |= met
+        return met
 
     def _bound_cut(self) -> None:
         """A tree cut by the leaf or fork-depth bound (deterministic for a given budget and depth, unlike a
@@ -1670,15 +1712,24 @@ class Resolver:
             memo.clear()
             self._reach_gen = self.index.generation
         if self.memo_enabled:
-            hit = memo.get(key) or memo.get(key + (w.budget, w.fork_depth))
+            hit = memo.get(key)
+            if hit is not None and not (_room(hit[3], w) and hit[2].isdisjoint(w.seen)):
+                hit = None  # complete, but this walk's bounds or path would cut it
+            if hit is None:
+                hit = memo.get(key + (w.budget, w.fork_depth))
+                if hit is not None and not hit[2].isdisjoint(w.seen):
+                    hit = None
             if hit is not None:
                 if hit[1] is not None or key not in memo:
                     self._bound_cut()  # (what uses it was cut below too)
-                return hit
+                if self._visits:
+                    self._visits[-1] |= hit[2]
+                return hit[0], hit[1]
         out = []
         partial = False
         truncated = None
         cuts0, bcuts0 = self.cuts, self.bound_cuts  # a subtree cut short below makes the result depend on the budget
+        vis_n = self._visits_push()
         # the calls worth a branch, in source order; then expanded live and run-time ones first (dead ones get
         # what is left, a few leaves each), so a dead subtree never starves what can run
         cands = []
@@ -1739,13 +1790,14 @@ class Resolver:
             truncated = f"leaf limit ({M.MAX_LEAVES}): {skipped} calls not expanded"
         if truncated is not None:
             self._bound_cut()
+        met = frozenset(self._visits_pop(vis_n))
         if partial:
             w.partial = True
         elif self.cuts == cuts0 and truncated is None:
-            memo[key] = (out, None)
+            memo[key] = (out, None, met, (w.fork_depth, w.budget))
         elif self.cuts - cuts0 == self.bound_cuts - bcuts0:
             # cut only by the leaf / depth bounds: the same for the same budget and depth
-            memo[key + (w.budget, w.fork_depth)] = (out, truncated)
+            memo[key + (w.budget, w.fork_depth)] = (out, truncated, met, None)
         return out, truncated
 
     def _hopeless(self, mod: Module, scope: str, cs: CallSite) -> bool:
