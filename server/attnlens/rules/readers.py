@@ -4,7 +4,7 @@ Shared by AL112 (metadata-field-drift: a field the plugin's class lacks matters 
 that runs with the plugin's metadata reads it) and the upgrade quick fix that adds such fields
 (``upgrade.fixes``: the fix names the read). Files: the class's own module, and the modules of the
 class's top package that name the class (a byte pre-filter). In each function of them, a read is
-``x.field`` (loaded, not assigned) where ``x`` is known to hold the class: a parameter or local
+``x.field`` (loaded, not assigned) where ``x`` is known to hold the class: ``self`` in its own methods, a parameter or local
 annotated with it (``attn_metadata: FlashAttentionMetadata``, ``X | None``, a string), assigned
 from ``Cls(...)`` or ``cast(Cls, ...)``, tested with ``isinstance(x, Cls)``, or, in the class's own
 module, an unannotated parameter named ``*metadata`` (the backend's own impl methods). Reads of the
@@ -106,14 +106,25 @@ def _scan(ws, upath: str, cls: str, umod: str, names) -> dict:
         tree = _parsed(p)
         if tree is None:
             continue
+        # the class's own methods: `self` holds it
+        own_methods = {id(n) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and c.name == cls
+                       for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # attributes declared with the class as their type (`chunked_context: ChunkedContextMetadata | None`):
+        # `x.chunked_context.field` reads it too (nested metadata classes are reached that way)
+        attrs = {n.target.id for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for n in c.body
+                 if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and _names_cls(n.annotation, cls)}
         for fn in ast.walk(tree):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                held = _holders(fn, cls, own=p == upath)
-                if not held:
+                held = _holders(fn, cls, own=p == upath, attrs=attrs)
+                if id(fn) in own_methods and fn.args.args:
+                    held.add(fn.args.args[0].arg)
+                if not held and not attrs:
                     continue
                 for node in ast.walk(fn):
-                    if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in wanted
-                            and isinstance(node.value, ast.Name) and node.value.id in held):
+                    if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in wanted):
+                        continue
+                    v = node.value
+                    if (isinstance(v, ast.Name) and v.id in held) or (isinstance(v, ast.Attribute) and v.attr in attrs):
                         out.setdefault(node.attr, set()).add((p, node.lineno))
     return {n: sorted(v, key=lambda x: (x[0] != upath, x[0], x[1])) for n, v in out.items()}
 
@@ -129,8 +140,9 @@ def _names_cls(node, cls: str) -> bool:
     return False
 
 
-def _holders(fn, cls: str, own: bool) -> set[str]:
-    """The names in function ``fn`` known to hold an instance of ``cls``; with ``own`` (a method that
+def _holders(fn, cls: str, own: bool, attrs=frozenset()) -> set[str]:
+    """The names in function ``fn`` known to hold an instance of ``cls`` (also assigned from an attribute in
+    ``attrs``, declared with the class as its type); with ``own`` (a method that
     runs with the class's objects) also a ``*metadata`` parameter without an annotation or annotated
     with a TypeVar-like name (``attn_metadata: M``)."""
     held = set()
@@ -145,6 +157,8 @@ def _holders(fn, cls: str, own: bool) -> set[str]:
     for node in ast.walk(fn):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _names_cls(node.annotation, cls):
             held.add(node.target.id)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute) and node.value.attr in attrs:
+            held.update(t.id for t in node.targets if isinstance(t, ast.Name))  # `cc = prefill.chunked_context`
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             f = node.value.func
             made = (isinstance(f, ast.Name) and f.id == cls) or (isinstance(f, ast.Attribute) and f.attr == cls)
