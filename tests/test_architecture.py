@@ -36,3 +36,30 @@ def test_a_core_module_importing_the_lsp_breaks_the_contract(tmp_path):
     assert r.returncode != 0
     assert "Core analysis does not import the features above it BROKEN" in r.stdout
     assert "attnlens.resolver -> attnlens.lsp.server" in r.stdout
+
+
+# private state of the core that other modules reached into (issue 12); each has a public accessor now
+_PRIVATE = {"_overlays": "Index.overlay_text", "_sha_memo": "Index.known_sha / has_known_sha",
+            "_path_to_name": "Index.module_name_of", "_cpp_files": "OpRegistry.cpp_files", "_part": "Registry.part",
+            "_gen": "Engine.generation"}
+
+
+def test_no_module_reaches_into_the_cores_private_state():
+    """`obj._overlays`, `getattr(obj, "_sha_memo", ...)` and the like outside `self`/`cls` (an AST scan of the
+    package): the reach-ins issue 12 lists go through public methods now, and new ones fail here."""
+    import ast
+
+    found = []
+    for py in sorted((REPO / "server" / "attnlens").rglob("*.py")):
+        tree = ast.parse(py.read_text(encoding="utf-8"), str(py))
+        for node in ast.walk(tree):
+            name = None
+            if isinstance(node, ast.Attribute) and node.attr in _PRIVATE:
+                if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                    name = node.attr
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                  and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in _PRIVATE):
+                name = node.args[1].value
+            if name:
+                found.append(f"{py.relative_to(REPO)}:{node.lineno} {name} (use {_PRIVATE[name]})")
+    assert found == []

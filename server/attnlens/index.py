@@ -561,6 +561,30 @@ class Index:
         self._dir_cache.clear()
         self._scan_workspace()  # saved meanwhile: now found on disk; else gone
 
+    def overlay_text(self, path: str) -> str | None:
+        """The open buffer's text for ``path`` (None when the disk's text is used)."""
+        return self._overlays.get(realpath(path))
+
+    def known_sha(self, path: str) -> str | None:
+        """The content sha remembered for ``path`` at its current stamp (mtime, size), without reading it;
+        None when none is remembered or the file changed since."""
+        memo = self._sha_memo.get(path)
+        if memo is None:
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return memo[1] if memo[0] == (st.st_mtime_ns, st.st_size) else None
+
+    def has_known_sha(self, path: str) -> bool:
+        """Was ``path`` ever summarised with this cache (its sha remembered, whatever its stamp)?"""
+        return path in self._sha_memo
+
+    def module_name_of(self, path: str) -> str | None:
+        """The module name a path is known under (workspace or installed), without locating anything."""
+        return self._path_to_name.get(realpath(path)) or self._path_to_name.get(path)
+
     def peek(self, name: str):
         """:meth:`module` for bookkeeping, not an analysis read: dependency recorders that observe
         :meth:`module` (``observe``, the rules engine's) do not see it."""

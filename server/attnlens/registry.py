@@ -356,7 +356,7 @@ class Registry:
         classes = [v]
         if e.kind != "custom_op":
             for attr, meth in PART_METHODS:
-                ref, cv = self._part(v, meth)
+                ref, cv = self.part(v, meth)
                 setattr(e, attr, ref)
                 if cv is not None:
                     classes.append(cv)
@@ -370,7 +370,8 @@ class Registry:
                         seen.add(k)
                         e.call_sites.append(site)
 
-    def _part(self, v: Val, meth: str):
+    def part(self, v: Val, meth: str):
+        """(ClassRef, class Val) of what backend class ``v``'s ``meth`` (``get_impl_cls``, ...) returns."""
         fv = self.r.class_attr(v.module, v.qual, meth, Walk())
         if fv is None or fv.func is None or fv.module is None:
             return ClassRef(None, None, None, note=f"{meth} not found"), None

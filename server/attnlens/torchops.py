@@ -67,7 +67,7 @@ class OpRegistry:
         self._cpp_gen = -1
         self._py_cache: dict = {}
         self._ext_cache: dict = {}
-        self._cpp_files: list = []
+        self._cpp_files: list = []  # the workspace's C++ files, once the C++ index is built (cpp_files())
         self._prefetch = None
         self._providers_gen = -1
         self._providers = None
@@ -111,6 +111,10 @@ class OpRegistry:
         self._prefetch = None
 
     cpp_pending = None  # set by a caller whose worker is building the C++ index (see CppNotReady)
+
+    def cpp_files(self) -> list:
+        """The workspace's C++ files the C++ index was built from (empty until it is built)."""
+        return list(self._cpp_files)
 
     def cpp(self):
         if self._cpp is not None:

@@ -332,7 +332,7 @@ class Workspace:
 
     def _dependency_stamps(self) -> list:
         paths = [m.path for m in self.index.loaded_modules() if not m.workspace]
-        cpp = getattr(self.resolver.ops, "_cpp_files", None) or []
+        cpp = self.resolver.ops.cpp_files()
         out = []
         for p in sorted(set(paths) | set(map(str, cpp))):
             try:

@@ -282,7 +282,7 @@ def build_artifacts(engine) -> dict:
                 targets.update(m.group(1) for m in _CMAKE_TARGET.finditer(text))
         native = False
         try:
-            native = bool(engine.ws.resolver.ops._cpp_files)  # noqa: SLF001 - the C++ file list, when built
+            native = bool(engine.ws.resolver.ops.cpp_files())
         except AttributeError:
             pass
         if not native:

@@ -336,7 +336,7 @@ def _facts_key(sha: str) -> str:
 
 def module_facts(ws, name: str, path: str, sha: str, use_cache: bool) -> F.AstFacts:
     """Expression-level facts of a module (cached by content hash when the cache is on)."""
-    if realpath(path) in getattr(ws.index, "_overlays", {}):
+    if ws.index.overlay_text(path) is not None:
         # an unsaved buffer: never on disk (a pickle per keystroke would only fill the cache),
         # but memoised in memory for the latest versions (prepared before the debounce ends)
         return overlay_facts(ws.index.source_text(path) or "")
@@ -504,6 +504,7 @@ class Engine:
         self._global_deps: dict | None = None
         self._gkey: str | None = None
         self._fingerprint: str | None = None
+        self.generation = ws.index.generation  # the index generation this engine's memos belong to
         self._memo: dict = {}  # shared lazily computed things (registry pairs, ...)
         self._sha_now: dict = {}
         self.errors: list[str] = []
@@ -655,19 +656,16 @@ class Engine:
         loc = idx.locate(name)
         if loc is not None and loc.kind == "py":
             real = realpath(loc.path)
-            overlays = getattr(idx, "_overlays", {})
-            if real in overlays:
-                sha = hashlib.sha256(overlays[real].encode("utf-8", "surrogatepass")).hexdigest()
+            text = idx.overlay_text(real)
+            if text is not None:
+                sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
             else:
-                try:
-                    st = os.stat(loc.path)
-                    memo = getattr(idx, "_sha_memo", {}).get(loc.path)
-                    if memo is not None and memo[0] == (st.st_mtime_ns, st.st_size):
-                        sha = memo[1]
-                    else:
+                sha = idx.known_sha(loc.path)
+                if sha is None:
+                    try:
                         sha = hashlib.sha256(Path(loc.path).read_bytes()).hexdigest()
-                except OSError:
-                    sha = None
+                    except OSError:
+                        sha = None
         elif loc is not None:
             sha = None  # extension/namespace: the fingerprint covers installs
         self._sha_now[name] = sha
@@ -686,7 +684,7 @@ class Engine:
         return True
 
     def _has_overlay(self, path: str) -> bool:
-        return realpath(path) in getattr(self.ws.index, "_overlays", {})
+        return self.ws.index.overlay_text(path) is not None
 
     def global_deps(self) -> dict:
         """Load what every module's checks share (platform profile, patches, registry)."""
@@ -709,8 +707,7 @@ class Engine:
     # -- checking ------------------------------------------------------------
     def _module_name(self, path: str) -> str | None:
         idx = self.ws.index
-        p2n = getattr(idx, "_path_to_name", {})
-        name = p2n.get(realpath(path)) or p2n.get(path)
+        name = idx.module_name_of(path)
         if name is None:
             mod = idx.module_for_path(path)
             name = mod.name if mod is not None else None
@@ -962,9 +959,8 @@ def engine_for(ws) -> Engine:
 
 def _engine_for(ws) -> Engine:
     e = _ENGINES.get(ws)
-    if e is None or e._gen != ws.index.generation:  # type: ignore[attr-defined]
+    if e is None or e.generation != ws.index.generation:
         e = Engine(ws)
-        e._gen = ws.index.generation  # type: ignore[attr-defined]
         _ENGINES[ws] = e
     return e
 

@@ -794,8 +794,7 @@ def prewarm(ws) -> None:
     if not ws.cache.enabled or not hasattr(os, "fork") or not getattr(ws, "allow_fork", False):
         return  # forking is only safe in single-threaded CLI processes, never in the server
     paths = sorted(ws.index.ws_files.values())
-    memo = getattr(ws.index, "_sha_memo", {}) or {}
-    cold = [p for p in paths if p not in memo]
+    cold = [p for p in paths if not ws.index.has_known_sha(p)]
     if len(cold) < 40:
         return
     child = cold[::2]

@@ -177,7 +177,7 @@ class Side:
                 up_part = None
                 if uv is not None and uv.kind == "class" and uv.module is not None:
                     try:
-                        uref, _ = reg._part(uv, meth)
+                        uref, _ = reg.part(uv, meth)
                         up_part = uref.cls
                     except Exception:
                         up_part = None

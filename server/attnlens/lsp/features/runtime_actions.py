@@ -208,7 +208,7 @@ def _contract_diagnostics(a: Analysis, path: str) -> list[T.Diagnostic]:
         return []
     text = a.ws.index.source_text(path)
     try:
-        if text is not None and os.path.realpath(path) in getattr(a.ws.index, "_overlays", {}):
+        if text is not None and a.ws.index.overlay_text(path) is not None:
             from ...rules.contracts import parse_contract_text
 
             _, errors = parse_contract_text(text, path)
