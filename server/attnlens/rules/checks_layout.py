@@ -94,7 +94,7 @@ def _select(lay: Layout, d: int, what: str, kind: str) -> Layout:
     return Layout(dims, contig, f"{lay.how}{what}", lay.kind if not lay.contiguous else ("" if contig else kind))
 
 
-def _apply(lay: Layout, node, text: str) -> Layout | tuple | None:
+def _apply(lay: Layout, node, text: str) -> Layout | None:
     """The layout after expression ``node`` applied to a tensor of layout ``lay`` (None: not tracked)."""
     n = len(lay.dims)
     if isinstance(node, ast.Subscript):
@@ -180,7 +180,7 @@ def _track(fn, start: Layout) -> dict[str, Layout]:
                 break
             text = ast.unparse(op.slice) if isinstance(op, ast.Subscript) else ""
             lay = _apply(lay, op, text)
-        targets = [t for t in st.targets]
+        targets = list(st.targets)
         names = [e for t in targets for e in ([t] if isinstance(t, ast.Name) else
                                              t.elts if isinstance(t, (ast.Tuple, ast.List)) else [])]
         for nm in names:

@@ -53,12 +53,19 @@ def reads_in(path: str, quals, cls: str, names) -> dict[str, list[tuple[str, int
     for q, fn in _functions(tree):
         if q not in quals:
             continue
-        held = _holders(fn, cls, own=True)
-        for node in ast.walk(fn):
-            if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in wanted
-                    and isinstance(node.value, ast.Name) and node.value.id in held):
-                out.setdefault(node.attr, set()).add((path, node.lineno))
+        _collect_reads(fn, _holders(fn, cls, own=True), frozenset(), wanted, path, out)
     return {n: sorted(v) for n, v in out.items()}
+
+
+def _collect_reads(fn, held: set, attrs, wanted: set, path: str, out: dict) -> None:
+    """Add to ``out`` (field -> {(path, line)}) the loads of ``x.field`` in ``fn`` whose ``x`` is a name in
+    ``held`` or an attribute in ``attrs`` (declared with the class as its type)."""
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in wanted):
+            continue
+        v = node.value
+        if (isinstance(v, ast.Name) and v.id in held) or (isinstance(v, ast.Attribute) and v.attr in attrs):
+            out.setdefault(node.attr, set()).add((path, node.lineno))
 
 
 _TREES: dict = {}
@@ -118,14 +125,8 @@ def _scan(ws, upath: str, cls: str, umod: str, names) -> dict:
                 held = _holders(fn, cls, own=p == upath, attrs=attrs)
                 if id(fn) in own_methods and fn.args.args:
                     held.add(fn.args.args[0].arg)
-                if not held and not attrs:
-                    continue
-                for node in ast.walk(fn):
-                    if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in wanted):
-                        continue
-                    v = node.value
-                    if (isinstance(v, ast.Name) and v.id in held) or (isinstance(v, ast.Attribute) and v.attr in attrs):
-                        out.setdefault(node.attr, set()).add((p, node.lineno))
+                if held or attrs:
+                    _collect_reads(fn, held, attrs, wanted, p, out)
     return {n: sorted(v, key=lambda x: (x[0] != upath, x[0], x[1])) for n, v in out.items()}
 
 
