@@ -110,6 +110,9 @@ class Index:
         self._prefetch: tuple[int, object] | None = None  # (pid, shared position) of the summary worker
         self._helper = None  # the server's summary helper process (start_summary_helper)
         self._match_memo: dict = {}  # workspace_modules_matching: pattern -> module names, per generation
+        self._text_memo: dict[str, tuple] = {}  # real path -> ((mtime_ns, size), text) of files read from disk
+        self._text_memo_chars = 0
+        self._per_text: dict = {}  # (key, real path) -> (text, value): see per_text
 
     # -- workspace discovery ---------------------------------------------------
     def _find_workspace_roots(self) -> list[Path]:
@@ -377,19 +380,12 @@ class Index:
         names = memo.get(pattern)
         if names is None:
             rx = re.compile(pattern)
-            names = []
-            for name in sorted(self.ws_files):
-                path = self.ws_files[name]
-                text = self._overlays.get(realpath(path))
-                if text is not None:
-                    data = text.encode("utf-8", "surrogatepass")
-                else:
-                    try:
-                        data = Path(path).read_bytes()
-                    except OSError:
-                        continue
-                if rx.search(data):
-                    names.append(name)
+
+            def matches(text) -> bool:
+                return text is not None and rx.search(text.encode("utf-8", "surrogatepass")) is not None
+
+            names = [name for name in sorted(self.ws_files)
+                     if self.per_text(self.ws_files[name], ("matching", pattern), matches)]
             memo[pattern] = names
         for name in names:
             m = self.module(name)
@@ -397,6 +393,12 @@ class Index:
                 yield m
 
     # -- a forked summary worker (cold whole-workspace commands) -----------------------
+    def after_fork_in_child(self) -> None:
+        """In a process forked from this one (a second checker): the summary worker and helper are the
+        parent's children, not this process's, so this copy neither steers nor waits for them."""
+        self._prefetch = None
+        self._helper = None
+
     def prefetch_summaries(self) -> bool:
         """Fork a worker that builds the workspace summaries into the cache folder from the *end*
         of the module list while this process walks it from the front (:meth:`workspace_modules`
@@ -495,19 +497,60 @@ class Index:
         except ChildProcessError:
             pass
 
+    TEXT_MEMO_CHARS = 48_000_000  # the texts kept by source_text (the real checkout's are 6 MB with vLLM's read)
+
     def source_text(self, path: str) -> str | None:
+        """The text of ``path``: its open buffer, else the file (None for a binary, huge or special file).
+        A file's text is kept while its stamp (mtime, size) stays, so asking again costs a ``stat`` and
+        returns the *same* object (what :meth:`per_text` keys on); the memo is bounded by characters."""
         real = realpath(path)
         if real in self._overlays:
             return self._overlays[real]
         try:
-            if not stat.S_ISREG(os.stat(path).st_mode):
-                return None  # never open a FIFO/device: reading it could block forever
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None  # never open a FIFO/device: reading it could block forever
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = self._text_memo.get(real)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        if st.st_size > MAX_FILE_BYTES:
+            return None
+        try:
             data = Path(path).read_bytes()
         except OSError:
             return None
         if len(data) > MAX_FILE_BYTES:
             return None
-        return decode_source(data)
+        text = decode_source(data)
+        if text is not None:
+            if self._text_memo_chars + len(text) > self.TEXT_MEMO_CHARS:
+                self._text_memo.clear()
+                self._text_memo_chars = 0
+            if hit is not None and hit[1] is not None:
+                self._text_memo_chars -= len(hit[1])
+            self._text_memo[real] = (stamp, text)
+            self._text_memo_chars += len(text)
+        return text
+
+    def per_text(self, path: str, key, fn):
+        """``fn(text)`` for the current text of ``path`` (:meth:`source_text`, None when unreadable),
+        memoised per (``key``, file) while that text stays the same object: an unchanged file or buffer
+        is not scanned again after edits elsewhere. For cheap whole-file facts of workspace files (does
+        it match a pattern, which keywords does it pass) that per-generation scans used to recompute
+        for every file after each keystroke."""
+        text = self.source_text(path)
+        k = (key, realpath(path))
+        hit = self._per_text.get(k)
+        if hit is not None and hit[0] is text:
+            return hit[1]
+        val = fn(text)
+        if len(self._per_text) > 50_000:
+            self._per_text.clear()
+        self._per_text[k] = (text, val)
+        return val
 
     # -- edits -------------------------------------------------------------
     def set_overlay(self, path: str, text: str | None) -> None:

@@ -200,7 +200,7 @@ class Resolver:
         self.enum_overrides = None
         self._enum_memo: dict = {}  # (module, class qualname) -> is it an Enum subclass
         self._field_memo: dict = {}  # (generation, module, class, field) -> values constructors pass for it
-        self._kw_memo: tuple | None = None  # (generation, keyword -> workspace modules passing it)
+        self._kw_memo: tuple | None = None  # (generation, keyword -> workspace modules passing it, per-file sets)
         self._mro_memo: dict = {}  # (module path, sha, class, limit) -> its MRO, this generation
         self._karg_memo: dict = {}  # call site -> the Triton kernel handed to it (or None), this generation
         self._import_map_memo: tuple | None = None  # (generation, import hooks' module map)
@@ -801,12 +801,22 @@ class Resolver:
         memo = self._kw_memo
         if memo is not None and memo[0] == self.index.generation:
             return memo[1]
-        out: dict = {}
-        for modname in sorted(self.index.ws_files):
-            text = self.index.source_text(self.index.ws_files[modname]) or ""
-            for kw in set(self._KEYWORD.findall(text.encode("utf-8", "surrogatepass"))):
-                out.setdefault(kw.decode(), []).append(modname)
-        self._kw_memo = (self.index.generation, out)
+        kw_re = self._KEYWORD
+
+        def keywords(text) -> frozenset:
+            return frozenset(k.decode() for k in kw_re.findall((text or "").encode("utf-8", "surrogatepass")))
+
+        per_file = tuple((modname, self.index.per_text(self.index.ws_files[modname], "call-keywords", keywords))
+                         for modname in sorted(self.index.ws_files))
+        if memo is not None and len(memo[2]) == len(per_file) and all(
+                a[0] == b[0] and a[1] is b[1] for a, b in zip(memo[2], per_file)):
+            out = memo[1]  # no file's keywords changed (an edit elsewhere, or of a body that kept them)
+        else:
+            out = {}
+            for modname, kws in per_file:
+                for kw in kws:
+                    out.setdefault(kw, []).append(modname)
+        self._kw_memo = (self.index.generation, out, per_file)
         return out
 
     def _field_values(self, m: Module, cq: str, name: str) -> Val | None:

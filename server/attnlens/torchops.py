@@ -290,10 +290,15 @@ class OpRegistry:
         if memo is not None and memo[0] == gen:
             return memo[1]
         out = []
-        for name, path in sorted(self.r.index.ws_files.items()):
-            text = self.r.index.source_text(path)
-            if text is not None and any(mk in text for mk in self._REG_MARKERS):
-                out.append((name, path, text))
+        markers = self._REG_MARKERS
+
+        def registers(text) -> bool:
+            return text is not None and any(mk in text for mk in markers)
+
+        idx = self.r.index
+        for name, path in sorted(idx.ws_files.items()):
+            if idx.per_text(path, "op-registration-markers", registers):
+                out.append((name, path, idx.source_text(path)))
         self._reg_files_memo = (gen, out)
         return out
 

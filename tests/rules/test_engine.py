@@ -74,7 +74,8 @@ def test_overlay_is_checked_without_cache(tmp_path):
 
 def test_prepared_buffer_checks_the_same(tmp_path):
     """prepare_module (run by the server while the debounce runs) changes no finding: each edited
-    version gives what a fresh workspace over the same text gives, and reuses the prepared facts."""
+    version gives what a fresh workspace over the same text gives, and the check asked for afterwards
+    returns the prepared findings without running the rules again."""
     from attnlens.rules import engine as E
 
     root = tmp_path / "platform"
@@ -89,9 +90,9 @@ def test_prepared_buffer_checks_the_same(tmp_path):
         ws.index.set_overlay(path, text)
         E.prepare_module(ws, path)
         sha = ws.index.module_for_path(path).summary.sha
-        hits = E.overlay_facts.cache_info().hits
+        checked = E.engine_for(ws).stats["checked"]
         got = [(f.rule, f.line, f.message) for f in check_module(ws, path)]
-        assert E.overlay_facts.cache_info().hits > hits  # the check used the prepared facts
+        assert E.engine_for(ws).stats["checked"] == checked  # the prepared findings: no second run
         ws.cache.flush()
         assert ws.cache.load_pickle("rulesfacts", E._facts_key(sha)) is None  # an unsaved buffer: never on disk
         fresh_root = tmp_path / f"fresh{k}"
@@ -100,6 +101,9 @@ def test_prepared_buffer_checks_the_same(tmp_path):
         fresh = make_workspace(fresh_root, None)
         want = [(f.rule, f.line, f.message) for f in check_module(fresh, str(fresh_root / "fxplat" / "shapes.py"))]
         assert got == want, k
+        ws.index.set_overlay(path, text + "\n")  # a new generation: the buffer is checked again
+        assert [(f.rule, f.line, f.message) for f in check_module(ws, path)] == want
+        assert E.engine_for(ws).stats["checked"] == 1
         seen.append(got)
     assert any(r == "AL114" for r, _l, _m in seen[1]) and seen[3] == []  # real findings compared; broken: none
     E.prepare_module(ws, str(tmp_path / "not-in-workspace.py"))  # outside: nothing to prepare, no error
@@ -154,3 +158,27 @@ def test_modules_that_need_the_cpp_index_early_are_checked_again(tmp_path):
         return json.dumps([f.to_json(root) for f in findings], sort_keys=True).replace(str(root), "ROOT")
 
     assert norm(got, tmp_path / "b") == norm(want, tmp_path / "a")
+
+
+def test_second_checker_gives_the_same_findings(tmp_path, monkeypatch):
+    """The forked second checker of a cold CLI check (``Engine._start_checker``) splits the modules
+    with the parent; the findings, their order and the warnings equal a single-process check, and the
+    helper really checked some modules (read back from the cache)."""
+    import os
+
+    import pytest
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork")
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "mini-metax"
+    want_ws = make_workspace(root, tmp_path / "one")
+    want = [(f.rule, f.path, f.line, f.message) for f in Engine(want_ws).check_paths()]
+    monkeypatch.setattr(Engine, "PARALLEL_MIN_MODULES", 2)
+    ws = make_workspace(root, tmp_path / "two")
+    ws.allow_fork = ws.index.allow_fork = True
+    e = Engine(ws)
+    got = [(f.rule, f.path, f.line, f.message) for f in e.check_paths()]
+    assert got == want and want
+    assert e.stats.get("helper", 0) > 0 and e.stats["checked"] + e.stats["helper"] >= len(e.files_for(None))

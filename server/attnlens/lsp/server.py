@@ -143,9 +143,11 @@ class AttnLensServer(LanguageServer):
         return self.workspace.get_text_document(uri).version
 
     # -- the worker --------------------------------------------------------------
-    async def call(self, fn: Callable[..., Any], *args: Any, priority: int | None = None) -> Any:
+    async def call(self, fn: Callable[..., Any], *args: Any, priority: int | None = None, backoff: bool = True) -> Any:
         """Run ``fn(analysis, *args)`` on the worker; None when no workspace is analysed. Without
         ``priority``: NOW for a request at a position, SOON for any other (:func:`default_priority`).
+        ``backoff=False``: an IDLE job that starts without waiting for ``BACKOFF_S`` of quiet (it still
+        queues behind every request): work the user is waiting for, scheduled after its own pause.
 
         ``fn`` may build LSP objects: positions are converted on the worker with
         :meth:`positions`, against the same text the analysis reads.
@@ -164,7 +166,7 @@ class AttnLensServer(LanguageServer):
             priority = default_priority()
         if priority < IDLE:
             self.last_request = time.monotonic()
-        else:
+        elif backoff:
             # background work (indexing steps, a partial hover's completion) starts only when
             # requests have paused for BACKOFF_S: a job already running cannot be interrupted,
             # so one started in the middle of a burst of hovers made the next hover wait for it

@@ -65,6 +65,18 @@ _MAX_MSG = 200
 # =========================================================================== shared helpers
 
 
+
+def _valid_tree(text: str):
+    """The module's tree when its text parses without error, else None; the parse is shared with the
+    index summary and the expression facts of the same text (``pyindex.parse_source``; not mutated)."""
+    from ..pyindex import parse_source
+
+    try:
+        parsed = parse_source(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return None if parsed.errors else parsed.tree
+
 def _rel(ctx, path: str) -> str:
     return checks_calls._rel(path, ctx.ws.root)
 
@@ -404,9 +416,8 @@ def _try_handlers(ctx) -> dict:
 
     def compute():
         text = ctx.ws.index.source_text(path) or ""
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = _valid_tree(text)
+        if tree is None:
             return {}
         out: dict = {}
         for node in ast.walk(tree):
@@ -1181,9 +1192,8 @@ def _raise_sites(ctx, mod) -> list:
         return []
 
     def compute():
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = _valid_tree(text)
+        if tree is None:
             return []
         out = []
 

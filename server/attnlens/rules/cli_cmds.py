@@ -116,7 +116,8 @@ def cmd_check(args) -> int:
     if args.timing:
         t3 = time.perf_counter()
         print(f"attnlens check: setup {t1 - t0:.3f} s, rules {t2 - t1:.3f} s, output {t3 - t2:.3f} s, total {t3 - t0:.3f} s; "
-              f"modules checked {engine.stats['checked']}, from cache {engine.stats['cached']}", file=sys.stderr)
+              f"modules checked {engine.stats['checked']}, by the second checker {engine.stats.get('helper', 0)}, "
+              f"from cache {engine.stats['cached']}", file=sys.stderr)
         if engine.timings:
             print("  per check: " + ", ".join(f"{k} {v:.2f}s" for k, v in sorted(engine.timings.items(), key=lambda kv: -kv[1])), file=sys.stderr)
     return 1 if any(f.severity == "error" for f in findings) else 0

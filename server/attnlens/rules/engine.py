@@ -26,6 +26,7 @@ import functools
 import hashlib
 import os
 import re
+import struct
 import sys
 import threading
 import time
@@ -506,6 +507,7 @@ class Engine:
         self._fingerprint: str | None = None
         self.generation = ws.index.generation  # the index generation this engine's memos belong to
         self._memo: dict = {}  # shared lazily computed things (registry pairs, ...)
+        self._buffer_findings: dict = {}  # module name -> findings of its open buffer (this generation)
         self._sha_now: dict = {}
         self.errors: list[str] = []
         self.stats = {"cached": 0, "checked": 0}
@@ -756,7 +758,12 @@ class Engine:
             return []
         cache = self.ws.cache
         key = None
-        if self.use_cache and not self._has_overlay(path):
+        overlay = self._has_overlay(path)
+        if overlay:
+            hit = self._buffer_findings.get(name)
+            if hit is not None:
+                return list(hit)
+        if self.use_cache and not overlay:
             key = self._cache_key(name)
             hit = cache.load_pickle("rules", key) if key else None
             if hit is not None:
@@ -773,6 +780,8 @@ class Engine:
         self.timings["global"] = self.timings.get("global", 0.0) + time.perf_counter() - t0
         findings, deps = self._run(mod)
         self.stats["checked"] += 1
+        if overlay:
+            self._buffer_findings[name] = tuple(findings)
         if key is not None:
             if self._gkey is None:
                 self._gkey = "g-" + hashlib.sha256(repr(sorted(gdeps.items())).encode()).hexdigest()[:32]
@@ -813,16 +822,36 @@ class Engine:
         assign(out, self.ws.root, lambda _p: lines)
         return out, deps
 
+    # a forked second checker (CLI, cold): from this many modules to check
+    PARALLEL_MIN_MODULES = 24
+
     def check_paths(self, paths: Iterable[str] | None = None) -> list[Finding]:
         files = self.files_for(paths)
         out: list[Finding] = []
         deferred = []
-        for p in files:
-            got = self._check_module_or_defer(p)
+        helper = self._start_checker(files)
+        i = 0
+        while i < len(files):
+            if helper is not None and not helper.parent_takes(i):
+                break  # the helper has checked (or is checking) the rest
+            got = self._check_module_or_defer(files[i])
             if got is None:
-                deferred.append(p)
+                deferred.append(files[i])
             else:
                 out.extend(got)
+            i += 1
+        if helper is not None:
+            self.errors.extend(helper.join())
+            for p in files[i:]:  # the helper's findings, from the cache (checked here where it left a gap)
+                before = self.stats["checked"]
+                got = self._check_module_or_defer(p)
+                if got is None:
+                    deferred.append(p)
+                else:
+                    out.extend(got)
+                    if self.stats["checked"] == before:
+                        self.stats["cached"] -= 1
+                        self.stats["helper"] = self.stats.get("helper", 0) + 1
         if deferred:
             self.join_prefetch()  # the worker has stored the C++ index: check those modules now
             for p in deferred:
@@ -833,6 +862,20 @@ class Engine:
             pass
         out.sort(key=Finding.sort_key)
         return merge_causes(out)
+
+    def _start_checker(self, files: list[str]):
+        """Fork a second checker for the back of ``files`` (a :class:`_Checker`), or None. Only in a
+        single-threaded CLI process (``Workspace.allow_fork``) with a cache folder, when enough modules
+        need checking. The shared state every check starts from (profile, patches, registry: most of a
+        cold check's summaries) is computed first, so the two processes inherit it instead of building
+        it twice; then each checks modules from its end of the list until they meet. The helper leaves
+        its findings in the cache, where this process reads them as a warm check would; a module it did
+        not finish is checked here. Findings are the same with or without it."""
+        if (len(files) < self.PARALLEL_MIN_MODULES or not self.use_cache or not getattr(self.ws, "allow_fork", False)
+                or not hasattr(os, "fork") or not self.needs_checking(files)):
+            return None
+        self.global_deps()
+        return _Checker.start(self, files)
 
     def files_for(self, paths: Iterable[str] | None) -> list[str]:
         idx = self.ws.index
@@ -861,6 +904,99 @@ class Engine:
                 seen.add(r)
                 out.append(f)
         return out
+
+
+class _Checker:
+    """The forked second checker of :meth:`Engine.check_paths`: positions in shared memory (the parent's
+    next module from the front, the helper's from the back), the helper's warnings through a pipe."""
+
+    _POS = struct.Struct("qq")  # (the parent's claimed module, the helper's claimed module)
+    _ONE = struct.Struct("q")
+
+    def __init__(self, pid: int, shared, rfd: int):
+        self.pid, self.shared, self.rfd = pid, shared, rfd
+
+    @classmethod
+    def start(cls, engine: "Engine", files: list[str]):
+        import mmap
+
+        shared = mmap.mmap(-1, cls._POS.size)
+        cls._POS.pack_into(shared, 0, -1, len(files))
+        try:
+            rfd, wfd = os.pipe()
+            pid = os.fork()
+        except OSError:
+            return None
+        if pid == 0:  # pragma: no cover - runs in the forked helper
+            code = 0
+            try:
+                os.close(rfd)
+                _checker_child(engine, files, shared, wfd)
+            except BaseException:  # noqa: BLE001 - the parent checks what is missing itself
+                code = 1
+            os._exit(code)
+        os.close(wfd)
+        return cls(pid, shared, rfd)
+
+    def parent_takes(self, i: int) -> bool:
+        """Claim module ``i`` for the parent; False once the helper has claimed it (a module both claim
+        at the same moment is checked twice, harmlessly; one neither checks is checked after join)."""
+        self._ONE.pack_into(self.shared, 0, i)
+        return i < self._ONE.unpack_from(self.shared, 8)[0]
+
+    def join(self) -> list[str]:
+        """Wait for the helper; its warnings."""
+        chunks = []
+        try:
+            while True:
+                b = os.read(self.rfd, 65536)
+                if not b:
+                    break
+                chunks.append(b)
+        except OSError:
+            pass
+        finally:
+            try:
+                os.close(self.rfd)
+            except OSError:
+                pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        try:
+            import pickle
+
+            errors = pickle.loads(b"".join(chunks)) if chunks else []
+        except Exception:  # noqa: BLE001 - a helper that died: the parent checks its modules
+            errors = []
+        return [e for e in errors if isinstance(e, str)]
+
+
+def _checker_child(engine: "Engine", files: list[str], shared, wfd: int) -> None:  # pragma: no cover - forked
+    import pickle
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    idx = engine.ws.index
+    idx.after_fork_in_child()
+    engine.prefetch_pid = None
+    n_errors = len(engine.errors)
+    one = _Checker._ONE
+    for j in range(len(files) - 1, -1, -1):
+        one.pack_into(shared, 8, j)
+        if j <= one.unpack_from(shared, 0)[0]:
+            break
+        engine._check_module_or_defer(files[j])
+    from ..cache import flush_all
+
+    flush_all()
+    data = pickle.dumps(engine.errors[n_errors:])
+    view = memoryview(data)
+    while view:
+        k = os.write(wfd, view)
+        view = view[k:]
+    os.close(wfd)
 
 
 _IMPORT_RE = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.MULTILINE)
@@ -970,18 +1106,11 @@ def check_module(ws, path: str) -> list[Finding]:
 
 
 def prepare_module(ws, path: str) -> None:
-    """Compute what a check of ``path`` starts with (its summary, its expression facts, the
-    shared global state) without running the rules. An editor calls this shortly after the last
-    keystroke, while the diagnostics debounce is still running; the check that follows when it
-    ends then only runs the rules."""
-    e = engine_for(ws)
-    with e._lock:
-        name = e._module_name(path)
-        mod = ws.index.module(name) if name else None
-        if mod is None or not mod.workspace:
-            return
-        module_facts(ws, mod.name, mod.path, mod.summary.sha, e.use_cache)
-        e.global_deps()
+    """Check ``path`` ahead of the request for its findings. An editor calls this shortly after the
+    last keystroke, while the diagnostics debounce is still running; the check asked for when it ends
+    finds the findings memoised (an open buffer's, for this index generation: an edit anywhere makes a
+    new engine) or on disk (a file's, by content)."""
+    engine_for(ws).check_module(path)
 
 
 def check_paths(ws, paths: Iterable[str] | None = None) -> list[Finding]:

@@ -187,8 +187,10 @@ def schedule(ls: AttnLensServer, uri: str) -> None:
 
 
 async def prepare(ls: AttnLensServer, uri: str) -> None:
-    """Summary, rule facts and shared state of the edited buffer, ahead of the rules (worker thread,
-    background priority: a request that arrives meanwhile goes first)."""
+    """The edited buffer's findings, computed once typing pauses (``PREPARE_AFTER_S``) while the
+    diagnostics debounce still runs; the publish at its end finds them memoised for this index
+    generation (``rules.prepare_module``). Worker thread, background priority without the idle
+    back-off (the pause was already waited for): a request that arrives meanwhile goes first."""
     path = uri_to_path(uri)
     rules = engine()
     if path is None or not path.endswith(".py") or rules is None:
@@ -200,7 +202,7 @@ async def prepare(ls: AttnLensServer, uri: str) -> None:
         except Exception:  # noqa: BLE001 - the check itself reports problems
             log.debug("preparing %s failed", path, exc_info=True)
 
-    await ls.call(job, priority=IDLE)
+    await ls.call(job, priority=IDLE, backoff=False)
 
 
 async def publish(ls: AttnLensServer, uri: str) -> None:
