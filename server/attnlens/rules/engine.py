@@ -830,28 +830,24 @@ class Engine:
         out: list[Finding] = []
         deferred = []
         helper = self._start_checker(files)
-        i = 0
-        while i < len(files):
-            if helper is not None and not helper.parent_takes(i):
-                break  # the helper has checked (or is checking) the rest
-            got = self._check_module_or_defer(files[i])
+
+        def take(p) -> None:
+            got = self._check_module_or_defer(p)
             if got is None:
-                deferred.append(files[i])
+                deferred.append(p)
             else:
                 out.extend(got)
+
+        i = 0
+        while i < len(files) and (helper is None or helper.parent_takes(i)):
+            take(files[i])
             i += 1
-        if helper is not None:
+        if helper is not None:  # the rest: the helper's findings from the cache (checked here where it left a gap)
             self.errors.extend(helper.join())
-            for p in files[i:]:  # the helper's findings, from the cache (checked here where it left a gap)
-                before = self.stats["checked"]
-                got = self._check_module_or_defer(p)
-                if got is None:
-                    deferred.append(p)
-                else:
-                    out.extend(got)
-                    if self.stats["checked"] == before:
-                        self.stats["cached"] -= 1
-                        self.stats["helper"] = self.stats.get("helper", 0) + 1
+            cached = self.stats["cached"]
+            for p in files[i:]:
+                take(p)
+            self.stats["helper"], self.stats["cached"] = self.stats["cached"] - cached, cached
         if deferred:
             self.join_prefetch()  # the worker has stored the C++ index: check those modules now
             for p in deferred:
@@ -910,8 +906,7 @@ class _Checker:
     """The forked second checker of :meth:`Engine.check_paths`: positions in shared memory (the parent's
     next module from the front, the helper's from the back), the helper's warnings through a pipe."""
 
-    _POS = struct.Struct("qq")  # (the parent's claimed module, the helper's claimed module)
-    _ONE = struct.Struct("q")
+    _ONE = struct.Struct("q")  # at 0: the parent's claimed module; at 8: the helper's
 
     def __init__(self, pid: int, shared, rfd: int):
         self.pid, self.shared, self.rfd = pid, shared, rfd
@@ -920,8 +915,9 @@ class _Checker:
     def start(cls, engine: "Engine", files: list[str]):
         import mmap
 
-        shared = mmap.mmap(-1, cls._POS.size)
-        cls._POS.pack_into(shared, 0, -1, len(files))
+        shared = mmap.mmap(-1, 2 * cls._ONE.size)
+        cls._ONE.pack_into(shared, 0, -1)
+        cls._ONE.pack_into(shared, 8, len(files))
         try:
             rfd, wfd = os.pipe()
             pid = os.fork()

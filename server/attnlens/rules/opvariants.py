@@ -107,6 +107,7 @@ def upstream_registration(ws, ns: str, op: str) -> OpReg | None:
 
 _LITERAL_REG = re.compile(rb"(?<![\w.])" + re.escape(_REGISTER_B) + rb"\(\s*(?:op_name\s*=\s*)?[\"']([A-Za-z_]\w*)[\"']")
 _ANY_REG = re.compile(rb"(?<![\w.])" + re.escape(_REGISTER_B) + rb"\(")
+_DEF_REG = re.compile(rb"def\s+" + re.escape(_REGISTER_B) + rb"\(")
 _REG_FACTS: dict = {}  # file bytes -> (op names registered with a literal name, has a registration without one)
 
 
@@ -117,9 +118,9 @@ def _registered_names(data: bytes) -> tuple[frozenset, bool]:
     66 registering files of vLLM 0.26.0 summarised every file that merely mentioned a name."""
     hit = _REG_FACTS.get(data)
     if hit is None:
-        names = frozenset(m.decode() for m in _LITERAL_REG.findall(data))
-        calls = len(_ANY_REG.findall(data)) - len(re.findall(rb"def\s+" + re.escape(_REGISTER_B) + rb"\(", data))
-        hit = (names, calls > len(_LITERAL_REG.findall(data)))
+        literal = _LITERAL_REG.findall(data)
+        calls = len(_ANY_REG.findall(data)) - len(_DEF_REG.findall(data))
+        hit = (frozenset(m.decode() for m in literal), calls > len(literal))
         if len(_REG_FACTS) > 4096:
             _REG_FACTS.clear()
         _REG_FACTS[data] = hit
