@@ -951,6 +951,7 @@ try {
   const statusSeen = [];
   const sampler = setInterval(async () => {
     // The extension's own item (id attnlens.status), not VS Code's progress item.
+    if (!page) return;
     const items = await page.locator(".statusbar-item").evaluateAll((els) => els.map((e) => [e.id, e.innerText])).catch(() => []);
     for (const [id, text] of items) {
       const t = (text || "").trim();
@@ -989,20 +990,35 @@ try {
     const text = (await hover.innerText()).replace(/\s+\n/g, "\n");
     fs.writeFileSync(path.join(ART, "hover.txt"), text);
     const firstLines = text.split("\n").filter(Boolean).slice(0, 3).join(" | ");
-    // A small screenshot around the hover for the README.
-    const hb = await hover.boundingBox();
-    const wb = await textBox(line, "reshape_and_cache_flash");
-    const x = Math.max(0, Math.min(hb.x, wb.x) - 60);
-    const y = Math.max(0, Math.min(hb.y, wb.y) - 40);
-    const w = Math.min(1280 - x, Math.max(hb.x + hb.width, wb.x + wb.width) - x + 60);
-    const h = Math.min(800 - y, Math.max(hb.y + hb.height, wb.y + wb.height) - y + 40);
-    await shot("hover.png", { clip: { x, y, width: w, height: h } });
-    if (process.env.ATTNLENS_E2E_README_SHOT) {
-      fs.copyFileSync(path.join(ART, "hover.png"), process.env.ATTNLENS_E2E_README_SHOT);
-    }
     clearInterval(sampler);
+    // A small screenshot around the hover for the README. The hover can close between reading
+    // its text and measuring it (the widget re-lays out as the editor settles): hover again, a
+    // few times; the screenshot is for docs, so a hover that will not stay only skips it.
+    let hb = null;
+    for (let i = 0; i < 5 && !hb; i++) {
+      hb = await hover.boundingBox().catch(() => null);
+      if (!hb) {
+        const box = await textBox(line, "reshape_and_cache_flash");
+        await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+        await hover.waitFor({ timeout: 4000 }).catch(() => {});
+      }
+    }
+    if (hb) {
+      const wb = await textBox(line, "reshape_and_cache_flash");
+      const x = Math.max(0, Math.min(hb.x, wb.x) - 60);
+      const y = Math.max(0, Math.min(hb.y, wb.y) - 40);
+      const w = Math.min(1280 - x, Math.max(hb.x + hb.width, wb.x + wb.width) - x + 60);
+      const h = Math.min(800 - y, Math.max(hb.y + hb.height, wb.y + wb.height) - y + 40);
+      await shot("hover.png", { clip: { x, y, width: w, height: h } });
+      if (process.env.ATTNLENS_E2E_README_SHOT) {
+        fs.copyFileSync(path.join(ART, "hover.png"), process.env.ATTNLENS_E2E_README_SHOT);
+      }
+    } else {
+      log("hover closed before it could be measured five times: no hover.png this run");
+    }
     return { detail: `hover: ${firstLines.slice(0, 160)}; status bar went: ${statusSeen.map((t) => JSON.stringify(t)).join(" → ")}` };
   });
+  clearInterval(sampler); // also when the hover scenario failed
   await page.mouse.move(1200, 780);
   await page.keyboard.press("Escape");
 
@@ -1255,7 +1271,8 @@ try {
       const end = Date.now() + 60000;
       let sb = "";
       while (Date.now() < end) {
-        const items = await page.locator(".statusbar-item").evaluateAll((els) => els.map((e) => [e.id, e.innerText])).catch(() => []);
+        if (!page) return;
+    const items = await page.locator(".statusbar-item").evaluateAll((els) => els.map((e) => [e.id, e.innerText])).catch(() => []);
         sb = (items.find(([id]) => id.endsWith("attnlens.status"))?.[1] ?? "").trim();
         if (/vLLM|GPU/.test(sb)) break;
         await page.waitForTimeout(300);
