@@ -518,6 +518,13 @@ class Engine:
     # -- parallel prefetch (CLI) ----------------------------------------------
     prefetch_pid: int | None = None
     _prefetch_fd: int | None = None
+    _prefetch_stop = None  # one shared byte: 1 = stop after the C++ index
+
+    def wind_down_prefetch(self) -> None:
+        """Ask the worker to stop once the C++ index is stored: from here on two checkers use both cores,
+        and summaries they need they build as they go (a third process would only compete with them)."""
+        if self._prefetch_stop is not None:
+            self._prefetch_stop[0] = 1
 
     def start_prefetch(self) -> None:
         """Fork a worker that fills the cache with what the checks will need: first the C++ index
@@ -526,6 +533,9 @@ class Engine:
         reads the results back from the cache folder."""
         if self.prefetch_pid is not None or not self.use_cache or not hasattr(os, "fork"):
             return
+        import mmap
+
+        stop = mmap.mmap(-1, 1)  # set by the parent when two checkers take over (see _start_checker)
         try:
             rfd, wfd = os.pipe()
             pid = os.fork()
@@ -535,13 +545,14 @@ class Engine:
             code = 0
             try:
                 os.close(rfd)
-                _prefetch_child(self.ws, wfd)
+                _prefetch_child(self.ws, wfd, stop)
             except BaseException:  # noqa: BLE001 - analysis must not fail on a bad input
                 code = 1
             os._exit(code)
         os.close(wfd)
         self.prefetch_pid = pid
         self._prefetch_fd = rfd
+        self._prefetch_stop = stop
         # checks that need the C++ index before the worker stored it are retried at the end
         self.ws.resolver.ops.cpp_pending = self.cpp_pending
 
@@ -871,6 +882,7 @@ class Engine:
                 or not hasattr(os, "fork") or not self.needs_checking(files)):
             return None
         self.global_deps()
+        self.wind_down_prefetch()
         return _Checker.start(self, files)
 
     def files_for(self, paths: Iterable[str] | None) -> list[str]:
@@ -1009,15 +1021,57 @@ def _ws_files_from_the_end(idx):
         yield name, path, data, hashlib.sha256(data).hexdigest()
 
 
-def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forked worker
+def _upstream_imports(idx, stdlib) -> tuple[list[str], list[str]]:
+    """Installed (non-workspace, non-stdlib) modules the workspace imports, most imported first: those
+    imported at the top of a file (what loading a backend module and the registry resolve), then the rest
+    (imports inside functions and blocks)."""
+    tops = {n.split(".", 1)[0] for n in idx.ws_files}
+    top_level: dict = {}
+    nested: dict = {}
+    for path in idx.ws_files.values():
+        text = idx.source_text(path)
+        if text is None:
+            continue
+        for m in _IMPORT_RE.finditer(text):
+            name = m.group(1) or m.group(2)
+            top = name.split(".", 1)[0]
+            if top in tops or top in stdlib or top in ("torch", "__future__"):
+                continue
+            counts = top_level if text[m.start()] in "fi" else nested
+            counts[name] = counts.get(name, 0) + 1
+    first = sorted(top_level, key=lambda n: (-top_level[n], n))
+    rest = sorted((n for n in nested if n not in top_level), key=lambda n: (-nested[n], n))
+    return first, rest
+
+
+def _prefetch_child(ws, wfd: int, stop=None) -> None:  # pragma: no cover - runs in a forked worker
+    """The cold CLI check's worker, on the second core while the parent builds the shared state (profile,
+    patches, registry) and then until two checkers take over (``stop``). In order: workspace summaries
+    from the end of the list, the C++ index (signalled through ``wfd``), summaries of the installed
+    modules the workspace imports (top-of-file imports first), the remaining rule facts."""
     import signal
 
     debug = os.environ.get("ATTNLENS_RULES_DEBUG")
     t0 = time.perf_counter()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     idx = ws.index
-    # 1. workspace summaries and rule facts (one parse each) from the end of the module list,
-    #    while the parent summarises them from the front, until we meet
+
+    def stopped() -> bool:
+        return stop is not None and stop[0] == 1
+
+    def summarise(names) -> None:
+        for name in names:
+            if stopped():
+                return
+            if name.split(".", 1)[0] in stdlib:
+                continue
+            loc = idx.locate(name)
+            if loc is not None and loc.kind == "py":
+                idx.module(name)
+
+    stdlib = getattr(ws.resolver, "stdlib", frozenset())
+    # 1. workspace summaries and rule facts (one parse each) from the end of the module list, while the
+    #    parent summarises from the front (the patches read every workspace module), until we meet
     met = 0
     for name, path, data, sha in _ws_files_from_the_end(idx):
         if ws.cache.load_pickle("py", sha) is not None:
@@ -1046,36 +1100,20 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
         os.close(wfd)
     except OSError:
         pass
-    # 3. the remaining rule facts, from the end: the parent computes what it reaches first
+    # 3. installed modules the workspace imports, those at the top of a file first (the registry and the
+    #    import checks resolve them), until the checkers take over
+    first, rest = _upstream_imports(idx, stdlib)
+    summarise(first)
+    summarise(rest)
+    # 4. the remaining rule facts, from the end (when the parent has not taken over yet)
     for name, path, _data, sha in _ws_files_from_the_end(idx):
+        if stopped():
+            break
         if ws.cache.load_pickle("rulesfacts", _facts_key(sha)) is None:
             module_facts(ws, name, path, sha, True)
-    if debug:
-        print(f"[prefetch] facts {time.perf_counter() - t0:.2f}s", file=sys.stderr)
-    tops = {n.split(".", 1)[0] for n in idx.ws_files}
-    counts: dict = {}
-    for path in idx.ws_files.values():
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        for m in _IMPORT_RE.finditer(text):
-            name = m.group(1) or m.group(2)
-            top = name.split(".", 1)[0]
-            if top in tops or top in ("torch", "typing", "os", "sys", "__future__"):
-                continue
-            counts[name] = counts.get(name, 0) + 1
-    stdlib = getattr(ws.resolver, "stdlib", frozenset())
-    for name in sorted(counts, key=lambda n: (-counts[n], n)):
-        if name.split(".", 1)[0] in stdlib:
-            continue
-        loc = idx.locate(name)
-        if loc is None or loc.kind != "py":
-            continue
-        idx.module(name)
     ws.cache.flush()
     if debug:
-        print(f"[prefetch] upstream done {time.perf_counter() - t0:.2f}s", file=sys.stderr)
+        print(f"[prefetch] done {time.perf_counter() - t0:.2f}s{' (stopped)' if stopped() else ''}", file=sys.stderr)
 
 
 _ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
