@@ -25,7 +25,7 @@ def _lint(server_dir: Path) -> subprocess.CompletedProcess:
 def test_contracts_are_kept():
     r = _lint(REPO / "server")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert "4 kept, 0 broken" in r.stdout
+    assert "5 kept, 0 broken" in r.stdout
 
 
 def test_a_core_module_importing_the_lsp_breaks_the_contract(tmp_path):
@@ -36,6 +36,34 @@ def test_a_core_module_importing_the_lsp_breaks_the_contract(tmp_path):
     assert r.returncode != 0
     assert "Core analysis does not import the features above it BROKEN" in r.stdout
     assert "attnlens.resolver -> attnlens.lsp.server" in r.stdout
+
+
+def test_a_check_importing_the_engine_breaks_the_contract(tmp_path):
+    """Checks are written against the rule API (`rules/api.py`); the engine finds and runs them. A check
+    that reaches into the engine (a hidden circle: the engine imports the checks) fails the contract."""
+    shutil.copytree(REPO / "server" / "attnlens", tmp_path / "attnlens", ignore=shutil.ignore_patterns("__pycache__"))
+    chk = tmp_path / "attnlens" / "rules" / "checks_shapes.py"
+    chk.write_text(chk.read_text() + "\n\ndef _wrong():\n    from .engine import Engine  # noqa: F401\n")
+    r = _lint(tmp_path)
+    assert r.returncode != 0
+    assert "Check modules use the rule API, never the engine that runs them BROKEN" in r.stdout
+    assert "attnlens.rules.checks_shapes -> attnlens.rules.engine" in r.stdout
+
+
+def test_every_check_module_is_found_and_under_the_contract():
+    """One mechanism finds the checks (every `checks_*` module of the package), and the contract above
+    covers each of them: a new check module that is not listed there fails here."""
+    import configparser
+
+    from attnlens.rules.engine import check_modules
+
+    found = {f"attnlens.rules.{m}" for m in check_modules()}
+    on_disk = {f"attnlens.rules.{p.stem}" for p in (REPO / "server" / "attnlens" / "rules").glob("checks_*.py")}
+    assert found == on_disk and len(found) >= 8
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / ".importlinter")
+    listed = set(cfg["importlinter:contract:checks-use-the-rule-api"]["source_modules"].split())
+    assert found <= listed, sorted(found - listed)
 
 
 # private state of the core that other modules reached into (issue 12); each has a public accessor now

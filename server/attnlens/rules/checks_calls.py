@@ -14,7 +14,7 @@ import textwrap
 from .. import model as M
 from ..resolver import Val, Walk
 from .classes import mro_complete
-from .engine import Rule, check, content_memo, rule, short_list
+from .api import Rule, check, content_memo, rule, short_list
 
 AL101 = rule(Rule(
     "AL101", "unaccepted-keyword", "error",

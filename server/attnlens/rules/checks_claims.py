@@ -15,7 +15,7 @@ from .. import model as M
 from ..resolver import Val, Walk
 from .checks_calls import _flow, _loc, _rel, _short, op_schemas
 from .classes import class_attr
-from .engine import Rule, check, rule
+from .api import Rule, check, fact_prefilter, rule
 
 AL103 = rule(Rule(
     "AL103", "capability-method-claim", "warning",
@@ -102,7 +102,7 @@ CLAIMS = [
 ]
 HEAD_CLAIM = re.compile(r"\bsupports?\s+(?:head[\s_-]?(?:size|dim)s?\s+)?(?:of\s+|up\s+to\s+)?(\d{2,3})\b", re.IGNORECASE)
 # any claim at all in a file's raw text (lets the engine skip tokenizing files without one)
-CLAIM_PREFILTER = re.compile("|".join(f"(?:{p.pattern})" for p, _c, _pos in CLAIMS) + f"|(?:{HEAD_CLAIM.pattern})", re.IGNORECASE)
+CLAIM_PREFILTER = fact_prefilter(re.compile("|".join(f"(?:{p.pattern})" for p, _c, _pos in CLAIMS) + f"|(?:{HEAD_CLAIM.pattern})", re.IGNORECASE))
 
 
 # --------------------------------------------------------------------------- kernels behind a subject

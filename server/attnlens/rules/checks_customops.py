@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import opvariants as OV
 from .checks_calls import _short
-from .engine import Rule, check, rule
+from .api import Rule, check, rule
 
 AL120 = rule(Rule(
     "AL120", "custom-op-parameters", "warning",

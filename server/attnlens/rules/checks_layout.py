@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .. import model as M
 from .checks_calls import _short
 from .classes import class_attr
-from .engine import Rule, check, rule
+from .api import Rule, check, rule
 from .probe_routing import best_family
 
 AL121 = rule(Rule(
@@ -311,7 +311,7 @@ def _function_node(lines: list[str], first: int, last: int, name: str):
 
 def _shape_of(ctx, fv) -> tuple | None:
     """The dimensions ``get_kv_cache_shape`` (function ``fv``) returns, memoised by its module's content."""
-    from .engine import content_memo
+    from .api import content_memo
 
     f = fv.func
     mod = fv.module

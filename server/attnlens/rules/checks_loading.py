@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..resolver import Val, Walk
 from . import checks_calls  # noqa: F401 - its checks register (and run) first: AL115 defers to its AL107
-from .engine import Rule, check, content_memo, rule
+from .api import Rule, check, content_memo, rule
 
 AL115 = rule(Rule(
     "AL115", "unloadable-import", "error",
@@ -866,7 +866,7 @@ _SEV = {"error": 0, "warning": 1, "info": 2}
 def _package_sites(ctx, pkg: str) -> list:
     """[(module name, scope, binding, how)] of every workspace import of the missing package
     ``pkg`` that is reported, most severe first: one finding per package, anchored at the first."""
-    from .engine import ModuleContext
+    from .api import ModuleContext
 
     def compute():
         idx = ctx.ws.index

@@ -6,7 +6,7 @@ import re
 
 from ..resolver import Walk
 from .checks_calls import _loc, _rel
-from .engine import Rule, check, rule
+from .api import Rule, check, rule
 
 AL105 = rule(Rule(
     "AL105", "nvidia-capability-check", "warning",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .engine import Rule, check, rule
+from .api import Rule, check, rule
 
 AL114 = rule(Rule(
     "AL114", "per-request-reshape", "warning",

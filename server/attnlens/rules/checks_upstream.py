@@ -14,7 +14,7 @@ from ..resolver import Val, Walk
 from .checks_calls import _loc, _rel, _short
 from .classes import mro as full_mro
 from .classes import mro_complete
-from .engine import Rule, check, content_memo, rule, short_list
+from .api import Rule, check, content_memo, prepare, rule, short_list
 
 AL108 = rule(Rule(
     "AL108", "missing-upstream-name", "error",
@@ -577,6 +577,7 @@ def _metadata_class(r, cv: Val, like: str | None = None) -> Val | None:
     return Val("class", mod, q, mod.path, c.line)
 
 
+@prepare("registry")
 def registry_pairs(engine) -> list[dict]:
     def compute():
         r = engine.ws.resolver

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from ..resolver import Val, Walk
-from .engine import content_memo
+from .api import content_memo
 
 TRIVIAL_BASES = {"object", "Generic", "typing.Generic", "ABC", "abc.ABC", "Protocol", "typing.Protocol"}
 

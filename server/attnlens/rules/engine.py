@@ -1,10 +1,10 @@
-"""The rules engine: findings over the resolved chains of one workspace.
+"""The rules engine: runs the checks over the resolved chains of one workspace.
 
-Pure analysis (no LSP types). A rule is an object with an id (``AL101``...),
-a name, a default severity, a one-line summary and documentation; checks are
-functions over a :class:`ModuleContext` that yield :class:`Finding` objects
-for one or more rules. ``Finding`` positions follow the core: 1-based lines,
-0-based code-point columns, exclusive end (``to_json`` gives 1-based columns).
+Pure analysis (no LSP types). What a check author uses (rules, checks, findings, the per-module
+context, shared tables) is :mod:`.api`; this module finds the ``checks_*`` modules (:func:`load_checks`),
+computes the shared tables (``api.prepare``) once per engine, runs the checks per module, caches and
+merges their findings, and for a cold CLI check runs a prefetch worker and a second checker. It
+re-exports the API's names for its callers (CLI, editor, upgrade, tests).
 
 Every finding carries ``data`` with the resolved ``chain`` (``Chain.to_json()``)
 when there is one, the ``contract`` entry id that was consulted, and the
@@ -32,66 +32,22 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict
 from pathlib import Path
 
-from .. import model as M
 from ..index import realpath
-from ..resolver import Val, Walk
+from ..resolver import Val
 from . import facts as F
-from .contracts import PROBE_AGENT_FAMILY, ContractSet, load_contracts
+from .api import (CHECKS, FACT_PREFILTERS, PREPARES, RULES, SEVERITIES, SEVERITY_RANK, Finding, ModuleContext, Rule,
+                  check, content_memo, fact_prefilter, prepare, rule, short_list, short_paths, suppressed)
+from .contracts import ContractSet, load_contracts
 
-SEVERITIES = ("error", "warning", "info")
-SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+__all__ = ["CHECKS", "RULES", "SEVERITIES", "SEVERITY_RANK", "Engine", "Finding", "ModuleContext", "Rule", "check",
+           "check_module", "check_paths", "content_memo", "engine_for", "fact_prefilter", "load_checks",
+           "merge_causes", "module_facts", "prepare", "prepare_module", "rule", "rules_table", "short_list",
+           "short_paths", "suppressed"]
 
-
-@dataclass
-class Finding:
-    rule: str
-    severity: str
-    path: str
-    line: int
-    col: int  # 0-based code points
-    end_line: int
-    end_col: int  # 0-based, exclusive
-    message: str  # the Problems-panel line: problem and consequence first, the action last (short)
-    data: dict = field(default_factory=dict)
-    detail: str = ""  # the evidence (hover, `check --format text -v`, SARIF fullDescription of the result)
-    # other places of the same cause: [{"path", "line", "col", "end_line", "end_col", "message"}] (LSP
-    # relatedInformation, SARIF relatedLocations); one finding per cause, anchored where the fix belongs
-    related: list = field(default_factory=list)
-    unnecessary: bool = False  # the anchored code never runs on this platform (editor: greyed out)
-    id: str = ""  # stable id (rules.ids): rule, file, anchored text and data; a text part for staleness
-
-    def to_json(self, root: str | os.PathLike | None = None) -> dict:
-        out = {
-            "rule": self.rule, "severity": self.severity, "path": _rel_to(self.path, root),
-            "line": self.line, "col": self.col + 1, "end_line": self.end_line, "end_col": self.end_col + 1,
-            "message": self.message, "data": self.data,
-        }
-        if self.id:
-            out["id"] = self.id
-        if self.detail:
-            out["detail"] = self.detail
-        if self.related:
-            out["related"] = [dict(r, path=_rel_to(r.get("path", ""), root), col=int(r.get("col", 0)) + 1,
-                                   end_col=int(r.get("end_col", 0)) + 1) for r in self.related]
-        if self.unnecessary:
-            out["unnecessary"] = True
-        return out
-
-    def sort_key(self):
-        return (self.path, self.line, self.col, self.rule, self.message)
-
-
-_PATH_LOC = re.compile(r"(?<![\w.])(?:[\w.-]+/)+([\w.-]+\.(?:py|pyi|cpp|cc|cu|cuh|h|hpp)(?::\d+)?)")
-
-
-def short_paths(message: str) -> str:
-    """A Problems-panel line names files by their base name (``flashinfer.py:436``); the full paths
-    are in the finding's detail, related locations and data."""
-    return _PATH_LOC.sub(r"\1", message)
 
 
 def _fold_covered(findings: list[Finding]) -> list[Finding]:
@@ -103,19 +59,6 @@ def _fold_covered(findings: list[Finding]) -> list[Finding]:
     if not covered:
         return findings
     return [f for f in findings if not (f.rule == "AL106" and (f.path, f.line) in covered)]
-
-
-def short_list(items, limit: int, fmt: str = "`{}`") -> str:
-    """``a, b, … (3 more)``: items formatted with ``fmt`` and joined while the text stays within ``limit``
-    characters (at least one item is shown). The one list-clipping rule of Problems-panel messages."""
-    items = list(items)
-    out = ""
-    for i, x in enumerate(items):
-        part = (", " if out else "") + fmt.format(x)
-        if out and len(out) + len(part) > limit:
-            return out + f", … ({len(items) - i} more)"
-        out += part
-    return out
 
 
 def merge_causes(findings: list[Finding]) -> list[Finding]:
@@ -143,194 +86,6 @@ def merge_causes(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _rel_to(path: str, root: str | os.PathLike | None) -> str:
-    if root is None or not path:
-        return path
-    try:
-        rel = os.path.relpath(path, root)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else Path(rel).as_posix()
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    name: str
-    severity: str
-    summary: str
-    docs: str = ""
-    tags: tuple = ()
-
-    @property
-    def anchor(self) -> str:
-        return f"{self.id.lower()}-{self.name}"
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "name": self.name, "severity": self.severity, "summary": self.summary,
-                "docs": self.docs, "anchor": self.anchor, "tags": list(self.tags)}
-
-
-RULES: dict[str, Rule] = {}
-CHECKS: list[tuple[Callable, tuple]] = []
-
-
-def rule(r: Rule) -> Rule:
-    RULES[r.id] = r
-    return r
-
-
-def check(*ids: str):
-    """Register a check function producing findings for the given rule ids."""
-
-    def deco(fn):
-        CHECKS.append((fn, ids))
-        return fn
-
-    return deco
-
-
-# --------------------------------------------------------------------------- suppression
-
-_IGNORE = re.compile(r"#\s*attnlens\s*:\s*ignore(?:\[([A-Za-z0-9_,\s-]*)\])?")
-
-
-def suppressed(lines: list[str], f: Finding) -> bool:
-    last = max(f.line, min(f.end_line, f.line + 50))
-    for ln in range(f.line, last + 1):
-        if ln - 1 >= len(lines) or ln < 1:
-            break
-        text = lines[ln - 1]
-        if "attnlens" not in text:
-            continue
-        for m in _IGNORE.finditer(text):
-            ids = m.group(1)
-            if ids is None:
-                return True
-            if f.rule.upper() in {x.strip().upper() for x in ids.split(",") if x.strip()}:
-                return True
-    return False
-
-
-# --------------------------------------------------------------------------- per-module context
-
-
-class ModuleContext:
-    """What checks see: one workspace module plus cached helpers."""
-
-    def __init__(self, engine: Engine, mod):
-        self.engine = engine
-        self.ws = engine.ws
-        self.r = engine.ws.resolver
-        self.mod = mod
-        self.s = mod.summary
-        self.path = mod.path
-        self._facts: F.AstFacts | None = None
-        self.hard_deps: dict | None = None  # set while the checks run (the dependency recorder's)
-        self._resolved: dict = {}
-        self._traced: dict = {}
-        self.findings: list[Finding] = []
-
-    # -- source facts ------------------------------------------------------
-    @property
-    def facts(self) -> F.AstFacts:
-        if self._facts is None:
-            self._facts = module_facts(self.ws, self.mod.name, self.path, self.s.sha, self.engine.use_cache)
-        return self._facts
-
-    @property
-    def lines(self) -> list[str]:
-        return self.facts.lines
-
-    def note_dep(self, name: str, sha: str) -> None:
-        """Record that the findings depend on module ``name`` with content ``sha`` when a check
-        reads its text directly instead of through the index."""
-        if self.hard_deps is not None:
-            self.hard_deps[name] = sha
-
-    # -- resolution ----------------------------------------------------------
-    def resolve_call(self, cs) -> Val:
-        """The direct callee of a call site (monkey patches applied)."""
-        key = (cs.line, cs.col)
-        hit = self._resolved.get(key)
-        if hit is None:
-            w = Walk()
-            try:
-                v = self.r.resolve_dotted(self.mod, cs.scope, cs.func, w, line=cs.line) if cs.func else Val("unknown")
-                v = self.engine.apply_patch(v)
-            except RecursionError:
-                v = Val("unknown", reason="resolution recursed too deeply")
-            uncertain = any(h.condition and h.reachable is None for h in w.hops)
-            hit = (v, uncertain)
-            self._resolved[key] = hit
-        return hit[0]
-
-    def uncertain(self, cs) -> bool:
-        """Did resolving the callee pick one of several bindings under a guard that the platform
-        profile cannot decide (``if FLAG:`` / ``else:`` alternatives)?"""
-        self.resolve_call(cs)
-        return self._resolved[(cs.line, cs.col)][1]
-
-    def trace(self, cs) -> M.Chain | None:
-        key = (cs.line, cs.col)
-        if key not in self._traced:
-            try:
-                self._traced[key] = self.r.trace_call(self.mod, cs)
-            except RecursionError:
-                self._traced[key] = None
-        return self._traced[key]
-
-    def call_dead(self, cs) -> bool:
-        """Is the call site under a guard that is False on this platform?"""
-        if not cs.guards:
-            return False
-        try:
-            return self.r.guard_value(self.mod, cs.guards, cs.scope) is False
-        except RecursionError:
-            return False
-
-    def is_workspace(self, v: Val | None) -> bool:
-        return v is not None and v.module is not None and bool(v.module.workspace)
-
-    # -- findings ----------------------------------------------------------
-    def add(self, rule_id: str, line: int, col: int, end_line: int, end_col: int, message: str,
-            severity: str | None = None, chain: M.Chain | None = None, contract: str | None = None,
-            probe: str | None = None, detail: str = "", related: list | None = None, unnecessary: bool = False,
-            **extra) -> Finding:
-        r = RULES[rule_id]
-        data: dict = {"chain": chain.to_json() if chain is not None else None, "contract": contract, "probe": probe}
-        if probe:
-            data["probe_agent_family"] = PROBE_AGENT_FAMILY.get(probe, probe)
-        data.update(extra)
-        f = Finding(rule_id, severity or r.severity, self.path, line, col, end_line, end_col, short_paths(message), data,
-                    detail=detail, related=list(related or ()), unnecessary=unnecessary)
-        self.findings.append(f)
-        return f
-
-    def site(self, line: int, col: int, end_line: int, end_col: int, message: str, path: str | None = None) -> dict:
-        """A related location (``Finding.related``) in this module, or in ``path``."""
-        return {"path": path or self.path, "line": line, "col": col, "end_line": end_line, "end_col": end_col,
-                "message": message}
-
-    def add_at_call(self, rule_id: str, cs, message: str, **kw) -> Finding:
-        return self.add(rule_id, cs.line, cs.col, cs.end_line, cs.end_col, message, **kw)
-
-    def line_text(self, line: int) -> str:
-        return self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-
-    def name_range(self, line: int, name: str, start_col: int = 0) -> tuple[int, int, int, int]:
-        """Range of ``name`` on ``line`` (first occurrence at or after start_col)."""
-        text = self.line_text(line)
-        m = re.search(r"\b" + re.escape(name) + r"\b", text[start_col:]) if name else None
-        if m is None:
-            stripped = len(text) - len(text.lstrip())
-            return line, stripped, line, max(len(text), stripped + 1)
-        return line, start_col + m.start(), line, start_col + m.end()
-
-    def def_range(self, f) -> tuple[int, int, int, int]:
-        return self.name_range(f.line, f.name, 0)
-
-
 def _facts_key(sha: str) -> str:
     return hashlib.sha256(f"{_rules_code_hash()}|{sha}".encode()).hexdigest()[:40]
 
@@ -353,9 +108,21 @@ def module_facts(ws, name: str, path: str, sha: str, use_cache: bool) -> F.AstFa
 
 
 def _collect(text: str) -> F.AstFacts:
-    from .checks_claims import CLAIM_PREFILTER
+    load_checks()  # the line patterns the checks registered (api.fact_prefilter)
+    return F.collect(text, _prefilter())
 
-    return F.collect(text, CLAIM_PREFILTER)
+
+@functools.lru_cache(maxsize=1)
+def _prefilter_of(patterns: tuple) -> re.Pattern | None:
+    if not patterns:
+        return None
+    if len(patterns) == 1:
+        return patterns[0]
+    return re.compile("|".join(f"(?:{p.pattern})" for p in patterns), re.IGNORECASE)
+
+
+def _prefilter() -> re.Pattern | None:
+    return _prefilter_of(tuple(FACT_PREFILTERS))
 
 
 overlay_facts = functools.lru_cache(maxsize=8)(_collect)  # facts of the latest unsaved buffer texts
@@ -381,25 +148,6 @@ def _rules_code_hash() -> str:
         except OSError:
             pass
     return h.hexdigest()[:20]
-
-
-_CONTENT_MEMO: dict = {}  # content-addressed results, shared by every engine (see content_memo)
-_CONTENT_MEMO_MAX = 50_000
-
-
-def content_memo(key: tuple, fn):
-    """Memoise ``fn()`` under a key that names the content it reads (a module's path *and* its
-    content sha, a qualname...): such a result outlives the engine of one index generation, so an
-    edit re-analyses only what the edited file's new content needs."""
-    try:
-        return _CONTENT_MEMO[key]
-    except KeyError:
-        pass
-    val = fn()
-    if len(_CONTENT_MEMO) >= _CONTENT_MEMO_MAX:
-        _CONTENT_MEMO.clear()
-    _CONTENT_MEMO[key] = val
-    return val
 
 
 def global_signature(summary) -> str:
@@ -611,6 +359,10 @@ class Engine:
         self.prefetch_pid = None
 
     # -- shared helpers used by checks -------------------------------------
+    def facts_of(self, mod) -> F.AstFacts:
+        """The expression-level facts of workspace module ``mod`` (cached by content)."""
+        return module_facts(self.ws, mod.name, mod.path, mod.summary.sha, self.use_cache)
+
     def apply_patch(self, v: Val) -> Val:
         if v.kind in ("function", "class") and v.module is not None and not v.module.workspace:
             try:
@@ -708,12 +460,12 @@ class Engine:
                     self.ws.resolver.patches()
                 except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
                     self.errors.append(f"profile/patches: {type(e).__name__}: {e}")
-                from . import checks_upstream
-
-                try:
-                    checks_upstream.registry_pairs(self)
-                except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
-                    self.errors.append(f"registry: {type(e).__name__}: {e}")
+                load_checks()
+                for label, fn in PREPARES:
+                    try:
+                        fn(self)
+                    except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
+                        self.errors.append(f"{label}: {type(e).__name__}: {e}")
             self._global_deps = _merge_deps(hard, soft)
         return self._global_deps
 
@@ -1152,15 +904,20 @@ def check_paths(ws, paths: Iterable[str] | None = None) -> list[Finding]:
 
 
 # the modules whose @check functions make up the rules (imported on first use: they import the engine)
-CHECK_MODULES = ("checks_calls", "checks_claims", "checks_customops", "checks_layout", "checks_loading",
-                 "checks_platform", "checks_shapes", "checks_upstream")
+@functools.lru_cache(maxsize=1)
+def check_modules() -> tuple[str, ...]:
+    """The check modules: every ``checks_*`` module of this package (the one way checks are found)."""
+    import pkgutil
+
+    here = Path(__file__).resolve().parent
+    return tuple(sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("checks_")))
 
 
 def load_checks() -> None:
     """Import every check module once (registers their rules and checks)."""
     import importlib
 
-    for m in CHECK_MODULES:
+    for m in check_modules():
         importlib.import_module(f"{__package__}.{m}")
 
 
