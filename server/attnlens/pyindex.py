@@ -491,6 +491,13 @@ class _Builder:
             self.guards.pop()
 
     def stmt(self, st: ast.stmt) -> None:
+        t = type(st)
+        if t is ast.Expr:  # the most common statement (a call): its one expression
+            self.expr(st.value)
+            return
+        if t is ast.Assign:
+            self.assign(st.targets, st.value, st)
+            return
         g = tuple(self.guards)
         if isinstance(st, ast.Import):
             for a in st.names:
@@ -616,6 +623,8 @@ class _Builder:
             l0, l1 = node.lineno, node.end_lineno
             c0, c1 = node.col_offset, node.end_col_offset
             lines = self.lm.lines
+            if l0 == l1 and self.lm._all_ascii:  # byte columns are character columns
+                return lines[l0 - 1][c0:c1]
             if l0 == l1:
                 return lines[l0 - 1].encode()[c0:c1].decode("utf-8", "replace")
             parts = [lines[l0 - 1].encode()[c0:].decode("utf-8", "replace")]
