@@ -26,7 +26,10 @@ from ..pyindex import decode_source
 
 
 @dataclass(frozen=True)
-class Param:
+class SigParam:
+    """A parameter as two versions' signatures are compared: its default's *source text* (the index's
+    ``pyindex.Param`` keeps only whether there is one, which is all resolution needs)."""
+
     name: str
     kind: str  # posonly | pos | vararg | kwonly | kwarg
     default: str | None  # source text of the default, None when required
@@ -184,13 +187,13 @@ def signature(fn) -> Signature | None:
     nd = len(a.defaults)
     for i, p in enumerate(allpos):
         d = a.defaults[i - (len(allpos) - nd)] if i >= len(allpos) - nd else None
-        params.append(Param(p.arg, "posonly" if i < len(a.posonlyargs) else "pos", unparse(d), unparse(p.annotation)))
+        params.append(SigParam(p.arg, "posonly" if i < len(a.posonlyargs) else "pos", unparse(d), unparse(p.annotation)))
     if a.vararg:
-        params.append(Param(a.vararg.arg, "vararg", None, unparse(a.vararg.annotation)))
+        params.append(SigParam(a.vararg.arg, "vararg", None, unparse(a.vararg.annotation)))
     for p, d in zip(a.kwonlyargs, a.kw_defaults):
-        params.append(Param(p.arg, "kwonly", unparse(d) if d is not None else None, unparse(p.annotation)))
+        params.append(SigParam(p.arg, "kwonly", unparse(d) if d is not None else None, unparse(p.annotation)))
     if a.kwarg:
-        params.append(Param(a.kwarg.arg, "kwarg", None, unparse(a.kwarg.annotation)))
+        params.append(SigParam(a.kwarg.arg, "kwarg", None, unparse(a.kwarg.annotation)))
     kind = "function"
     abstract = False
     for d in fn.decorator_list:

@@ -913,7 +913,7 @@ class Drift:
                 return init.sig, True
             s = side.lookup(v.dotted)
             if s is not None and s.shape is not None and s.shape.is_dataclass:
-                params = tuple(A.Param(n, "pos", d, a) for n, a, d in s.shape.fields)
+                params = tuple(A.SigParam(n, "pos", d, a) for n, a, d in s.shape.fields)
                 return A.Signature(params), False
         return None
 
