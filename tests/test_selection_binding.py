@@ -216,7 +216,7 @@ def test_layer_looked_up_by_name_in_a_vllm_custom_op_binds_its_impl(tiny):
 
 
 def test_saved_original_on_an_upstream_class_is_the_upstream_method(tiny):
-    from attnlens.resolver import Walk
+    from attnlens.walk import Walk
 
     v = tiny.resolver.resolve_symbol("vllm.v1.attention.backends.flash_attn.FlashAttentionImpl")
     got = tiny.resolver.attr(v, "_tiny_orig_forward", Walk())

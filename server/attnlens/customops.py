@@ -18,7 +18,7 @@ import ast
 from dataclasses import dataclass
 
 from .pyindex import dotted
-from .resolver import Val, Walk
+from .walk import Val, Walk
 
 METHOD = "register_oot"
 

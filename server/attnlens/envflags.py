@@ -28,6 +28,8 @@ import ast
 import weakref
 from dataclasses import dataclass
 
+from .walk import Walk
+
 UNKNOWN = object()
 
 _GETENV = {"os.getenv", "getenv", "os.environ.get", "environ.get"}
@@ -205,8 +207,6 @@ class EnvDefaults:
 
     def _module_named(self, mod, scope, base: str | None):
         """The module ``base`` names in ``scope`` when it defines environment flags, else None (memoised)."""
-        from .resolver import Walk
-
         if not base or base == "self" or base.startswith("self."):
             return None
         key = (mod.name, scope, base)
@@ -365,8 +365,6 @@ def default_provider(resolver, defaults: EnvDefaults) -> DefaultProvider | None:
 
 def _kernel_import_scopes(resolver) -> list:
     """(module, function qualname) of the platform classes' ``import_kernels`` (where provider guards are read)."""
-    from .resolver import Walk
-
     out = []
     for cv in resolver.profile.info.classes:
         fv = resolver.class_attr(cv.module, cv.qual, "import_kernels", Walk())

@@ -189,6 +189,21 @@ class Chain:
     def truncated(self) -> bool:
         return any(f.truncated for f in self.forks())
 
+    def reaches_runtime(self) -> bool:
+        """Does the tree end in (or pass through) kernel-like code: a leaf of RUNTIME_LEAF_KINDS, or a
+        torch-op or patch hop on the trunk or a branch?"""
+        for lf in self.leaves():
+            if lf.final.kind in RUNTIME_LEAF_KINDS:
+                return True
+        stack = [self]
+        while stack:
+            c = stack.pop()
+            if any(h.kind in ("torch_op", "patch") for h in c.hops):
+                return True
+            if c.final.fork is not None:
+                stack.extend(b.chain for b in c.final.fork.branches)
+        return False
+
     def forks(self) -> list[Fork]:
         out: list[Fork] = []
         stack = [self]

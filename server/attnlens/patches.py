@@ -21,7 +21,9 @@ fork: each replacement with its condition, and the original when none is uncondi
 
 from __future__ import annotations
 
+from . import model as M
 from .pyindex import Decorator
+from .walk import Alt, Val, Walk, alts_value
 
 
 def _module_rebinds(resolver, mod) -> bool:
@@ -41,8 +43,6 @@ def is_patch_decorator(resolver, mod, d: Decorator) -> str | None:
     target_mod = d.str_args[0]
     if "." not in target_mod and resolver.index.locate(target_mod) is None:
         return None
-    from .resolver import Walk
-
     v = resolver.resolve_dotted(mod, "", d.func, Walk(), line=d.line)
     if v.kind != "function" or v.module is None or not v.module.workspace:
         return None
@@ -51,7 +51,7 @@ def is_patch_decorator(resolver, mod, d: Decorator) -> str | None:
     return target_mod
 
 
-def _lambda_text(mod, q: str) -> str:
+def lambda_text(mod, q: str) -> str:
     """`lambda cfg: X` from a lambda's summary (its parameters and returned text)."""
     f = mod.summary.lambdas.get(q)
     if f is None:
@@ -65,8 +65,6 @@ def collect_patches(resolver) -> dict:
     """Every replacement of an upstream attribute, by (module, attribute path). One unconditional
     replacement is ``(Val, path, line, text)``; several, or replacements under conditions, are a
     ``patched`` fork (the original is a branch when no replacement is unconditional)."""
-    from .resolver import Val, Walk
-
     found: dict = {}  # key -> [(replacement Val, mod, guards, scope, line, text)]
     for mod in resolver.index.workspace_modules():
         s = mod.summary
@@ -102,7 +100,7 @@ def collect_patches(resolver) -> dict:
             if ap.value.rpartition(".")[2].startswith("<lambda:"):
                 lf = s.lambdas.get(ap.value)
                 rv = Val("function", mod, ap.value, mod.path, lf.line if lf else ap.line)
-                vtext = _lambda_text(mod, ap.value)
+                vtext = lambda_text(mod, ap.value)
             elif ap.value:
                 rv = resolver.resolve_dotted(mod, ap.scope, ap.value, Walk(), line=ap.line)
                 vtext = ap.value
@@ -118,9 +116,6 @@ def collect_patches(resolver) -> dict:
 def _entry(resolver, key, items: list) -> tuple:
     """The table entry of one replaced attribute: the replacements that can be what runs (the last
     unconditional one in source order and the conditional ones after it), as one value or a fork."""
-    from . import model as M
-    from .resolver import Alt, Walk, alts_value
-
     items = sorted(items, key=lambda it: (it[1].path, it[4]))
     last = max((i for i, it in enumerate(items) if not it[2]), default=None)
     live = items[last:] if last is not None else items
@@ -172,8 +167,6 @@ def _freeze_val(v) -> tuple:
 
 
 def _thaw_val(resolver, t: tuple):
-    from .resolver import Alt, Val
-
     kind, modname, qual, vpath, vline, reason, unpatched, arms, fork_kind, decided_by, sym = t
     mod = resolver.index.module(modname) if modname else None
     extra: dict = {"unpatched": True} if unpatched else {}

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .model import Hop
+from .walk import Val, Walk
 
 PLATFORM_PLUGIN_GROUP = "vllm.platform_plugins"
 CURRENT_PLATFORM = "vllm.platforms.current_platform"
@@ -129,8 +130,6 @@ class PlatformProfile:
         return self._info
 
     def _discover(self) -> PlatformInfo:
-        from .resolver import Walk
-
         info = PlatformInfo()
         eps = read_entry_points(self.r.index.root).get(PLATFORM_PLUGIN_GROUP, {})
         if eps:
@@ -186,8 +185,6 @@ class PlatformProfile:
 
     # -- values ----------------------------------------------------------
     def current_platform(self, w):
-        from .resolver import Val
-
         info = self.info
         if not info.classes:
             return Val("unknown", None, CURRENT_PLATFORM, reason=info.error or "no platform class")
@@ -195,8 +192,6 @@ class PlatformProfile:
         return Val("platform", c.module, c.qual, c.path, c.line, extra={"classes": [x.dotted for x in info.classes]})
 
     def platform_attr(self, name: str, w):
-        from .resolver import Val
-
         info = self.info
         found = []
         for cv in info.classes:
@@ -220,8 +215,6 @@ class PlatformProfile:
         key = ("m", name, args)
         if key in self._memo:
             return self._memo[key]
-        from .resolver import Walk
-
         vals = set()
         unknown = False
         for cv in self.info.classes:
@@ -347,8 +340,6 @@ class PlatformProfile:
             # f()[0] where f returns a constant tuple
             d = _dotted(node.value.func)
             if d:
-                from .resolver import Walk
-
                 v = self.r.resolve_dotted(mod, scope, d, Walk())
                 f = v.func if v.kind == "function" else None
                 if f is not None and len(f.returns) == 1 and f.returns[0].startswith("["):
@@ -368,8 +359,6 @@ class PlatformProfile:
         gen = self.r.index.generation
         if self._overrides is not None and self._overrides[0] == gen:
             return self._overrides[1]
-        from .resolver import Walk
-
         self._overrides = (gen, {})  # guards evaluated below see none (no recursion)
         out: dict = {}
         seen: dict = {}
@@ -538,8 +527,6 @@ class PlatformProfile:
             self._active_eval.discard(key)
 
     def _eval_call(self, mod, scope, d: str, node: ast.Call):
-        from .resolver import Walk
-
         parts = d.split(".")
         w = Walk()
         if len(parts) >= 2:
@@ -612,8 +599,6 @@ class PlatformProfile:
         if not d.func or d.is_call or d.func in ("classmethod", "staticmethod", "property") \
                 or d.func.rpartition(".")[2] in ("cache", "lru_cache", "wraps", "cached_property"):
             return None
-        from .resolver import Walk
-
         dv = self.r.resolve_dotted(m, "", d.func, Walk())
         df = dv.func if dv.kind == "function" else None
         if df is None or dv.module is None or not df.params or not df.inner_defs:

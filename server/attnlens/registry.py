@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import model as M
 from .index import realpath
-from .resolver import Val, Walk
+from .walk import Val, Walk
 
 REGISTRAR = re.compile(r"^register_\w*backend$")
 PART_METHODS = (("impl", "get_impl_cls"), ("builder", "get_builder_cls"))
@@ -538,9 +538,7 @@ def is_kernel_chain(chain: M.Chain) -> bool:
     if k == M.FORK:
         # a choice point counts when a branch reaches kernel-like code (a fork of constructors or of
         # subclasses' pure-Python methods does not)
-        from .resolver import _reaches_runtime
-
-        return _reaches_runtime(chain)
+        return chain.reaches_runtime()
     if k == M.UNRESOLVED:
         # only unresolved calls that came through an import of kernel-ish code
         return any(h.kind in ("import", "conditional_import", "lazy_import", "dynamic_import", "alias") for h in chain.hops) and not any(

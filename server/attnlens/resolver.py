@@ -16,6 +16,11 @@ of the plugin (applied before any upstream lookup), ``torch.ops.<ns>.<op>``
 to C++ and Python registrations, Triton ``kernel[grid](...)`` launches
 (through autotune/heuristics), native extension modules, dummies and
 packages that are not installed.
+
+The values a walk meets and the walk's state (:class:`~attnlens.walk.Val`,
+:class:`~attnlens.walk.Walk`) live in :mod:`attnlens.walk`, a leaf module
+that the resolver's helpers (platform profile, monkey patches, torch ops,
+environment flags) and the features above import instead of this one.
 """
 
 from __future__ import annotations
@@ -24,13 +29,15 @@ import ast
 import dataclasses
 import os
 import re
-import time
-from dataclasses import dataclass, field
 
 from . import model as M
 from .index import Index, Module
 from .model import Chain, Final, Hop
-from .pyindex import Binding, CallSite, ClassInfo, FunctionInfo
+from .patches import collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
+from .profile import PlatformProfile
+from .pyindex import Binding, CallSite, FunctionInfo
+from .torchops import OpRegistry
+from .walk import Alt, Val, Walk, alts_value
 
 MAX_DEPTH = 40
 CONTAINERS = ("list", "List", "Sequence", "tuple", "Tuple", "dict", "Dict", "Mapping")
@@ -54,126 +61,8 @@ TRIVIAL_ROOTS = frozenset({
 })
 
 
-@dataclass
-class Val:
-    """A resolved value during a walk."""
-
-    kind: str  # module | function | class | instance | torch | torch_ops | torch_op | ext_module | ext_attr
-    #            | not_installed | platform | builtin | unknown
-    module: Module | None = None
-    qual: str = ""  # function/class qualname, module name, op name, ...
-    path: str | None = None
-    line: int | None = None
-    reason: str = ""
-    owner: str | None = None  # class qualname that owns a method
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def func(self) -> FunctionInfo | None:
-        if self.kind == "function" and self.module is not None:
-            return self.module.summary.function(self.qual)  # a def, or a lambda summarised as one
-        return None
-
-    @property
-    def cls(self) -> ClassInfo | None:
-        if self.kind in ("class", "instance") and self.module is not None:
-            return self.module.summary.classes.get(self.qual)
-        return None
-
-    @property
-    def dotted(self) -> str:
-        if self.module is not None and self.kind in ("function", "class", "instance"):
-            return f"{self.module.name}.{self.qual}"
-        return self.qual
-
-
-@dataclass
-class Alt:
-    """One alternative of a value that is chosen at run time among visible candidates."""
-
-    val: Val
-    condition: str | None
-    reachable: bool | None
-    label: str
-    path: str | None = None
-    line: int | None = None
-
-
-def alts_value(fork_kind: str, decided_by: str | None, mod: Module | None, name: str, line: int | None, arms: list) -> Val:
-    """A value that is one of ``arms`` (a fork when followed)."""
-    return Val("alts", mod, name, mod.path if mod is not None else None, line,
-               extra={"alts": arms, "fork_kind": fork_kind, "decided_by": decided_by})
-
-
-def _room(computed: tuple[int, int], w: "Walk") -> bool:
-    """May a complete result computed at (fork depth, leaf budget) ``computed`` stand for a fresh trace at walk
-    ``w``? Only where ``w`` has at least that much room: no deeper and no smaller a budget. With less room a
-    bound might cut what the result holds, or a branch it dropped might take the share another one got, so
-    answers would depend on what was traced before."""
-    depth, budget = computed
-    return w.fork_depth <= depth and w.budget >= budget
-
-
-class Walk:
-    """Mutable state of one resolution: hops so far, depth, visited."""
-
-    def __init__(self, budget_s: float | None = None, cancel=None):
-        self.cancel = cancel  # a callable returning True when the caller gave up
-        self.hops: list[Hop] = []
-        self.depth = 0
-        self.seen: set = set()
-        self.deadline = time.perf_counter() + budget_s if budget_s else None
-        self.partial = False
-        self.receiver = None  # (module, class qualname) of the object a method was looked up on
-        self.fork_depth = 0  # forks above this walk in the tree
-        self.budget = M.MAX_LEAVES  # leaves this walk's subtree may still have
-        self.use_guards: tuple = ()  # guards of the call being resolved (which local bindings can reach it)
-
-    def sub(self) -> "Walk":
-        """A fresh walk for a side resolution (its hops are not kept) that keeps the receiver: `self`
-        inside inherited code still means the concrete class."""
-        b = Walk()
-        b.receiver = self.receiver
-        return b
-
-
-    def branch(self) -> "Walk":
-        """A walk for one branch of a fork: same deadline, cancel, receiver and tree budget; its own hops;
-        the visited set of the path so far (a cycle through a branch still ends as a cycle)."""
-        b = Walk.__new__(Walk)
-        b.cancel = self.cancel
-        b.hops = []
-        b.depth = self.depth
-        b.seen = set(self.seen)
-        b.deadline = self.deadline
-        b.partial = False
-        b.receiver = self.receiver
-        b.fork_depth = self.fork_depth + 1
-        b.budget = self.budget
-        b.use_guards = ()
-        return b
-
-    def add(self, hop: Hop) -> None:
-        self.hops.append(hop)
-
-    def out_of_time(self) -> bool:
-        if self.deadline is not None and time.perf_counter() > self.deadline:
-            self.partial = True
-            return True
-        if self.cancel is not None and self.cancel():
-            self.partial = True
-            self.cancelled = True
-            return True
-        return False
-
-    cancelled = False
-
-
 class Resolver:
     def __init__(self, index: Index, profile=None, ops=None):
-        from .profile import PlatformProfile
-        from .torchops import OpRegistry
-
         self.index = index
         self.profile = profile if profile is not None else PlatformProfile(self)
         self.ops = ops if ops is not None else OpRegistry(self)
@@ -1511,8 +1400,6 @@ class Resolver:
         """(upstream module, attribute path) -> (replacement Val, path, line, decorator text)."""
         if self._patches is not None and self._patch_gen == self.index.generation:
             return self._patches
-        from .patches import collect_patches, freeze_patches, thaw_patches
-
         self._patches, self._patch_gen = {}, self.index.generation  # re-entrant lookups while collecting see none
         fp = self.index.fingerprint()
         frozen = self.index.cache.load_pickle("derived", f"patches-{fp}")
@@ -1558,7 +1445,7 @@ class Resolver:
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
                     v.extra.get("overload") if v.kind == "torch_op" else None)
             hit = self._follow_memo.get(mkey)
-            if hit is not None and not (_room(hit[2], w) and hit[3].isdisjoint(w.seen)):
+            if hit is not None and not (w.has_room(hit[2]) and hit[3].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path (a cycle) would cut it: traced again
             if hit is None:
                 hit = self._follow_memo.get(mkey + (w.budget, w.fork_depth))
@@ -1585,7 +1472,7 @@ class Resolver:
             # complete, or cut only by the leaf / depth bounds (then the same for the same budget and depth);
             # with what it met on the way: on a path through any of those, a fresh trace would end in a cycle
             met = frozenset(met)
-            if self.cuts == cuts:  # complete: reusable wherever a walk has as much room (_room)
+            if self.cuts == cuts:  # complete: reusable wherever a walk has as much room (Walk.has_room)
                 self._follow_memo[mkey] = (fin, tuple(w.hops[n0:]), (w.fork_depth, w.budget), met)
             else:
                 self._follow_memo[mkey + (w.budget, w.fork_depth)] = (fin, tuple(w.hops[n0:]), None, met)
@@ -1723,7 +1610,7 @@ class Resolver:
             self._reach_gen = self.index.generation
         if self.memo_enabled:
             hit = memo.get(key)
-            if hit is not None and not (_room(hit[3], w) and hit[2].isdisjoint(w.seen)):
+            if hit is not None and not (w.has_room(hit[3]) and hit[2].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path would cut it
             if hit is None:
                 hit = memo.get(key + (w.budget, w.fork_depth))
@@ -1782,7 +1669,7 @@ class Resolver:
             fin = self.follow(tv, bw, launch=launch)
             ch = self._chain(bw, fin, mod)
             partial = partial or bw.partial
-            if not _reaches_runtime(ch):
+            if not ch.reaches_runtime():
                 kv = self._kernel_argument(mod, f.qualname, cs) if fin.kind == M.PYTHON_FUNCTION else None
                 if kv is None:
                     return None
@@ -1941,9 +1828,7 @@ class Resolver:
         params = [p.name for p in f.params]
         detail = f.docstring or ""
         if f.name == "<lambda>":
-            from .patches import _lambda_text
-
-            detail = f"{_lambda_text(mod, f.qualname)} (returns {f.return_alts[0][0] or 'a computed value'})"
+            detail = f"{lambda_text(mod, f.qualname)} (returns {f.return_alts[0][0] or 'a computed value'})"
         return Final(M.PYTHON_FUNCTION, mod.path, f.line, v.dotted, package=_pkg(v), detail=detail, params=params)
 
     def triton_final(self, v: Val, f: FunctionInfo, wrappers: list[str]) -> Final:
@@ -1975,8 +1860,6 @@ class Resolver:
         return None
 
     def patch_decorator(self, mod: Module, d) -> str | None:
-        from .patches import is_patch_decorator
-
         return is_patch_decorator(self, mod, d)
 
     def wrapper_target(self, v: Val, f: FunctionInfo, w: Walk):
@@ -2213,21 +2096,6 @@ class _Budget:
 
     def spend(self, used: int) -> None:
         self.remaining -= used
-
-
-def _reaches_runtime(ch: Chain) -> bool:
-    """Does a branch's chain end in (or pass through) kernel-like code?"""
-    for lf in ch.leaves():
-        if lf.final.kind in M.RUNTIME_LEAF_KINDS:
-            return True
-    stack = [ch]
-    while stack:
-        c = stack.pop()
-        if any(h.kind in ("torch_op", "patch") for h in c.hops):
-            return True
-        if c.final.fork is not None:
-            stack.extend(b.chain for b in c.final.fork.branches)
-    return False
 
 
 def _pkg(v: Val) -> str | None:

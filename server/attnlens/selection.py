@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass, field
 
 from . import model as M
-from .resolver import Walk
+from .walk import Walk
 
 SELECTOR = "get_attn_backend_cls"
 

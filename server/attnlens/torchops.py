@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from . import model as M
 from .model import Final, Hop, Registration
-
+from .walk import Walk
 
 
 class CppNotReady(BaseException):
@@ -199,8 +199,6 @@ class OpRegistry:
         if self._providers is not None and self._providers_gen == self.r.index.generation:
             return self._providers
         self._providers_gen = self.r.index.generation
-        from .resolver import Walk
-
         out = []
         seen = set()
         for cv in self.r.profile.info.classes:
@@ -374,8 +372,6 @@ class OpRegistry:
         f = m.summary.functions.get(text)
         fm = m
         if f is None:
-            from .resolver import Walk
-
             try:
                 v = self.r.resolve_dotted(m, "", text, Walk())
             except RecursionError:
@@ -525,8 +521,6 @@ class OpRegistry:
         return []
 
     def _library_ns(self, m, scope: str, text: str) -> str | None:
-        from .resolver import Walk
-
         name = text.split(".", 1)[0]
         for b in m.summary.bindings.get(name, []):
             if b.kind == "call" and b.target and b.target.rpartition(".")[2] == "Library" and b.str_args and b.str_args[0]:
@@ -703,8 +697,6 @@ class OpRegistry:
                 if f is not None:
                     fpath, fline = r.module.path, f.line
                 else:
-                    from .resolver import Walk
-
                     try:
                         fv = self.r.resolve_dotted(r.module, r.scope, r.func, Walk(), line=r.line)
                     except RecursionError:

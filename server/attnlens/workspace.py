@@ -15,8 +15,9 @@ from . import model as M
 from .cache import Cache
 from .index import Index, Module
 from .pyindex import CallSite, summarize
-from .resolver import Resolver, Walk
+from .resolver import Resolver
 from .target import TargetError, TargetInfo, read_target
+from .walk import Walk
 
 
 @dataclass

@@ -12,7 +12,7 @@ import re
 import textwrap
 
 from .. import model as M
-from ..resolver import Val, Walk
+from ..walk import Val, Walk
 from .classes import mro_complete
 from .engine import Rule, check, content_memo, rule, short_list
 

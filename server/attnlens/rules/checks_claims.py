@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from .. import model as M
-from ..resolver import Val, Walk
+from ..walk import Val, Walk
 from .checks_calls import _flow, _loc, _rel, _short, op_schemas
 from .classes import class_attr
 from .engine import Rule, check, rule

@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..resolver import Val, Walk
+from ..walk import Val, Walk
 from . import checks_calls  # noqa: F401 - its checks register (and run) first: AL115 defers to its AL107
 from .engine import Rule, check, content_memo, rule
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..resolver import Walk
+from ..walk import Walk
 from .checks_calls import _loc, _rel
 from .engine import Rule, check, rule
 

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from ..resolver import Val, Walk
+from ..walk import Val, Walk
 from .checks_calls import _loc, _rel, _short
 from .classes import mro as full_mro
 from .classes import mro_complete

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from ..resolver import Val, Walk
+from ..walk import Val, Walk
 from .engine import content_memo
 
 TRIVIAL_BASES = {"object", "Generic", "typing.Generic", "ABC", "abc.ABC", "Protocol", "typing.Protocol"}

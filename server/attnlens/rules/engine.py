@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .. import model as M
 from ..index import realpath
-from ..resolver import Val, Walk
+from ..walk import Val, Walk
 from . import facts as F
 from .contracts import PROBE_AGENT_FAMILY, ContractSet, load_contracts
 
@@ -373,7 +373,7 @@ def _rules_code_hash() -> str:
             h.update(p.name.encode() + b"\0" + p.read_bytes())
         except OSError:
             pass
-    for name in ("resolver.py", "pyindex.py", "model.py", "profile.py", "patches.py", "registry.py", "torchops.py"):
+    for name in ("resolver.py", "walk.py", "pyindex.py", "model.py", "profile.py", "patches.py", "registry.py", "torchops.py"):
         p = here.parent / name
         try:
             st = p.stat()

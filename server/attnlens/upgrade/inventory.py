@@ -33,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .. import model as M
+from ..walk import Walk
 from . import astsyms as A
 from .config import load_config
 from .fixes import FIX_RULES as _FIX_RULES
@@ -337,8 +338,6 @@ class InventoryBuilder:
 
     def _callers(self, items_by_file: dict) -> None:
         """Reverse references over the whole workspace, prefiltered by name, confirmed by resolution."""
-        from ..resolver import Walk
-
         targets: dict = {}  # name -> [(module, qual, Item)]
         for p, (m, items) in items_by_file.items():
             for it in items:

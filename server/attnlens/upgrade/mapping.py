@@ -26,8 +26,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..resolver import Walk
 from ..target import TargetInfo
+from ..walk import Walk
 from . import astsyms as A
 
 _DEF_RE = re.compile(rb"^(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)|^class[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.M)
