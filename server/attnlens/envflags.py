@@ -28,6 +28,7 @@ import ast
 import weakref
 from dataclasses import dataclass
 
+from .lookup import Lookup
 from .walk import Walk
 
 UNKNOWN = object()
@@ -59,7 +60,7 @@ class Flag:
 class EnvDefaults:
     """Guards evaluated with every environment variable unset (memoised per index generation)."""
 
-    def __init__(self, resolver):
+    def __init__(self, resolver: Lookup):
         self.r = resolver
         self._gen = -1
         self._tables: dict = {}
@@ -340,7 +341,7 @@ class DefaultProvider:
     flags: tuple  # Flag, the environment flags that decide, at their defaults
 
 
-def default_provider(resolver, defaults: EnvDefaults) -> DefaultProvider | None:
+def default_provider(resolver: Lookup, defaults: EnvDefaults) -> DefaultProvider | None:
     """Of ``OpRegistry.providers()`` (in the order ``import_kernels`` imports them), the first whose guard
     holds with every environment flag at its default; None when no guard can be decided."""
     ops = getattr(resolver, "ops", None)
@@ -363,7 +364,7 @@ def default_provider(resolver, defaults: EnvDefaults) -> DefaultProvider | None:
     return None
 
 
-def _kernel_import_scopes(resolver) -> list:
+def _kernel_import_scopes(resolver: Lookup) -> list:
     """(module, function qualname) of the platform classes' ``import_kernels`` (where provider guards are read)."""
     out = []
     for cv in resolver.profile.info.classes:
@@ -384,7 +385,7 @@ class PlatformDefaults:
     default; ``provider``: the kernel module loaded first by default (both memoised per index generation).
     The duck type :mod:`attnlens.render` takes as ``defaults``."""
 
-    def __init__(self, resolver):
+    def __init__(self, resolver: Lookup):
         self.r = resolver
         self.env = EnvDefaults(resolver)
         self._provider: tuple | None = None
@@ -415,7 +416,7 @@ class PlatformDefaults:
 _DEFAULTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def platform_defaults(resolver) -> PlatformDefaults:
+def platform_defaults(resolver: Lookup) -> PlatformDefaults:
     """The one :class:`PlatformDefaults` of a resolver (its memo lives as long as the resolver)."""
     d = _DEFAULTS.get(resolver)
     if d is None:

@@ -22,11 +22,12 @@ fork: each replacement with its condition, and the original when none is uncondi
 from __future__ import annotations
 
 from . import model as M
+from .lookup import Lookup
 from .pyindex import Decorator
 from .walk import Alt, Val, Walk, alts_value
 
 
-def _module_rebinds(resolver, mod) -> bool:
+def _module_rebinds(resolver: Lookup, mod) -> bool:
     key = ("rebinds", mod.path, mod.summary.sha)
     cache = resolver.rebind_cache
     if key in cache:
@@ -36,7 +37,7 @@ def _module_rebinds(resolver, mod) -> bool:
     return ok
 
 
-def is_patch_decorator(resolver, mod, d: Decorator) -> str | None:
+def is_patch_decorator(resolver: Lookup, mod, d: Decorator) -> str | None:
     """The patched module path when ``d`` is a patch decorator, else None."""
     if not d.is_call or not d.str_args or not d.str_args[0]:
         return None
@@ -61,7 +62,7 @@ def lambda_text(mod, q: str) -> str:
     return f"lambda{' ' + params if params else ''}: {body}"
 
 
-def collect_patches(resolver) -> dict:
+def collect_patches(resolver: Lookup) -> dict:
     """Every replacement of an upstream attribute, by (module, attribute path). One unconditional
     replacement is ``(Val, path, line, text)``; several, or replacements under conditions, are a
     ``patched`` fork (the original is a branch when no replacement is unconditional)."""
@@ -113,7 +114,7 @@ def collect_patches(resolver) -> dict:
     return {key: _entry(resolver, key, items) for key, items in found.items()}
 
 
-def _entry(resolver, key, items: list) -> tuple:
+def _entry(resolver: Lookup, key, items: list) -> tuple:
     """The table entry of one replaced attribute: the replacements that can be what runs (the last
     unconditional one in source order and the conditional ones after it), as one value or a fork."""
     items = sorted(items, key=lambda it: (it[1].path, it[4]))
@@ -166,7 +167,7 @@ def _freeze_val(v) -> tuple:
             bool(v.extra.get("unpatched")), arms, v.extra.get("fork_kind"), v.extra.get("decided_by"), v.extra.get("patch_symbol"))
 
 
-def _thaw_val(resolver, t: tuple):
+def _thaw_val(resolver: Lookup, t: tuple):
     kind, modname, qual, vpath, vline, reason, unpatched, arms, fork_kind, decided_by, sym = t
     mod = resolver.index.module(modname) if modname else None
     extra: dict = {"unpatched": True} if unpatched else {}
@@ -180,7 +181,7 @@ def freeze_patches(table: dict) -> list:
     return [(key, _freeze_val(rv), path, line, text) for key, (rv, path, line, text) in table.items()]
 
 
-def thaw_patches(resolver, frozen: list) -> dict:
+def thaw_patches(resolver: Lookup, frozen: list) -> dict:
     class Lazy(dict):
         def get(self, key, default=None):
             item = dict.get(self, key)

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .lookup import Lookup
 from .model import Hop
 from .walk import Val, Walk
 
@@ -112,7 +113,7 @@ def _read_entry_points(root: Path) -> dict[str, dict[str, str]]:
 
 
 class PlatformProfile:
-    def __init__(self, resolver):
+    def __init__(self, resolver: Lookup):
         self.r = resolver
         self._info: PlatformInfo | None = None
         self._gen = -1

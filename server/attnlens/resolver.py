@@ -20,7 +20,9 @@ packages that are not installed.
 The values a walk meets and the walk's state (:class:`~attnlens.walk.Val`,
 :class:`~attnlens.walk.Walk`) live in :mod:`attnlens.walk`, a leaf module
 that the resolver's helpers (platform profile, monkey patches, torch ops,
-environment flags) and the features above import instead of this one.
+environment flags) and the features above import instead of this one; the
+helpers see the resolver through the narrow :class:`~attnlens.lookup.Lookup`
+interface and never import this module.
 """
 
 from __future__ import annotations

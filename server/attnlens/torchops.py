@@ -46,6 +46,7 @@ import os
 from dataclasses import dataclass
 
 from . import model as M
+from .lookup import Lookup
 from .model import Final, Hop, Registration
 from .walk import Walk
 
@@ -61,7 +62,7 @@ class CppNotReady(BaseException):
 
 
 class OpRegistry:
-    def __init__(self, resolver):
+    def __init__(self, resolver: Lookup):
         self.r = resolver
         self._cpp = None
         self._cpp_gen = -1
