@@ -29,7 +29,7 @@ import weakref
 from dataclasses import dataclass
 
 from .lookup import Lookup
-from .walk import Walk
+from .walk import ValKind, Walk
 
 UNKNOWN = object()
 
@@ -218,7 +218,7 @@ class EnvDefaults:
             bv = self.r.resolve_dotted(mod, scope, base, Walk())
         except RecursionError:
             bv = None
-        if bv is not None and bv.kind == "module" and bv.module is not None:
+        if bv is not None and bv.kind == ValKind.MODULE and bv.module is not None:
             t = self._table(bv.module)
             home = bv.module if (t.assigned or t.lazy or t.declared) else None
         self._bases[key] = home

@@ -24,7 +24,7 @@ from __future__ import annotations
 from . import model as M
 from .lookup import Lookup
 from .pyindex import Decorator
-from .walk import Alt, Val, Walk, alts_value
+from .walk import Alt, Val, ValKind, Walk, alts_value
 
 
 def _module_rebinds(resolver: Lookup, mod) -> bool:
@@ -45,7 +45,7 @@ def is_patch_decorator(resolver: Lookup, mod, d: Decorator) -> str | None:
     if "." not in target_mod and resolver.index.locate(target_mod) is None:
         return None
     v = resolver.resolve_dotted(mod, "", d.func, Walk(), line=d.line)
-    if v.kind != "function" or v.module is None or not v.module.workspace:
+    if v.kind != ValKind.FUNCTION or v.module is None or not v.module.workspace:
         return None
     if not _module_rebinds(resolver, v.module):
         return None
@@ -75,7 +75,7 @@ def collect_patches(resolver: Lookup) -> dict:
                 if tm is None:
                     continue
                 attr = d.str_args[1] if len(d.str_args) > 1 and d.str_args[1] else dict(d.kw_texts).get("target_attribute_name", "").strip("'\"") or f.name
-                rep = Val("function", mod, q, mod.path, f.line)
+                rep = Val(ValKind.FUNCTION, mod, q, mod.path, f.line)
                 args = ", ".join(repr(a) for a in d.str_args if a)
                 found.setdefault((tm, attr), []).append((rep, mod, (), "", d.line, f"@{d.func}({args})"))
         for q, c in s.classes.items():
@@ -84,7 +84,7 @@ def collect_patches(resolver: Lookup) -> dict:
                 if tm is None:
                     continue
                 attr = d.str_args[1] if len(d.str_args) > 1 and d.str_args[1] else c.name
-                rep = Val("class", mod, q, mod.path, c.line)
+                rep = Val(ValKind.CLASS, mod, q, mod.path, c.line)
                 args = ", ".join(repr(a) for a in d.str_args if a)
                 found.setdefault((tm, attr), []).append((rep, mod, (), "", d.line, f"@{d.func}({args})"))
         for ap in s.attr_patches:
@@ -92,21 +92,21 @@ def collect_patches(resolver: Lookup) -> dict:
             if not base:
                 continue
             bv = resolver.resolve_dotted(mod, ap.scope, base, Walk(), line=ap.line)
-            if bv.kind != "module" or bv.module is None or bv.module.workspace:
-                if not (bv.kind == "class" and bv.module is not None and not bv.module.workspace):
+            if bv.kind != ValKind.MODULE or bv.module is None or bv.module.workspace:
+                if not (bv.kind == ValKind.CLASS and bv.module is not None and not bv.module.workspace):
                     continue
                 tm, attr = bv.module.name, f"{bv.qual}.{attr}"
             else:
                 tm = bv.module.name
             if ap.value.rpartition(".")[2].startswith("<lambda:"):
                 lf = s.lambdas.get(ap.value)
-                rv = Val("function", mod, ap.value, mod.path, lf.line if lf else ap.line)
+                rv = Val(ValKind.FUNCTION, mod, ap.value, mod.path, lf.line if lf else ap.line)
                 vtext = lambda_text(mod, ap.value)
             elif ap.value:
                 rv = resolver.resolve_dotted(mod, ap.scope, ap.value, Walk(), line=ap.line)
                 vtext = ap.value
             else:
-                rv = Val("unknown", mod, ap.target, mod.path, ap.line,
+                rv = Val(ValKind.UNKNOWN, mod, ap.target, mod.path, ap.line,
                          reason=f"{ap.target} is replaced by a computed value (expression) at {mod.path}:{ap.line}")
                 vtext = "<expression>"
             text = f"{ap.target} = {vtext}" + (f" (in {ap.scope}(), when it runs)" if ap.scope else "")
@@ -142,7 +142,7 @@ def _entry(resolver: Lookup, key, items: list) -> tuple:
         arms.append(Alt(ov, " and ".join(f"not ({c})" for c in conds), r, f"the original {tm}.{attr}", ov.path, ov.line))
     first = live[0]
     text = "; ".join(f"{it[5]}" + (f" (if {resolver.guard_text(it[2])})" if it[2] else "") for it in live)
-    fv = alts_value(M.FORK_PATCHED, "; ".join(conds) or None, first[1], f"{tm}.{attr}", first[4], arms)
+    fv = alts_value(M.ForkKind.PATCHED, "; ".join(conds) or None, first[1], f"{tm}.{attr}", first[4], arms)
     fv.extra["patch_symbol"] = first[0].dotted  # what the patch hop names: the (first) replacement
     return (fv, first[1].path, first[4], text)
 
@@ -160,11 +160,15 @@ def _exhaustive(guard_lists: list) -> bool:
 
 
 def _freeze_val(v) -> tuple:
+    """A plain tuple for the on-disk cache; kinds as their plain strings (an enum member would pickle as a
+    reference to its class)."""
     arms = None
-    if v.kind == "alts":
+    if v.kind == ValKind.ALTS:
         arms = [(_freeze_val(a.val), a.condition, a.reachable, a.label, a.path, a.line) for a in v.extra["alts"]]
-    return (v.kind, v.module.name if v.module is not None else None, v.qual, v.path, v.line, v.reason,
-            bool(v.extra.get("unpatched")), arms, v.extra.get("fork_kind"), v.extra.get("decided_by"), v.extra.get("patch_symbol"))
+    fk = v.extra.get("fork_kind")
+    return (str(v.kind), v.module.name if v.module is not None else None, v.qual, v.path, v.line, v.reason,
+            bool(v.extra.get("unpatched")), arms, None if fk is None else str(fk), v.extra.get("decided_by"),
+            v.extra.get("patch_symbol"))
 
 
 def _thaw_val(resolver: Lookup, t: tuple):
@@ -172,9 +176,9 @@ def _thaw_val(resolver: Lookup, t: tuple):
     mod = resolver.index.module(modname) if modname else None
     extra: dict = {"unpatched": True} if unpatched else {}
     if arms is not None:
-        extra.update(alts=[Alt(_thaw_val(resolver, a[0]), *a[1:]) for a in arms], fork_kind=fork_kind, decided_by=decided_by,
-                     patch_symbol=sym)
-    return Val(kind, mod, qual, vpath, vline, reason=reason or "", extra=extra)
+        extra.update(alts=[Alt(_thaw_val(resolver, a[0]), *a[1:]) for a in arms],
+                     fork_kind=None if fork_kind is None else M.ForkKind(fork_kind), decided_by=decided_by, patch_symbol=sym)
+    return Val(ValKind(kind), mod, qual, vpath, vline, reason=reason or "", extra=extra)
 
 
 def freeze_patches(table: dict) -> list:

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .lookup import Lookup
-from .model import Hop
-from .walk import Val, Walk
+from .model import Hop, HopKind
+from .walk import Val, ValKind, Walk
 
 PLATFORM_PLUGIN_GROUP = "vllm.platform_plugins"
 CURRENT_PLATFORM = "vllm.platforms.current_platform"
@@ -162,9 +162,9 @@ class PlatformProfile:
         classes = []
         for p in info.class_paths:
             v = self.r.resolve_symbol(p)
-            if v.kind == "alts":  # `Platform = A if cond else B`: every candidate class
-                classes.extend(a.val for a in v.extra["alts"] if a.val.kind == "class")
-            elif v.kind == "class":
+            if v.kind == ValKind.ALTS:  # `Platform = A if cond else B`: every candidate class
+                classes.extend(a.val for a in v.extra["alts"] if a.val.kind == ValKind.CLASS)
+            elif v.kind == ValKind.CLASS:
                 classes.append(v)
         info.classes = classes
         enums = {self._class_enum(c) for c in classes}
@@ -188,9 +188,9 @@ class PlatformProfile:
     def current_platform(self, w):
         info = self.info
         if not info.classes:
-            return Val("unknown", None, CURRENT_PLATFORM, reason=info.error or "no platform class")
+            return Val(ValKind.UNKNOWN, None, CURRENT_PLATFORM, reason=info.error or "no platform class")
         c = info.classes[0]
-        return Val("platform", c.module, c.qual, c.path, c.line, extra={"classes": [x.dotted for x in info.classes]})
+        return Val(ValKind.PLATFORM, c.module, c.qual, c.path, c.line, extra={"classes": [x.dotted for x in info.classes]})
 
     def platform_attr(self, name: str, w):
         info = self.info
@@ -200,14 +200,14 @@ class PlatformProfile:
             if v is not None:
                 found.append(v)
         if not found:
-            return Val("unknown", None, f"current_platform.{name}", reason=f"platform has no `{name}`")
+            return Val(ValKind.UNKNOWN, None, f"current_platform.{name}", reason=f"platform has no `{name}`")
         v = found[0]
-        if v.kind == "function" and info.classes:
+        if v.kind == ValKind.FUNCTION and info.classes:
             c0 = info.classes[0]
             v.extra = dict(v.extra, receiver=(c0.module, c0.qual))
-        if v.kind == "function" and v.module is not None:
+        if v.kind == ValKind.FUNCTION and v.module is not None:
             names = sorted({x.dotted for x in found})
-            w.add(Hop("platform", v.path or "", v.line or 0, v.dotted,
+            w.add(Hop(HopKind.PLATFORM, v.path or "", v.line or 0, v.dotted,
                       f"current_platform is {' / '.join(c.dotted for c in info.classes)}; `{name}` defined in {v.owner or v.dotted}" + (f" (varies: {', '.join(names)})" if len(names) > 1 else "")))
         return v
 
@@ -220,7 +220,7 @@ class PlatformProfile:
         unknown = False
         for cv in self.info.classes:
             v = self.r.class_attr(cv.module, cv.qual, name, Walk())
-            if v is None or v.kind != "function":
+            if v is None or v.kind != ValKind.FUNCTION:
                 unknown = True
                 continue
             val = self._eval_method(v, self._class_enum(cv))
@@ -342,7 +342,7 @@ class PlatformProfile:
             d = _dotted(node.value.func)
             if d:
                 v = self.r.resolve_dotted(mod, scope, d, Walk())
-                f = v.func if v.kind == "function" else None
+                f = v.func if v.kind == ValKind.FUNCTION else None
                 if f is not None and len(f.returns) == 1 and f.returns[0].startswith("["):
                     try:
                         val = ast.literal_eval(f.returns[0])
@@ -532,18 +532,18 @@ class PlatformProfile:
         w = Walk()
         if len(parts) >= 2:
             base = self.r.resolve_dotted(mod, scope, ".".join(parts[:-1]), w)
-            if base.kind == "platform":
+            if base.kind == ValKind.PLATFORM:
                 args = tuple(a.value for a in node.args if isinstance(a, ast.Constant))
                 return self.method_value(parts[-1], args)
         v = self.r.resolve_dotted(mod, scope, d, w)
-        if v.kind == "function" and v.module is not None and not v.module.workspace and not v.extra.get("unpatched"):
+        if v.kind == ValKind.FUNCTION and v.module is not None and not v.module.workspace and not v.extra.get("unpatched"):
             p = self.r.patched(v)
             if p is not None:  # the plugin replaced it (`mod.f = lambda: False`): the replacement answers
                 return self._replaced_result(p[0])
         return self._called_result(v)
 
     def _called_result(self, v):
-        if v.kind == "function" and v.func is not None and v.module is not None:
+        if v.kind == ValKind.FUNCTION and v.func is not None and v.module is not None:
             key = ("result", v.module.name, v.qual)
             if key in self._active_eval:
                 return None  # a recursive function: its result is not a constant
@@ -557,7 +557,7 @@ class PlatformProfile:
     def _replaced_result(self, rv):
         """The result of a replaced function: the replacement's, or (replacements under conditions) the one
         value every branch that can be taken gives."""
-        if rv.kind != "alts":
+        if rv.kind != ValKind.ALTS:
             return self._called_result(rv)
         vals = [self._called_result(a.val) for a in rv.extra["alts"] if a.reachable is not False]
         return vals[0] if vals and all(x is not None and x == vals[0] for x in vals) else None
@@ -601,7 +601,7 @@ class PlatformProfile:
                 or d.func.rpartition(".")[2] in ("cache", "lru_cache", "wraps", "cached_property"):
             return None
         dv = self.r.resolve_dotted(m, "", d.func, Walk())
-        df = dv.func if dv.kind == "function" else None
+        df = dv.func if dv.kind == ValKind.FUNCTION else None
         if df is None or dv.module is None or not df.params or not df.inner_defs:
             return None
         param = df.params[0].name

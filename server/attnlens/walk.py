@@ -1,7 +1,7 @@
 """The state of one resolution: the values a walk meets and the walk itself.
 
 :class:`Val` is a value met while following a name (a module, a function, a class, an instance, a torch op,
-a choice among alternatives, ...); :class:`Alt` is one alternative of a value chosen at run time
+a choice among alternatives, ...: :class:`ValKind`); :class:`Alt` is one alternative of a value chosen at run time
 (:func:`alts_value` makes such a value, a fork once followed); :class:`Walk` is the mutable state of one
 resolution (the hops so far, the depth, what was visited, the time budget and the tree's bounds).
 
@@ -18,16 +18,39 @@ from dataclasses import dataclass, field
 
 from . import model as M
 from .index import Module
-from .model import Hop
+from .model import ForkKind, Hop, Kind
 from .pyindex import ClassInfo, FunctionInfo
+
+
+class ValKind(Kind):
+    """What a value met during a walk is (``Val.kind``)."""
+
+    MODULE = "module"
+    NAMESPACE = "namespace"  # a namespace package
+    FUNCTION = "function"  # a def, a method or a lambda
+    CLASS = "class"
+    INSTANCE = "instance"  # an object of a class
+    ENUM_MEMBER = "enum_member"
+    TORCH = "torch"  # the torch module
+    TORCH_OPS = "torch_ops"  # torch.ops, or one of its namespaces
+    TORCH_OP = "torch_op"
+    EXT_MODULE = "ext_module"  # a native extension module
+    EXT_ATTR = "ext_attr"  # an attribute of one
+    NOT_INSTALLED = "not_installed"  # something of a package that is not installed
+    PLATFORM = "platform"  # vLLM's current_platform
+    BUILTIN = "builtin"
+    DICT = "dict"  # a literal dict of callables
+    LIST = "list"  # a literal list
+    CONTAINER = "container"  # an annotated container (`list[T]`): extra["item"] is the item's value
+    ALTS = "alts"  # one of several alternatives (a fork once followed): extra["alts"] holds the Alts
+    UNKNOWN = "unknown"  # not followed; `reason` says why
 
 
 @dataclass
 class Val:
     """A resolved value during a walk."""
 
-    kind: str  # module | function | class | instance | torch | torch_ops | torch_op | ext_module | ext_attr
-    #            | not_installed | platform | builtin | unknown
+    kind: ValKind
     module: Module | None = None
     qual: str = ""  # function/class qualname, module name, op name, ...
     path: str | None = None
@@ -38,19 +61,19 @@ class Val:
 
     @property
     def func(self) -> FunctionInfo | None:
-        if self.kind == "function" and self.module is not None:
+        if self.kind == ValKind.FUNCTION and self.module is not None:
             return self.module.summary.function(self.qual)  # a def, or a lambda summarised as one
         return None
 
     @property
     def cls(self) -> ClassInfo | None:
-        if self.kind in ("class", "instance") and self.module is not None:
+        if self.kind in (ValKind.CLASS, ValKind.INSTANCE) and self.module is not None:
             return self.module.summary.classes.get(self.qual)
         return None
 
     @property
     def dotted(self) -> str:
-        if self.module is not None and self.kind in ("function", "class", "instance"):
+        if self.module is not None and self.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE):
             return f"{self.module.name}.{self.qual}"
         return self.qual
 
@@ -67,9 +90,9 @@ class Alt:
     line: int | None = None
 
 
-def alts_value(fork_kind: str, decided_by: str | None, mod: Module | None, name: str, line: int | None, arms: list) -> Val:
+def alts_value(fork_kind: ForkKind, decided_by: str | None, mod: Module | None, name: str, line: int | None, arms: list) -> Val:
     """A value that is one of ``arms`` (a fork when followed)."""
-    return Val("alts", mod, name, mod.path if mod is not None else None, line,
+    return Val(ValKind.ALTS, mod, name, mod.path if mod is not None else None, line,
                extra={"alts": arms, "fork_kind": fork_kind, "decided_by": decided_by})
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .. import model as M
 from ..index import realpath
-from ..walk import Val, Walk
+from ..walk import Val, ValKind, Walk
 from . import facts as F
 from .contracts import PROBE_AGENT_FAMILY, ContractSet, load_contracts
 
@@ -256,10 +256,10 @@ class ModuleContext:
         if hit is None:
             w = Walk()
             try:
-                v = self.r.resolve_dotted(self.mod, cs.scope, cs.func, w, line=cs.line) if cs.func else Val("unknown")
+                v = self.r.resolve_dotted(self.mod, cs.scope, cs.func, w, line=cs.line) if cs.func else Val(ValKind.UNKNOWN)
                 v = self.engine.apply_patch(v)
             except RecursionError:
-                v = Val("unknown", reason="resolution recursed too deeply")
+                v = Val(ValKind.UNKNOWN, reason="resolution recursed too deeply")
             uncertain = any(h.condition and h.reachable is None for h in w.hops)
             hit = (v, uncertain)
             self._resolved[key] = hit
@@ -601,7 +601,7 @@ class Engine:
 
     # -- shared helpers used by checks -------------------------------------
     def apply_patch(self, v: Val) -> Val:
-        if v.kind in ("function", "class") and v.module is not None and not v.module.workspace:
+        if v.kind in (ValKind.FUNCTION, ValKind.CLASS) and v.module is not None and not v.module.workspace:
             try:
                 p = self.ws.resolver.patched(v)
             except Exception:  # noqa: BLE001 - analysis must not fail on a bad input

@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .. import model as M
-from ..walk import Walk
+from ..walk import ValKind, Walk
 from . import astsyms as A
 from .config import load_config
 from .fixes import FIX_RULES as _FIX_RULES
@@ -363,7 +363,7 @@ class InventoryBuilder:
                     v = r.resolve_dotted(mod, cs.scope, prefix, Walk(), line=cs.line)
                 except RecursionError:
                     continue
-                if v.module is None or v.kind not in ("function", "class", "instance"):
+                if v.module is None or v.kind not in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE):
                     continue
                 for tm, tq, it in targets[hit[1]]:
                     if v.module.name == tm and v.qual == tq:
@@ -646,12 +646,12 @@ class InventoryBuilder:
                 validate[a].append(f"`attnlens check {{file}}` no longer reports {ids} here")
         # one entry per leaf that can run on this platform (a fork's dead branches do not count)
         live_kernels = [dict(k, final=lf["kind"], symbol=lf["symbol"]) for k in it.kernels if k["reachable"] is not False
-                        for lf in k.get("leaves") or [{"kind": k["final"], "symbol": k["symbol"], "reachability": "live"}]
-                        if lf["reachability"] != "dead"]
-        dummies = [k for k in live_kernels if k["final"] == M.DUMMY]
-        unresolved = [k for k in live_kernels if k["final"] == M.UNRESOLVED]
-        kernel_like = [k for k in live_kernels if k["final"] in (M.TORCH_OP, M.TRITON_KERNEL, M.EXTENSION_FUNCTION,
-                                                                 M.NOT_INSTALLED, M.PYTHON_FUNCTION)]
+                        for lf in k.get("leaves") or [{"kind": k["final"], "symbol": k["symbol"], "reachability": M.Reach.LIVE}]
+                        if lf["reachability"] != M.Reach.DEAD]
+        dummies = [k for k in live_kernels if k["final"] == M.FinalKind.DUMMY]
+        unresolved = [k for k in live_kernels if k["final"] == M.FinalKind.UNRESOLVED]
+        kernel_like = [k for k in live_kernels
+                       if k["final"] in M.KERNEL_KINDS + (M.FinalKind.NOT_INSTALLED, M.FinalKind.PYTHON_FUNCTION)]
         passed = [e for e in it.evidence if e["verdict"] == "pass"]
         failed = [e for e in it.evidence if e["verdict"] != "pass"]
         unexplained = [d for d in it.differences if not d.explained]
@@ -902,8 +902,8 @@ def to_markdown(inv: Inventory) -> str:
             if it.kernels:
                 kinds = {}
                 for k in it.kernels:
-                    for lf in k.get("leaves") or [{"kind": k["final"], "symbol": k["symbol"], "reachability": "live"}]:
-                        if lf["reachability"] == "dead":
+                    for lf in k.get("leaves") or [{"kind": k["final"], "symbol": k["symbol"], "reachability": M.Reach.LIVE}]:
+                        if lf["reachability"] == M.Reach.DEAD:
                             continue
                         kinds.setdefault(lf["kind"], set()).add(lf["symbol"].rpartition(".")[2] if "::" not in lf["symbol"] else lf["symbol"])
                 out.append("  - kernels: " + "; ".join(f"{kk}: {', '.join(sorted(v)[:6])}" for kk, v in sorted(kinds.items())))
