@@ -597,8 +597,7 @@ class PlatformProfile:
     def _decorator_gate(self, m, d):
         """False when decorator ``d`` wraps the function in a closure that calls it only under a
         guard the profile proves false (and otherwise returns None); else None (unknown/no gate)."""
-        if not d.func or d.is_call or d.func in ("classmethod", "staticmethod", "property") \
-                or d.func.rpartition(".")[2] in ("cache", "lru_cache", "wraps", "cached_property"):
+        if not d.func or d.is_call or is_passthrough(d.func):
             return None
         dv = self.r.resolve_dotted(m, "", d.func, Walk())
         df = dv.func if dv.kind == ValKind.FUNCTION else None
@@ -643,4 +642,4 @@ def _parse_guard(text: str):
     return node
 
 
-from .pyindex import compare as _compare, dotted as _dotted  # one comparison table, one dotted()
+from .pyindex import compare as _compare, dotted as _dotted, is_passthrough  # one comparison table, one dotted()

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from . import model as M
 from .index import realpath
 from .model import HopKind
+from .pyindex import triton_decorated
 from .walk import Val, ValKind, Walk
 
 REGISTRAR = re.compile(r"^register_\w*backend$")
@@ -505,7 +506,7 @@ def _inside_jit(mod, scope: str) -> bool:
     q = scope
     while q:
         f = mod.summary.functions.get(q)
-        if f is not None and any(d.func.rpartition(".")[2] == "jit" for d in f.decorators):
+        if f is not None and triton_decorated(f.decorators, wrappers=False):
             return True
         q = q.rpartition(".")[0]
     return False

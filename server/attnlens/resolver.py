@@ -37,7 +37,8 @@ from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
 from .profile import PlatformProfile
-from .pyindex import Binding, CallSite, FunctionInfo
+from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, is_passthrough,
+                      triton_decorated)
 from .torchops import OpRegistry
 from .walk import Alt, Val, ValKind, Walk, alts_value
 
@@ -47,13 +48,6 @@ CONTAINERS = ("list", "List", "Sequence", "tuple", "Tuple", "dict", "Dict", "Map
 LAYER_TABLES = ("no_compile_layers", "static_forward_context")
 
 BUILTINS = frozenset(dir(__builtins__) if isinstance(__builtins__, dict) is False else __builtins__.keys())  # type: ignore[arg-type]
-TRITON_JIT_NAMES = ("jit",)
-TRITON_WRAPPERS = ("autotune", "heuristics")
-PASSTHROUGH_DECORATORS = {
-    "staticmethod", "classmethod", "property", "cache", "lru_cache", "cached_property", "functools.cache",
-    "functools.lru_cache", "functools.cached_property", "abstractmethod", "abc.abstractmethod", "override",
-    "typing.override", "torch.no_grad", "torch.inference_mode", "contextmanager", "contextlib.contextmanager",
-}
 # calls never worth following as the "one real call" of a wrapper body
 TRIVIAL_ROOTS = frozenset({
     "logger", "logging", "warnings", "log", "print", "len", "int", "float", "str", "bool", "tuple", "list", "dict",
@@ -1728,7 +1722,7 @@ class Resolver:
                 continue
             av = self.resolve_dotted(mod, scope, text, Walk(), line=cs.line)
             af = av.func if av.kind == ValKind.FUNCTION else None
-            if af is not None and any(d.func.rpartition(".")[2] in TRITON_JIT_NAMES + TRITON_WRAPPERS for d in af.decorators):
+            if af is not None and triton_decorated(af.decorators):
                 return av
         return None
 
@@ -1753,7 +1747,7 @@ class Resolver:
             return Final(FinalKind.UNRESOLVED, v.path, f.line, v.dotted, reason=f"`{v.dotted}[grid](...)` but {v.dotted} is not decorated with @triton.jit")
         for d in f.decorators:
             text = d.func
-            if not text or text in PASSTHROUGH_DECORATORS or text.rpartition(".")[2] in ("staticmethod", "classmethod", "property", "cache", "lru_cache", "wraps", "abstractmethod", "override", "dataclass", "no_grad", "inference_mode"):
+            if not text or is_passthrough(text) or text.rpartition(".")[2] == "dataclass":
                 continue
             last = text.rpartition(".")[2]
             if last in ("custom_op", "triton_op") and d.str_args and d.str_args[0]:

@@ -12,6 +12,7 @@ import re
 import textwrap
 
 from .. import model as M
+from ..pyindex import is_passthrough
 from ..walk import Val, ValKind, Walk
 from .classes import mro_complete
 from .engine import Rule, check, content_memo, rule, short_list
@@ -55,11 +56,9 @@ AL113 = rule(Rule(
     ("correctness", "torch-op"),
 ))
 
-PASSTHROUGH_LAST = {
-    "staticmethod", "classmethod", "cache", "lru_cache", "cached_property", "abstractmethod", "override",
-    "no_grad", "inference_mode", "wraps", "compile", "custom_op", "triton_op", "register_fake", "deprecated",
-    "overload", "final", "contextmanager", "timed", "_timed",
-}
+# decorators that keep the decorated function's signature besides the pass-through ones (registrations, markers)
+SIGNATURE_KEEPING = frozenset({"compile", "custom_op", "triton_op", "register_fake", "deprecated", "overload", "final",
+                               "timed", "_timed"})
 
 _CALL_SKIP_ROOTS = {"super", "logger", "logging", "np", "math", "os", "sys", "warnings", "print", "len", "isinstance",
                     "dataclasses", "copy", "functools", "itertools", "collections", "typing", "json", "re", "time"}
@@ -73,7 +72,7 @@ def _decorators_ok(ctx, v: Val) -> bool:
         last = d.func.rpartition(".")[2]
         if not d.func:
             return False
-        if last in PASSTHROUGH_LAST or last == "property":
+        if is_passthrough(d.func) or last in SIGNATURE_KEEPING:
             continue
         try:
             if v.module is not None and ctx.r.patch_decorator(v.module, d) is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from .. import model as M
+from ..pyindex import triton_decorated
 from ..walk import Val, ValKind, Walk
 from .checks_calls import _flow, _loc, _rel, _short, op_schemas
 from .classes import class_attr
@@ -130,7 +131,7 @@ def _kernel_of(ctx, mod, cs, v: Val, via: str):
         f = v.func
         if f.dummy:
             return Kernel(v.dotted, "dummy", v, mod.path, cs.line, cs, via)
-        if any(d.func.rpartition(".")[2] == "jit" for d in f.decorators):
+        if triton_decorated(f.decorators, wrappers=False):
             return Kernel(v.dotted, "triton", v, mod.path, cs.line, cs, via)
         if v.module is not None and not v.module.workspace:
             return Kernel(v.dotted, "python", v, mod.path, cs.line, cs, via)

@@ -33,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .. import model as M
+from ..pyindex import triton_decorated
 from ..walk import ValKind, Walk
 from . import astsyms as A
 from .config import load_config
@@ -328,7 +329,7 @@ class InventoryBuilder:
             if "." in q or f.class_name:
                 continue
             kind = "function"
-            if any(d.func.rpartition(".")[2] in ("jit", "autotune", "heuristics") for d in f.decorators):
+            if triton_decorated(f.decorators):
                 kind = "kernel"
             elif f.dummy:
                 kind = "dummy"
