@@ -28,11 +28,16 @@ def test_contracts_are_kept():
     assert "6 kept, 0 broken" in r.stdout
 
 
-def test_a_core_module_importing_the_lsp_breaks_the_contract(tmp_path):
+def _lint_with_wrong_import(tmp_path, module: str, statement: str) -> subprocess.CompletedProcess:
+    """The contract checked on a copy of the package where ``module`` has ``statement`` inside a function."""
     shutil.copytree(REPO / "server" / "attnlens", tmp_path / "attnlens", ignore=shutil.ignore_patterns("__pycache__"))
-    res = tmp_path / "attnlens" / "resolver.py"
-    res.write_text(res.read_text() + "\n\ndef _wrong():\n    from .lsp import server  # noqa: F401\n")
-    r = _lint(tmp_path)
+    src = tmp_path / "attnlens" / module
+    src.write_text(src.read_text() + f"\n\ndef _wrong():\n    {statement}  # noqa: F401\n")
+    return _lint(tmp_path)
+
+
+def test_a_core_module_importing_the_lsp_breaks_the_contract(tmp_path):
+    r = _lint_with_wrong_import(tmp_path, "resolver.py", "from .lsp import server")
     assert r.returncode != 0
     assert "Core analysis does not import the features above it BROKEN" in r.stdout
     assert "attnlens.resolver -> attnlens.lsp.server" in r.stdout
@@ -41,10 +46,7 @@ def test_a_core_module_importing_the_lsp_breaks_the_contract(tmp_path):
 def test_a_helper_importing_the_resolver_breaks_the_contract(tmp_path):
     """The import that used to dodge the circle (`from .resolver import Walk` inside a function of patches.py)
     breaks the contract: the helpers see the resolver through lookup.Lookup only."""
-    shutil.copytree(REPO / "server" / "attnlens", tmp_path / "attnlens", ignore=shutil.ignore_patterns("__pycache__"))
-    pat = tmp_path / "attnlens" / "patches.py"
-    pat.write_text(pat.read_text() + "\n\ndef _wrong():\n    from .resolver import Walk  # noqa: F401\n")
-    r = _lint(tmp_path)
+    r = _lint_with_wrong_import(tmp_path, "patches.py", "from .resolver import Walk")
     assert r.returncode != 0
     assert "The walk state and the resolver's helpers do not import the resolver BROKEN" in r.stdout
     assert "attnlens.patches -> attnlens.resolver" in r.stdout
