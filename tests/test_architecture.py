@@ -25,14 +25,19 @@ def _lint(server_dir: Path) -> subprocess.CompletedProcess:
 def test_contracts_are_kept():
     r = _lint(REPO / "server")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert "5 kept, 0 broken" in r.stdout
+    assert "7 kept, 0 broken" in r.stdout
+
+
+def _lint_with_wrong_import(tmp_path, module: str, statement: str) -> subprocess.CompletedProcess:
+    """The contract checked on a copy of the package where ``module`` has ``statement`` inside a function."""
+    shutil.copytree(REPO / "server" / "attnlens", tmp_path / "attnlens", ignore=shutil.ignore_patterns("__pycache__"))
+    src = tmp_path / "attnlens" / module
+    src.write_text(src.read_text() + f"\n\ndef _wrong():\n    {statement}  # noqa: F401\n")
+    return _lint(tmp_path)
 
 
 def test_a_core_module_importing_the_lsp_breaks_the_contract(tmp_path):
-    shutil.copytree(REPO / "server" / "attnlens", tmp_path / "attnlens", ignore=shutil.ignore_patterns("__pycache__"))
-    res = tmp_path / "attnlens" / "resolver.py"
-    res.write_text(res.read_text() + "\n\ndef _wrong():\n    from .lsp import server  # noqa: F401\n")
-    r = _lint(tmp_path)
+    r = _lint_with_wrong_import(tmp_path, "resolver.py", "from .lsp import server")
     assert r.returncode != 0
     assert "Core analysis does not import the features above it BROKEN" in r.stdout
     assert "attnlens.resolver -> attnlens.lsp.server" in r.stdout
@@ -41,10 +46,7 @@ def test_a_core_module_importing_the_lsp_breaks_the_contract(tmp_path):
 def test_a_check_importing_the_engine_breaks_the_contract(tmp_path):
     """Checks are written against the rule API (`rules/api.py`); the engine finds and runs them. A check
     that reaches into the engine (a hidden circle: the engine imports the checks) fails the contract."""
-    shutil.copytree(REPO / "server" / "attnlens", tmp_path / "attnlens", ignore=shutil.ignore_patterns("__pycache__"))
-    chk = tmp_path / "attnlens" / "rules" / "checks_shapes.py"
-    chk.write_text(chk.read_text() + "\n\ndef _wrong():\n    from .engine import Engine  # noqa: F401\n")
-    r = _lint(tmp_path)
+    r = _lint_with_wrong_import(tmp_path, "rules/checks_shapes.py", "from .engine import Engine")
     assert r.returncode != 0
     assert "Check modules use the rule API, never the engine that runs them BROKEN" in r.stdout
     assert "attnlens.rules.checks_shapes -> attnlens.rules.engine" in r.stdout
@@ -64,6 +66,58 @@ def test_every_check_module_is_found_and_under_the_contract():
     cfg.read(REPO / ".importlinter")
     listed = set(cfg["importlinter:contract:checks-use-the-rule-api"]["source_modules"].split())
     assert found <= listed, sorted(found - listed)
+
+
+def test_a_helper_importing_the_resolver_breaks_the_contract(tmp_path):
+    """The import that used to dodge the circle (`from .resolver import Walk` inside a function of patches.py)
+    breaks the contract: the helpers see the resolver through lookup.Lookup only."""
+    r = _lint_with_wrong_import(tmp_path, "patches.py", "from .resolver import Walk")
+    assert r.returncode != 0
+    assert "The walk state and the resolver's helpers do not import the resolver BROKEN" in r.stdout
+    assert "attnlens.patches -> attnlens.resolver" in r.stdout
+    assert "Core analysis does not import the features above it KEPT" in r.stdout  # (only that contract breaks)
+
+
+def _used_on_the_resolver(tree) -> set:
+    """Names the code reads on the resolver it is given: `self.r.X`, `resolver.X`, `getattr(resolver, "X")`."""
+    import ast
+
+    def is_resolver(node) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "resolver") or (
+            isinstance(node, ast.Attribute) and node.attr == "r" and isinstance(node.value, ast.Name) and node.value.id == "self")
+
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_resolver(node.value):
+            used.add(node.attr)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+              and len(node.args) >= 2 and is_resolver(node.args[0]) and isinstance(node.args[1], ast.Constant)):
+            used.add(node.args[1].value)
+    return used
+
+
+def test_the_helpers_use_exactly_the_lookup_interface():
+    """profile, patches, torchops and envflags read on the resolver only what `lookup.Lookup` lists (and it lists
+    nothing they do not read); the Resolver has every member."""
+    import ast
+
+    from attnlens.lookup import Lookup
+    from attnlens.resolver import Resolver
+
+    members = {n for n in vars(Lookup) if not n.startswith("_")} | set(Lookup.__annotations__)
+    used = set()
+    for name in ("profile", "patches", "torchops", "envflags"):
+        src = (REPO / "server" / "attnlens" / f"{name}.py").read_text(encoding="utf-8")
+        used |= _used_on_the_resolver(ast.parse(src))
+    assert used == members
+    cls = next(n for n in ast.parse((REPO / "server" / "attnlens" / "resolver.py").read_text(encoding="utf-8")).body
+               if isinstance(n, ast.ClassDef) and n.name == "Resolver")
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    targets = [t for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
+               for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+    assigned = {t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    missing = sorted(m for m in members if not callable(getattr(Resolver, m, None)) and m not in assigned)
+    assert missing == []
 
 
 # private state of the core that other modules reached into (issue 12); each has a public accessor now

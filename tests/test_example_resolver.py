@@ -126,7 +126,7 @@ def test_reexport_through_package_init(ws):
 
 def test_merge_wrapper_skips_dead_cuda_branch(ws):
     c = at(ws, FA, "merge_attn_states(output")
-    assert c.final.kind == M.FORK and c.final.fork.kind == M.FORK_CALLS
+    assert c.final.kind == M.FORK and c.final.fork.kind == M.ForkKind.CALLS
     leaves = [(lf.final.kind, lf.final.symbol, lf.conditions, lf.reachable) for lf in c.leaves()]
     assert leaves == [
         # the is_cuda() branch stays in the tree, marked dead on this platform

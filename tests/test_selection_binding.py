@@ -123,14 +123,14 @@ def test_tiny_inherited_call_sites_bind_self_to_the_concrete_impl(tiny):
 
 def test_tiny_factory_singleton_and_inherited_method(tiny):
     c = _trace(tiny, "tiny_npu.attention.mla", "NpuOps.mla_decode")
-    assert c.final.fork.kind == M.FORK_FACTORY
+    assert c.final.fork.kind == M.ForkKind.FACTORY
     assert _leaves(c) == [(M.TORCH_OP, "_tiny_C::mla_decode", False), (M.TORCH_OP, "_tiny_C::mla_decode", True),
                           (M.TORCH_OP, "_tiny_C::mla_decode", False)]
 
 
 def test_tiny_layer_impl_fans_out_over_non_mla_backends(tiny):
     c = _trace(tiny, "tiny_npu.layers.attention", "self.impl.forward")
-    assert c.final.fork.kind == M.FORK_SELECTED_BACKEND
+    assert c.final.fork.kind == M.ForkKind.SELECTED_BACKEND
     assert [b.label for b in c.final.fork.branches] == ["TinyPagedBackend: TinyPagedImpl", "TinySinkBackend: TinySinkImpl"]
     sink = c.final.fork.branches[1].chain
     assert [(k, s) for k, s, _r in _leaves(sink)] == [
@@ -155,7 +155,7 @@ def test_tiny_patched_upstream_method_runs_the_plugin_function(tiny):
     c = tiny.trace_symbol("vllm.v1.attention.backends.flash_attn.FlashAttentionImpl.do_kv_cache_update")
     assert [h.symbol for h in c.hops if h.kind == "patch"] == ["tiny_npu.patches._tiny_do_kv_cache_update"]
     # the patch is made under `if current_platform.is_out_of_tree()` (True here): the upstream body is the dead branch
-    assert c.final.fork.kind == M.FORK_PATCHED
+    assert c.final.fork.kind == M.ForkKind.PATCHED
     assert [(k, s, r) for k, s, r in _leaves(c)] == [(M.TRITON_KERNEL, "tiny_npu.ops.kernels._write_kv_kernel", None),
                                                      (M.TORCH_OP, "_tiny_C::reshape_and_cache_fp8", None),
                                                      (M.TORCH_OP, "_C_cache_ops::reshape_and_cache_flash", False)]
@@ -209,14 +209,14 @@ def test_layer_looked_up_by_name_in_a_vllm_custom_op_binds_its_impl(tiny):
     # upstream unified_attention: `attn_metadata, self, kv_cache, _ = get_attention_context(layer_name)`, where
     # get_attention_context reads `forward_context.no_compile_layers[layer_name]`
     c = _trace(tiny, "vllm.model_executor.layers.attention.attention", "self.impl.forward")
-    assert c.final.fork.kind == M.FORK_SUBCLASS
+    assert c.final.fork.kind == M.ForkKind.SUBCLASS
     assert [b.label for b in c.final.fork.branches] == ["Attention", "TinyAttention"]
     live = {(lf.final.kind, lf.final.symbol) for lf in c.leaves() if lf.reachable is not False}
     assert {(M.TORCH_OP, "_tiny_C::paged_attention"), (M.TRITON_KERNEL, "tiny_npu.ops.kernels._paged_sink_attn_kernel")} <= live
 
 
 def test_saved_original_on_an_upstream_class_is_the_upstream_method(tiny):
-    from attnlens.resolver import Walk
+    from attnlens.walk import Walk
 
     v = tiny.resolver.resolve_symbol("vllm.v1.attention.backends.flash_attn.FlashAttentionImpl")
     got = tiny.resolver.attr(v, "_tiny_orig_forward", Walk())

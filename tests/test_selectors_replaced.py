@@ -109,7 +109,7 @@ def test_constant_lambda_folds_the_guards_that_call_it(ws):
 
 def test_replacements_under_if_and_else_are_a_fork_without_the_original(ws):
     c = _trace(ws, "uplib.layer", "selector.get_prefill")
-    assert c.final.fork.kind == M.FORK_PATCHED
+    assert c.final.fork.kind == M.ForkKind.PATCHED
     assert [(b.label, b.condition, b.reachable) for b in c.final.fork.branches] == [
         ("sel.get_prefill = lambda cfg: PlugPrefillB", "envs.PREFILL_B", None),
         ("sel.get_prefill = lambda cfg: pick_prefill(cfg)", "not (envs.PREFILL_B)", None),
@@ -147,13 +147,13 @@ def test_the_patch_table_reads_back_from_the_cache(tmp_path):
     first = _ws(tmp_path, cache=True)
     before = _leaves(_trace(first, "uplib.layer", "selector.get_prefill"))
     second = _ws(tmp_path, cache=True)  # the frozen table of the first workspace, thawed
-    assert second.resolver.patches().get(("uplib.selector", "get_prefill"))[0].extra["fork_kind"] == M.FORK_PATCHED
+    assert second.resolver.patches().get(("uplib.selector", "get_prefill"))[0].extra["fork_kind"] == M.ForkKind.PATCHED
     assert _leaves(_trace(second, "uplib.layer", "selector.get_prefill")) == before
 
 
 def test_schema_lists_every_fork_kind_for_tree_nodes():
     s = json.loads((REPO / "server/attnlens/schema/trace.schema.json").read_text())
-    assert s["$defs"]["fork_node"]["properties"]["fork"]["properties"]["kind"]["enum"] == list(M.FORK_KINDS)
+    assert s["$defs"]["fork_node"]["properties"]["fork"]["properties"]["kind"]["enum"] == list(M.ForkKind)
 
 
 # -- vLLM's MLA prefill selector, against the installed vLLM ------------------------------------------------
@@ -191,7 +191,7 @@ def _pick(leaves):
 def test_mla_prefill_selector_lists_every_candidate_with_its_condition(tmp_path):
     ws = _pfx(tmp_path)
     c = _trace(ws, "pfx.layer", "get_mla_prefill_backend")
-    assert c.final.fork.kind == M.FORK_FACTORY and c.final.fork.symbol == f"{SEL}.selector.get_mla_prefill_backend"
+    assert c.final.fork.kind == M.ForkKind.FACTORY and c.final.fork.symbol == f"{SEL}.selector.get_mla_prefill_backend"
     assert _pick(_leaves(c)) == [
         (M.PYTHON_CLASS, PFX_PREFILL, None, ["device_capability is None"]),
         (M.PYTHON_CLASS, PFX_PREFILL, None, [CHOSEN, CFG + "FLASH_ATTN"]),
@@ -279,7 +279,7 @@ def test_upstream_selector_replaced_under_a_flag(tmp_path):
     # the real shape of vLLM-MetaX's platform.py: `iu.has_triton_kernels = lambda: False` folds vLLM's own guards
     assert ws.resolver.profile.evaluate(ws.index.module(moe), "", "has_triton_kernels()") is False
     c = _trace(ws, "pfx.layer", "get_mla_prefill_backend")
-    assert c.final.fork.kind == M.FORK_PATCHED
+    assert c.final.fork.kind == M.ForkKind.PATCHED
     assert [(b.label, b.condition, b.reachable) for b in c.final.fork.branches] == [
         ("prefill_selector.get_mla_prefill_backend = lambda vllm_config: PfxPrefill", 'os.environ.get("PFX_OWN_PREFILL")', None),
         (f"the original {SEL}.selector.get_mla_prefill_backend", 'not (os.environ.get("PFX_OWN_PREFILL"))', None),

@@ -114,13 +114,13 @@ def _leaf(kind, symbol, path="/x/k.py", line=3, reason=None) -> M.Chain:
 
 def _tree(truncated: str | None = None) -> M.Chain:
     """A hand-built tree: a runtime dict fork nested in a platform fork, with a dead branch."""
-    inner = M.Fork(M.FORK_DICT, "kv_cache_dtype", "/x/d.py", 7, "_WRITERS", [
+    inner = M.Fork(M.ForkKind.DICT, "kv_cache_dtype", "/x/d.py", 7, "_WRITERS", [
         M.Branch('kv_cache_dtype == "auto"', None, '"auto": _write_auto', _leaf(M.TORCH_OP, "_C::write"), "/x/d.py", 8),
         M.Branch('kv_cache_dtype == "fp8"', None, '"fp8": kernel[grid]', _leaf(M.TRITON_KERNEL, "pkg.__init__.kernel", "/x/__init__.py", 5),
                  "/x/d.py", 9),
     ], truncated=truncated)
     inner_chain = M.Chain([M.Hop("alias", "/x/d.py", 7, "_WRITERS[kv_cache_dtype]")], M.Final(M.FORK, "/x/d.py", 7, "_WRITERS", fork=inner), True)
-    top = M.Fork(M.FORK_CALLS, "is_cuda()", "/x/top.py", 1, "pkg.top", [
+    top = M.Fork(M.ForkKind.CALLS, "is_cuda()", "/x/top.py", 1, "pkg.top", [
         M.Branch("is_cuda()", False, "line 2: cuda_op(...)", _leaf(M.TORCH_OP, "_C::cuda_op"), "/x/top.py", 2),
         M.Branch("not (is_cuda())", True, "line 4: _WRITERS[kv_cache_dtype](...)", inner_chain, "/x/top.py", 4),
         M.Branch(None, True, "line 5: missing(...)", _leaf(M.NOT_INSTALLED, "vendorlib", None, None, "package `vendorlib` is not installed"),
@@ -304,10 +304,11 @@ def test_schema_matches_model_constants():
     s = json.loads(SCHEMA.read_text())
     assert s["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     d = s["$defs"]
-    assert d["hop"]["properties"]["kind"]["enum"] == list(M.HOP_KINDS)
+    assert d["hop"]["properties"]["kind"]["enum"] == list(M.HopKind)
     assert d["leaf_final"]["properties"]["kind"]["enum"] == list(M.FINAL_KINDS)
-    assert d["fork_header"]["properties"]["kind"]["enum"] == list(M.FORK_KINDS)
-    assert d["branch"]["properties"]["reachability"]["enum"] == [M.LIVE, M.DEAD, M.RUNTIME]
+    assert d["final"]["properties"]["kind"]["enum"] == list(M.FinalKind)
+    assert d["fork_header"]["properties"]["kind"]["enum"] == list(M.ForkKind)
+    assert d["branch"]["properties"]["reachability"]["enum"] == list(M.Reach)
 
 
 @pytest.mark.parametrize("path,text,offset", POSITIONS, ids=[t for _, t, _ in POSITIONS])

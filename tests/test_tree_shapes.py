@@ -40,7 +40,7 @@ def leaves(c):
 
 def test_dict_of_callables_forks_on_the_key(ws):
     c = trace(ws, "_CACHE_WRITERS[kv_cache_dtype](")
-    assert c.final.kind == M.FORK and c.final.fork.kind == M.FORK_DICT
+    assert c.final.kind == M.FORK and c.final.fork.kind == M.ForkKind.DICT
     assert c.final.fork.decided_by == "kv_cache_dtype"
     assert leaves(c) == [
         (*RESHAPE, ['kv_cache_dtype == "auto"'], None),
@@ -51,13 +51,13 @@ def test_dict_of_callables_forks_on_the_key(ws):
 
 def test_conditional_expression_of_callables(ws):
     c = trace(ws, "fn(src, dst)")
-    assert c.final.fork.kind == M.FORK_IFEXP and c.final.fork.decided_by == "scaled"
+    assert c.final.fork.kind == M.ForkKind.IFEXP and c.final.fork.decided_by == "scaled"
     assert leaves(c) == [(*SCALE, ["scaled"], None), (*COPY, ["not (scaled)"], None)]
 
 
 def test_conditional_constructors_on_self_called_through_module_call(ws):
     c = trace(ws, "self.cache_op(key")
-    assert c.final.fork.kind == M.FORK_IFEXP
+    assert c.final.fork.kind == M.ForkKind.IFEXP
     assert leaves(c) == [
         (*SCALE, ['kv_cache_dtype.startswith("fp8")'], None),
         (*RESHAPE, ['not (kv_cache_dtype.startswith("fp8"))'], None),
@@ -66,7 +66,7 @@ def test_conditional_constructors_on_self_called_through_module_call(ws):
 
 def test_factory_singleton_forks_over_every_returned_class_with_inherited_methods(ws):
     c = trace(ws, "DeviceOps.copy_blocks(src")
-    assert c.final.fork.kind == M.FORK_FACTORY
+    assert c.final.fork.kind == M.ForkKind.FACTORY
     got = leaves(c)
     assert [(k, s, cond, r) for k, s, cond, r in got] == [
         (M.TORCH_OP, "_C_cache_ops::copy_blocks", ["current_platform.is_cuda()"], False),
@@ -80,7 +80,7 @@ def test_factory_singleton_forks_over_every_returned_class_with_inherited_method
 
 def test_several_returns_are_branches(ws):
     c = trace(ws, "writer(key")
-    assert c.final.fork.kind == M.FORK_FACTORY
+    assert c.final.fork.kind == M.ForkKind.FACTORY
     assert leaves(c) == [
         (*RESHAPE, ['kv_cache_dtype == "auto"'], None),
         (*SCALE, ['not (kv_cache_dtype == "auto")'], None),
@@ -131,7 +131,7 @@ def test_json_has_tree_leaves_and_final(ws):
     d = c.to_json()
     assert [lf["reachability"] for lf in d["leaves"]] == ["dead", "live", "dead"]
     assert d["final"]["symbol"] == P + "_copy_kernel"  # exactly one live leaf
-    assert d["tree"]["fork"]["kind"] == M.FORK_FACTORY
+    assert d["tree"]["fork"]["kind"] == M.ForkKind.FACTORY
     assert [b["reachability"] for b in d["tree"]["branches"]] == ["dead", "live", "dead"]
     assert d["truncated"] is False
 

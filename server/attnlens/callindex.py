@@ -112,7 +112,7 @@ def record(path: str, cs, chain: M.Chain, module_paths: Callable[[str], Iterable
     call = chain.hops[0] if chain.hops else None
     waypoints = [(h.path, h.line) for h in hops if h.path and h is not call] + points
     waypoints += [(lf.path, lf.line) for lf in finals if lf.path and lf.line]
-    marks = frozenset(h.symbol for h in hops if h.kind in ("torch_op", "not_installed")) | {f.symbol}
+    marks = frozenset(h.symbol for h in hops if h.kind in (M.HopKind.TORCH_OP, M.HopKind.NOT_INSTALLED)) | {f.symbol}
     marks |= {lf.symbol for lf in finals}
     deps = {path} | {p for p, _ in waypoints} | {h.path for h in hops if h.path}
     for lf in finals + [f]:

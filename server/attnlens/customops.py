@@ -18,7 +18,7 @@ import ast
 from dataclasses import dataclass
 
 from .pyindex import dotted
-from .resolver import Val, Walk
+from .walk import Val, ValKind, Walk
 
 METHOD = "register_oot"
 
@@ -36,7 +36,7 @@ class OotRegistration:
 def _base_name(r, mod, text: str, line: int) -> tuple[str, Val | None]:
     base_text = text.rpartition(".")[0]
     bv = r.resolve_dotted(mod, "", base_text, Walk(), line=line) if base_text else None
-    if bv is not None and bv.kind == "class":
+    if bv is not None and bv.kind == ValKind.CLASS:
         return bv.qual.rpartition(".")[2], bv
     return base_text.rpartition(".")[2], None
 
@@ -57,7 +57,7 @@ def collect(r) -> list[OotRegistration]:
                         name = ast.literal_eval(given)
                     except (ValueError, SyntaxError):
                         continue
-                cv = Val("class", mod, q, mod.path, c.line)
+                cv = Val(ValKind.CLASS, mod, q, mod.path, c.line)
                 out.append(OotRegistration(name, cv, bv, mod.path, d.line, f"@{d.func}" + ("(...)" if d.is_call else "")))
         calls = [cs for cs in s.calls if cs.func.rpartition(".")[2] == METHOD and cs.func != METHOD]
         if not calls:
@@ -78,7 +78,7 @@ def collect(r) -> list[OotRegistration]:
                 if not ctext:
                     continue
                 cv = r.resolve_dotted(mod, cs.scope, ctext, Walk(), line=cs.line)
-                if cv.kind != "class":
+                if cv.kind != ValKind.CLASS:
                     continue
                 name, bv = _base_name(r, mod, cs.func, cs.line)
                 if ntext:

@@ -28,6 +28,9 @@ import ast
 import weakref
 from dataclasses import dataclass
 
+from .lookup import Lookup
+from .walk import ValKind, Walk
+
 UNKNOWN = object()
 
 _GETENV = {"os.getenv", "getenv", "os.environ.get", "environ.get"}
@@ -57,7 +60,7 @@ class Flag:
 class EnvDefaults:
     """Guards evaluated with every environment variable unset (memoised per index generation)."""
 
-    def __init__(self, resolver):
+    def __init__(self, resolver: Lookup):
         self.r = resolver
         self._gen = -1
         self._tables: dict = {}
@@ -205,8 +208,6 @@ class EnvDefaults:
 
     def _module_named(self, mod, scope, base: str | None):
         """The module ``base`` names in ``scope`` when it defines environment flags, else None (memoised)."""
-        from .resolver import Walk
-
         if not base or base == "self" or base.startswith("self."):
             return None
         key = (mod.name, scope, base)
@@ -217,7 +218,7 @@ class EnvDefaults:
             bv = self.r.resolve_dotted(mod, scope, base, Walk())
         except RecursionError:
             bv = None
-        if bv is not None and bv.kind == "module" and bv.module is not None:
+        if bv is not None and bv.kind == ValKind.MODULE and bv.module is not None:
             t = self._table(bv.module)
             home = bv.module if (t.assigned or t.lazy or t.declared) else None
         self._bases[key] = home
@@ -340,7 +341,7 @@ class DefaultProvider:
     flags: tuple  # Flag, the environment flags that decide, at their defaults
 
 
-def default_provider(resolver, defaults: EnvDefaults) -> DefaultProvider | None:
+def default_provider(resolver: Lookup, defaults: EnvDefaults) -> DefaultProvider | None:
     """Of ``OpRegistry.providers()`` (in the order ``import_kernels`` imports them), the first whose guard
     holds with every environment flag at its default; None when no guard can be decided."""
     ops = getattr(resolver, "ops", None)
@@ -363,10 +364,8 @@ def default_provider(resolver, defaults: EnvDefaults) -> DefaultProvider | None:
     return None
 
 
-def _kernel_import_scopes(resolver) -> list:
+def _kernel_import_scopes(resolver: Lookup) -> list:
     """(module, function qualname) of the platform classes' ``import_kernels`` (where provider guards are read)."""
-    from .resolver import Walk
-
     out = []
     for cv in resolver.profile.info.classes:
         fv = resolver.class_attr(cv.module, cv.qual, "import_kernels", Walk())
@@ -386,7 +385,7 @@ class PlatformDefaults:
     default; ``provider``: the kernel module loaded first by default (both memoised per index generation).
     The duck type :mod:`attnlens.render` takes as ``defaults``."""
 
-    def __init__(self, resolver):
+    def __init__(self, resolver: Lookup):
         self.r = resolver
         self.env = EnvDefaults(resolver)
         self._provider: tuple | None = None
@@ -417,7 +416,7 @@ class PlatformDefaults:
 _DEFAULTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def platform_defaults(resolver) -> PlatformDefaults:
+def platform_defaults(resolver: Lookup) -> PlatformDefaults:
     """The one :class:`PlatformDefaults` of a resolver (its memo lives as long as the resolver)."""
     d = _DEFAULTS.get(resolver)
     if d is None:

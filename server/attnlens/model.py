@@ -1,59 +1,120 @@
-"""Result types of the analysis (pure data, JSON-serialisable, no LSP types)."""
+"""Result types of the analysis (pure data, JSON-serialisable, no LSP types) and their kinds.
+
+The kinds are str enums (:class:`Kind`): ``FinalKind``, ``ForkKind``, ``HopKind`` and ``Reach`` (the value
+kinds of a walk, ``ValKind``, are in :mod:`attnlens.walk`). A member serialises, formats and compares as its
+plain string, so JSON output and string comparisons elsewhere are unchanged."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 
-# final target kinds
-PYTHON_FUNCTION = "python_function"
-PYTHON_CLASS = "python_class"
-TORCH_OP = "torch_op"
-TRITON_KERNEL = "triton_kernel"
-EXTENSION_FUNCTION = "extension_function"
-DUMMY = "dummy"
-NOT_INSTALLED = "not_installed"
-UNRESOLVED = "unresolved"
-FORK = "fork"  # not a leaf: a choice point whose branches are chains of their own (Final.fork)
-FINAL_KINDS = (PYTHON_FUNCTION, PYTHON_CLASS, TORCH_OP, TRITON_KERNEL, EXTENSION_FUNCTION, DUMMY, NOT_INSTALLED, UNRESOLVED)
-KERNEL_KINDS = (TORCH_OP, TRITON_KERNEL, EXTENSION_FUNCTION)
+class Kind(str, Enum):
+    """A kind of the analysis: a str enum whose members are their JSON spelling.
+
+    A member is the plain string in every way output sees it: ``==`` and ``hash`` (dict keys, sets, ``in``
+    tuples of strings), ``str()``, ``format()``/f-strings, ``%s``, ``repr()`` (and so ``str`` of a tuple that
+    holds one), ``json.dumps`` and sorting. A kind read back as a plain string (JSON, an older cache)
+    compares equal to its member; nothing may rely on ``is`` or on ``type(x) is str``."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+    __repr__ = str.__repr__
+
+
+class FinalKind(Kind):
+    """What a chain ends in (``Final.kind``)."""
+
+    PYTHON_FUNCTION = "python_function"
+    PYTHON_CLASS = "python_class"
+    TORCH_OP = "torch_op"
+    TRITON_KERNEL = "triton_kernel"
+    EXTENSION_FUNCTION = "extension_function"
+    DUMMY = "dummy"
+    NOT_INSTALLED = "not_installed"
+    UNRESOLVED = "unresolved"
+    FORK = "fork"  # not a leaf: a choice point whose branches are chains of their own (Final.fork)
+
+
+# the final kinds by their old names (lsp/ and cli.py spell them so)
+PYTHON_FUNCTION = FinalKind.PYTHON_FUNCTION
+PYTHON_CLASS = FinalKind.PYTHON_CLASS
+TORCH_OP = FinalKind.TORCH_OP
+TRITON_KERNEL = FinalKind.TRITON_KERNEL
+EXTENSION_FUNCTION = FinalKind.EXTENSION_FUNCTION
+DUMMY = FinalKind.DUMMY
+NOT_INSTALLED = FinalKind.NOT_INSTALLED
+UNRESOLVED = FinalKind.UNRESOLVED
+FORK = FinalKind.FORK
+# the leaf kinds (every final kind but FORK)
+FINAL_KINDS = tuple(k for k in FinalKind if k != FinalKind.FORK)
+KERNEL_KINDS = (FinalKind.TORCH_OP, FinalKind.TRITON_KERNEL, FinalKind.EXTENSION_FUNCTION)
 # leaves that end a branch in something worth showing as "what runs"
-RUNTIME_LEAF_KINDS = (TORCH_OP, TRITON_KERNEL, EXTENSION_FUNCTION, DUMMY, NOT_INSTALLED)
+RUNTIME_LEAF_KINDS = KERNEL_KINDS + (FinalKind.DUMMY, FinalKind.NOT_INSTALLED)
 
-# fork kinds: how a choice point decides
-FORK_CALLS = "calls"  # a function body runs these calls, each under its own guard (if/else inside the body)
-FORK_IFEXP = "conditional_expression"  # `f if c else g`
-FORK_DICT = "dict_key"  # `{"a": f, "b": g}[key]`
-FORK_FACTORY = "factory_return"  # `x = make()` where make returns one of several classes/callables
-FORK_RETURNS = "multiple_returns"  # a function with several `return` statements of callables/classes
-FORK_DISPATCH_KEY = "dispatch_key"  # a torch op with several kernels, one per dispatch key
-FORK_SELECTED_BACKEND = "selected_backend"  # `backend.get_impl_cls()` of whichever backend vLLM selected
-FORK_SUBCLASS = "subclass"  # a method of a declared (annotated) base type: each workspace subclass that overrides it
-FORK_ASSIGNMENTS = "assignments"  # a local bound differently on the branches before its use (`if a: f = x elif b: f = y`)
-FORK_PATCHED = "patched"  # an upstream attribute replaced at import time under conditions (and the original)
-FORK_MEMBER = "enum_member"  # an enum member chosen at run time (a config value, an item of a priority list)
-FORK_KINDS = (FORK_CALLS, FORK_IFEXP, FORK_DICT, FORK_FACTORY, FORK_RETURNS, FORK_DISPATCH_KEY, FORK_SELECTED_BACKEND,
-              FORK_SUBCLASS, FORK_ASSIGNMENTS, FORK_PATCHED, FORK_MEMBER)
 
-# reachability of a branch (JSON spelling)
-LIVE = "live"
-DEAD = "dead"
-RUNTIME = "runtime"
+class ForkKind(Kind):
+    """How a choice point decides (``Fork.kind``)."""
+
+    CALLS = "calls"  # a function body runs these calls, each under its own guard (if/else inside the body)
+    IFEXP = "conditional_expression"  # `f if c else g`
+    DICT = "dict_key"  # `{"a": f, "b": g}[key]`
+    FACTORY = "factory_return"  # `x = make()` where make returns one of several classes/callables
+    RETURNS = "multiple_returns"  # a function with several `return` statements of callables/classes
+    DISPATCH_KEY = "dispatch_key"  # a torch op with several kernels, one per dispatch key
+    SELECTED_BACKEND = "selected_backend"  # `backend.get_impl_cls()` of whichever backend vLLM selected
+    SUBCLASS = "subclass"  # a method of a declared (annotated) base type: each workspace subclass that overrides it
+    ASSIGNMENTS = "assignments"  # a local bound differently on the branches before its use (`if a: f = x elif b: f = y`)
+    PATCHED = "patched"  # an upstream attribute replaced at import time under conditions (and the original)
+    MEMBER = "enum_member"  # an enum member chosen at run time (a config value, an item of a priority list)
+
+
+class Reach(Kind):
+    """Reachability of a branch or a leaf (JSON spelling, ``reach_word``)."""
+
+    LIVE = "live"
+    DEAD = "dead"
+    RUNTIME = "runtime"
+
+
+class HopKind(Kind):
+    """What one step of a chain followed (``Hop.kind``): every kind the analysis produces."""
+
+    REGISTRY = "registry"  # a value registered for an enum member (`register_backend(Enum.X, class_path=...)`)
+    CALL = "call"
+    IMPORT = "import"
+    CONDITIONAL_IMPORT = "conditional_import"
+    LAZY_IMPORT = "lazy_import"
+    DYNAMIC_IMPORT = "dynamic_import"  # importlib.import_module / getattr with literal strings
+    REEXPORT = "reexport"
+    ALIAS = "alias"
+    WRAPPER = "wrapper"
+    DECORATOR = "decorator"
+    AUTOGRAD_APPLY = "autograd_apply"
+    PATCH = "patch"
+    TORCH_OP = "torch_op"
+    OP_REGISTRATION = "op_registration"
+    TRITON_LAUNCH = "triton_launch"
+    DEFINITION = "definition"  # the C++ function an ops.impl binds, the symbol a trace starts at
+    EXTENSION = "extension"  # a schema found in a native extension
+    DUMMY = "dummy"
+    NOT_INSTALLED = "not_installed"
+    UNRESOLVED = "unresolved"
+    PLATFORM = "platform"  # a query of the current platform
+    SELECTION = "selection"  # code that never runs on this platform (never selected)
+
+
+# the hops that import what follows (plain, conditional, lazy, importlib, a re-export)
+IMPORT_HOP_KINDS = (HopKind.IMPORT, HopKind.CONDITIONAL_IMPORT, HopKind.LAZY_IMPORT, HopKind.DYNAMIC_IMPORT, HopKind.REEXPORT)
 
 # bounds of one tree: deeper forks or more leaves end in a `truncated` marker, never a silent cut
 MAX_FORK_DEPTH = 8
 MAX_LEAVES = 48
 
-# hop kinds
-HOP_KINDS = (
-    "registry", "backend_part", "call", "import", "conditional_import", "lazy_import", "dynamic_import",
-    "reexport", "alias", "wrapper", "decorator", "autograd_apply", "patch", "torch_op", "op_registration",
-    "triton_launch", "definition", "extension", "dummy", "not_installed", "unresolved", "platform", "selection",
-)
-
 
 @dataclass
 class Hop:
-    kind: str
+    kind: HopKind
     path: str
     line: int
     symbol: str
@@ -84,7 +145,7 @@ class Registration:
 
 @dataclass
 class Final:
-    kind: str
+    kind: FinalKind
     path: str | None
     line: int | None
     symbol: str
@@ -96,7 +157,7 @@ class Final:
     params: list[str] = field(default_factory=list)
     constexprs: list[str] = field(default_factory=list)
     providers: list[str] = field(default_factory=list)
-    fork: "Fork | None" = None  # set when kind == FORK
+    fork: "Fork | None" = None  # set when kind is FinalKind.FORK
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("kind", "path", "line", "symbol", "package", "reason", "detail", "schema",
@@ -110,8 +171,8 @@ class Final:
         return d
 
 
-def reach_word(v: bool | None) -> str:
-    return LIVE if v is True else DEAD if v is False else RUNTIME
+def reach_word(v: bool | None) -> Reach:
+    return Reach.LIVE if v is True else Reach.DEAD if v is False else Reach.RUNTIME
 
 
 @dataclass
@@ -130,7 +191,7 @@ class Branch:
 class Fork:
     """A choice point among statically visible alternatives."""
 
-    kind: str  # one of FORK_KINDS
+    kind: ForkKind
     decided_by: str | None  # the expression that decides (verbatim), when there is one
     path: str | None
     line: int | None
@@ -188,6 +249,21 @@ class Chain:
 
     def truncated(self) -> bool:
         return any(f.truncated for f in self.forks())
+
+    def reaches_runtime(self) -> bool:
+        """Does the tree end in (or pass through) kernel-like code: a leaf of RUNTIME_LEAF_KINDS, or a
+        torch-op or patch hop on the trunk or a branch?"""
+        for lf in self.leaves():
+            if lf.final.kind in RUNTIME_LEAF_KINDS:
+                return True
+        stack = [self]
+        while stack:
+            c = stack.pop()
+            if any(h.kind in (HopKind.TORCH_OP, HopKind.PATCH) for h in c.hops):
+                return True
+            if c.final.fork is not None:
+                stack.extend(b.chain for b in c.final.fork.branches)
+        return False
 
     def forks(self) -> list[Fork]:
         out: list[Fork] = []

@@ -21,10 +21,13 @@ fork: each replacement with its condition, and the original when none is uncondi
 
 from __future__ import annotations
 
+from . import model as M
+from .lookup import Lookup
 from .pyindex import Decorator
+from .walk import Alt, Val, ValKind, Walk, alts_value
 
 
-def _module_rebinds(resolver, mod) -> bool:
+def _module_rebinds(resolver: Lookup, mod) -> bool:
     key = ("rebinds", mod.path, mod.summary.sha)
     cache = resolver.rebind_cache
     if key in cache:
@@ -34,24 +37,22 @@ def _module_rebinds(resolver, mod) -> bool:
     return ok
 
 
-def is_patch_decorator(resolver, mod, d: Decorator) -> str | None:
+def is_patch_decorator(resolver: Lookup, mod, d: Decorator) -> str | None:
     """The patched module path when ``d`` is a patch decorator, else None."""
     if not d.is_call or not d.str_args or not d.str_args[0]:
         return None
     target_mod = d.str_args[0]
     if "." not in target_mod and resolver.index.locate(target_mod) is None:
         return None
-    from .resolver import Walk
-
     v = resolver.resolve_dotted(mod, "", d.func, Walk(), line=d.line)
-    if v.kind != "function" or v.module is None or not v.module.workspace:
+    if v.kind != ValKind.FUNCTION or v.module is None or not v.module.workspace:
         return None
     if not _module_rebinds(resolver, v.module):
         return None
     return target_mod
 
 
-def _lambda_text(mod, q: str) -> str:
+def lambda_text(mod, q: str) -> str:
     """`lambda cfg: X` from a lambda's summary (its parameters and returned text)."""
     f = mod.summary.lambdas.get(q)
     if f is None:
@@ -61,12 +62,10 @@ def _lambda_text(mod, q: str) -> str:
     return f"lambda{' ' + params if params else ''}: {body}"
 
 
-def collect_patches(resolver) -> dict:
+def collect_patches(resolver: Lookup) -> dict:
     """Every replacement of an upstream attribute, by (module, attribute path). One unconditional
     replacement is ``(Val, path, line, text)``; several, or replacements under conditions, are a
     ``patched`` fork (the original is a branch when no replacement is unconditional)."""
-    from .resolver import Val, Walk
-
     found: dict = {}  # key -> [(replacement Val, mod, guards, scope, line, text)]
     for mod in resolver.index.workspace_modules():
         s = mod.summary
@@ -76,7 +75,7 @@ def collect_patches(resolver) -> dict:
                 if tm is None:
                     continue
                 attr = d.str_args[1] if len(d.str_args) > 1 and d.str_args[1] else dict(d.kw_texts).get("target_attribute_name", "").strip("'\"") or f.name
-                rep = Val("function", mod, q, mod.path, f.line)
+                rep = Val(ValKind.FUNCTION, mod, q, mod.path, f.line)
                 args = ", ".join(repr(a) for a in d.str_args if a)
                 found.setdefault((tm, attr), []).append((rep, mod, (), "", d.line, f"@{d.func}({args})"))
         for q, c in s.classes.items():
@@ -85,7 +84,7 @@ def collect_patches(resolver) -> dict:
                 if tm is None:
                     continue
                 attr = d.str_args[1] if len(d.str_args) > 1 and d.str_args[1] else c.name
-                rep = Val("class", mod, q, mod.path, c.line)
+                rep = Val(ValKind.CLASS, mod, q, mod.path, c.line)
                 args = ", ".join(repr(a) for a in d.str_args if a)
                 found.setdefault((tm, attr), []).append((rep, mod, (), "", d.line, f"@{d.func}({args})"))
         for ap in s.attr_patches:
@@ -93,21 +92,21 @@ def collect_patches(resolver) -> dict:
             if not base:
                 continue
             bv = resolver.resolve_dotted(mod, ap.scope, base, Walk(), line=ap.line)
-            if bv.kind != "module" or bv.module is None or bv.module.workspace:
-                if not (bv.kind == "class" and bv.module is not None and not bv.module.workspace):
+            if bv.kind != ValKind.MODULE or bv.module is None or bv.module.workspace:
+                if not (bv.kind == ValKind.CLASS and bv.module is not None and not bv.module.workspace):
                     continue
                 tm, attr = bv.module.name, f"{bv.qual}.{attr}"
             else:
                 tm = bv.module.name
             if ap.value.rpartition(".")[2].startswith("<lambda:"):
                 lf = s.lambdas.get(ap.value)
-                rv = Val("function", mod, ap.value, mod.path, lf.line if lf else ap.line)
-                vtext = _lambda_text(mod, ap.value)
+                rv = Val(ValKind.FUNCTION, mod, ap.value, mod.path, lf.line if lf else ap.line)
+                vtext = lambda_text(mod, ap.value)
             elif ap.value:
                 rv = resolver.resolve_dotted(mod, ap.scope, ap.value, Walk(), line=ap.line)
                 vtext = ap.value
             else:
-                rv = Val("unknown", mod, ap.target, mod.path, ap.line,
+                rv = Val(ValKind.UNKNOWN, mod, ap.target, mod.path, ap.line,
                          reason=f"{ap.target} is replaced by a computed value (expression) at {mod.path}:{ap.line}")
                 vtext = "<expression>"
             text = f"{ap.target} = {vtext}" + (f" (in {ap.scope}(), when it runs)" if ap.scope else "")
@@ -115,12 +114,9 @@ def collect_patches(resolver) -> dict:
     return {key: _entry(resolver, key, items) for key, items in found.items()}
 
 
-def _entry(resolver, key, items: list) -> tuple:
+def _entry(resolver: Lookup, key, items: list) -> tuple:
     """The table entry of one replaced attribute: the replacements that can be what runs (the last
     unconditional one in source order and the conditional ones after it), as one value or a fork."""
-    from . import model as M
-    from .resolver import Alt, Walk, alts_value
-
     items = sorted(items, key=lambda it: (it[1].path, it[4]))
     last = max((i for i, it in enumerate(items) if not it[2]), default=None)
     live = items[last:] if last is not None else items
@@ -146,7 +142,7 @@ def _entry(resolver, key, items: list) -> tuple:
         arms.append(Alt(ov, " and ".join(f"not ({c})" for c in conds), r, f"the original {tm}.{attr}", ov.path, ov.line))
     first = live[0]
     text = "; ".join(f"{it[5]}" + (f" (if {resolver.guard_text(it[2])})" if it[2] else "") for it in live)
-    fv = alts_value(M.FORK_PATCHED, "; ".join(conds) or None, first[1], f"{tm}.{attr}", first[4], arms)
+    fv = alts_value(M.ForkKind.PATCHED, "; ".join(conds) or None, first[1], f"{tm}.{attr}", first[4], arms)
     fv.extra["patch_symbol"] = first[0].dotted  # what the patch hop names: the (first) replacement
     return (fv, first[1].path, first[4], text)
 
@@ -164,30 +160,32 @@ def _exhaustive(guard_lists: list) -> bool:
 
 
 def _freeze_val(v) -> tuple:
+    """A plain tuple for the on-disk cache; kinds as their plain strings (an enum member would pickle as a
+    reference to its class)."""
     arms = None
-    if v.kind == "alts":
+    if v.kind == ValKind.ALTS:
         arms = [(_freeze_val(a.val), a.condition, a.reachable, a.label, a.path, a.line) for a in v.extra["alts"]]
-    return (v.kind, v.module.name if v.module is not None else None, v.qual, v.path, v.line, v.reason,
-            bool(v.extra.get("unpatched")), arms, v.extra.get("fork_kind"), v.extra.get("decided_by"), v.extra.get("patch_symbol"))
+    fk = v.extra.get("fork_kind")
+    return (str(v.kind), v.module.name if v.module is not None else None, v.qual, v.path, v.line, v.reason,
+            bool(v.extra.get("unpatched")), arms, None if fk is None else str(fk), v.extra.get("decided_by"),
+            v.extra.get("patch_symbol"))
 
 
-def _thaw_val(resolver, t: tuple):
-    from .resolver import Alt, Val
-
+def _thaw_val(resolver: Lookup, t: tuple):
     kind, modname, qual, vpath, vline, reason, unpatched, arms, fork_kind, decided_by, sym = t
     mod = resolver.index.module(modname) if modname else None
     extra: dict = {"unpatched": True} if unpatched else {}
     if arms is not None:
-        extra.update(alts=[Alt(_thaw_val(resolver, a[0]), *a[1:]) for a in arms], fork_kind=fork_kind, decided_by=decided_by,
-                     patch_symbol=sym)
-    return Val(kind, mod, qual, vpath, vline, reason=reason or "", extra=extra)
+        extra.update(alts=[Alt(_thaw_val(resolver, a[0]), *a[1:]) for a in arms],
+                     fork_kind=None if fork_kind is None else M.ForkKind(fork_kind), decided_by=decided_by, patch_symbol=sym)
+    return Val(ValKind(kind), mod, qual, vpath, vline, reason=reason or "", extra=extra)
 
 
 def freeze_patches(table: dict) -> list:
     return [(key, _freeze_val(rv), path, line, text) for key, (rv, path, line, text) in table.items()]
 
 
-def thaw_patches(resolver, frozen: list) -> dict:
+def thaw_patches(resolver: Lookup, frozen: list) -> dict:
     class Lazy(dict):
         def get(self, key, default=None):
             item = dict.get(self, key)

@@ -26,7 +26,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .model import Hop
+from .lookup import Lookup
+from .model import Hop, HopKind
+from .walk import Val, ValKind, Walk
 
 PLATFORM_PLUGIN_GROUP = "vllm.platform_plugins"
 CURRENT_PLATFORM = "vllm.platforms.current_platform"
@@ -111,7 +113,7 @@ def _read_entry_points(root: Path) -> dict[str, dict[str, str]]:
 
 
 class PlatformProfile:
-    def __init__(self, resolver):
+    def __init__(self, resolver: Lookup):
         self.r = resolver
         self._info: PlatformInfo | None = None
         self._gen = -1
@@ -129,8 +131,6 @@ class PlatformProfile:
         return self._info
 
     def _discover(self) -> PlatformInfo:
-        from .resolver import Walk
-
         info = PlatformInfo()
         eps = read_entry_points(self.r.index.root).get(PLATFORM_PLUGIN_GROUP, {})
         if eps:
@@ -162,9 +162,9 @@ class PlatformProfile:
         classes = []
         for p in info.class_paths:
             v = self.r.resolve_symbol(p)
-            if v.kind == "alts":  # `Platform = A if cond else B`: every candidate class
-                classes.extend(a.val for a in v.extra["alts"] if a.val.kind == "class")
-            elif v.kind == "class":
+            if v.kind == ValKind.ALTS:  # `Platform = A if cond else B`: every candidate class
+                classes.extend(a.val for a in v.extra["alts"] if a.val.kind == ValKind.CLASS)
+            elif v.kind == ValKind.CLASS:
                 classes.append(v)
         info.classes = classes
         enums = {self._class_enum(c) for c in classes}
@@ -186,17 +186,13 @@ class PlatformProfile:
 
     # -- values ----------------------------------------------------------
     def current_platform(self, w):
-        from .resolver import Val
-
         info = self.info
         if not info.classes:
-            return Val("unknown", None, CURRENT_PLATFORM, reason=info.error or "no platform class")
+            return Val(ValKind.UNKNOWN, None, CURRENT_PLATFORM, reason=info.error or "no platform class")
         c = info.classes[0]
-        return Val("platform", c.module, c.qual, c.path, c.line, extra={"classes": [x.dotted for x in info.classes]})
+        return Val(ValKind.PLATFORM, c.module, c.qual, c.path, c.line, extra={"classes": [x.dotted for x in info.classes]})
 
     def platform_attr(self, name: str, w):
-        from .resolver import Val
-
         info = self.info
         found = []
         for cv in info.classes:
@@ -204,14 +200,14 @@ class PlatformProfile:
             if v is not None:
                 found.append(v)
         if not found:
-            return Val("unknown", None, f"current_platform.{name}", reason=f"platform has no `{name}`")
+            return Val(ValKind.UNKNOWN, None, f"current_platform.{name}", reason=f"platform has no `{name}`")
         v = found[0]
-        if v.kind == "function" and info.classes:
+        if v.kind == ValKind.FUNCTION and info.classes:
             c0 = info.classes[0]
             v.extra = dict(v.extra, receiver=(c0.module, c0.qual))
-        if v.kind == "function" and v.module is not None:
+        if v.kind == ValKind.FUNCTION and v.module is not None:
             names = sorted({x.dotted for x in found})
-            w.add(Hop("platform", v.path or "", v.line or 0, v.dotted,
+            w.add(Hop(HopKind.PLATFORM, v.path or "", v.line or 0, v.dotted,
                       f"current_platform is {' / '.join(c.dotted for c in info.classes)}; `{name}` defined in {v.owner or v.dotted}" + (f" (varies: {', '.join(names)})" if len(names) > 1 else "")))
         return v
 
@@ -220,13 +216,11 @@ class PlatformProfile:
         key = ("m", name, args)
         if key in self._memo:
             return self._memo[key]
-        from .resolver import Walk
-
         vals = set()
         unknown = False
         for cv in self.info.classes:
             v = self.r.class_attr(cv.module, cv.qual, name, Walk())
-            if v is None or v.kind != "function":
+            if v is None or v.kind != ValKind.FUNCTION:
                 unknown = True
                 continue
             val = self._eval_method(v, self._class_enum(cv))
@@ -347,10 +341,8 @@ class PlatformProfile:
             # f()[0] where f returns a constant tuple
             d = _dotted(node.value.func)
             if d:
-                from .resolver import Walk
-
                 v = self.r.resolve_dotted(mod, scope, d, Walk())
-                f = v.func if v.kind == "function" else None
+                f = v.func if v.kind == ValKind.FUNCTION else None
                 if f is not None and len(f.returns) == 1 and f.returns[0].startswith("["):
                     try:
                         val = ast.literal_eval(f.returns[0])
@@ -368,8 +360,6 @@ class PlatformProfile:
         gen = self.r.index.generation
         if self._overrides is not None and self._overrides[0] == gen:
             return self._overrides[1]
-        from .resolver import Walk
-
         self._overrides = (gen, {})  # guards evaluated below see none (no recursion)
         out: dict = {}
         seen: dict = {}
@@ -538,24 +528,22 @@ class PlatformProfile:
             self._active_eval.discard(key)
 
     def _eval_call(self, mod, scope, d: str, node: ast.Call):
-        from .resolver import Walk
-
         parts = d.split(".")
         w = Walk()
         if len(parts) >= 2:
             base = self.r.resolve_dotted(mod, scope, ".".join(parts[:-1]), w)
-            if base.kind == "platform":
+            if base.kind == ValKind.PLATFORM:
                 args = tuple(a.value for a in node.args if isinstance(a, ast.Constant))
                 return self.method_value(parts[-1], args)
         v = self.r.resolve_dotted(mod, scope, d, w)
-        if v.kind == "function" and v.module is not None and not v.module.workspace and not v.extra.get("unpatched"):
+        if v.kind == ValKind.FUNCTION and v.module is not None and not v.module.workspace and not v.extra.get("unpatched"):
             p = self.r.patched(v)
             if p is not None:  # the plugin replaced it (`mod.f = lambda: False`): the replacement answers
                 return self._replaced_result(p[0])
         return self._called_result(v)
 
     def _called_result(self, v):
-        if v.kind == "function" and v.func is not None and v.module is not None:
+        if v.kind == ValKind.FUNCTION and v.func is not None and v.module is not None:
             key = ("result", v.module.name, v.qual)
             if key in self._active_eval:
                 return None  # a recursive function: its result is not a constant
@@ -569,7 +557,7 @@ class PlatformProfile:
     def _replaced_result(self, rv):
         """The result of a replaced function: the replacement's, or (replacements under conditions) the one
         value every branch that can be taken gives."""
-        if rv.kind != "alts":
+        if rv.kind != ValKind.ALTS:
             return self._called_result(rv)
         vals = [self._called_result(a.val) for a in rv.extra["alts"] if a.reachable is not False]
         return vals[0] if vals and all(x is not None and x == vals[0] for x in vals) else None
@@ -609,13 +597,10 @@ class PlatformProfile:
     def _decorator_gate(self, m, d):
         """False when decorator ``d`` wraps the function in a closure that calls it only under a
         guard the profile proves false (and otherwise returns None); else None (unknown/no gate)."""
-        if not d.func or d.is_call or d.func in ("classmethod", "staticmethod", "property") \
-                or d.func.rpartition(".")[2] in ("cache", "lru_cache", "wraps", "cached_property"):
+        if not d.func or d.is_call or is_passthrough(d.func):
             return None
-        from .resolver import Walk
-
         dv = self.r.resolve_dotted(m, "", d.func, Walk())
-        df = dv.func if dv.kind == "function" else None
+        df = dv.func if dv.kind == ValKind.FUNCTION else None
         if df is None or dv.module is None or not df.params or not df.inner_defs:
             return None
         param = df.params[0].name
@@ -657,4 +642,4 @@ def _parse_guard(text: str):
     return node
 
 
-from .pyindex import compare as _compare, dotted as _dotted  # one comparison table, one dotted()
+from .pyindex import compare as _compare, dotted as _dotted, is_passthrough  # one comparison table, one dotted()

@@ -24,6 +24,10 @@ What is recorded, per module:
 Positions are 1-based lines and 0-based *code point* columns (``ast`` gives
 UTF-8 byte offsets; they are converted here once, so the LSP layer only has to
 convert between code points and UTF-16).
+
+The decorator names every reader of these summaries treats alike are named here
+once: the pass-through decorators (``is_passthrough``) and Triton's kernel
+decorators (``triton_decorated``).
 """
 
 from __future__ import annotations
@@ -76,6 +80,30 @@ class Decorator:
     str_args: tuple = ()
     arg_texts: tuple = ()
     kw_texts: tuple = ()  # (name, text) pairs
+
+
+# decorators that hand back the decorated function itself, or a plain accessor of it, without code of their own
+# around its body (by the last part of the decorator's name): what a call runs is the decorated body. The one
+# list of them; a reader that lets more through (signature-keeping registrations, say) adds its own names.
+PASSTHROUGH_DECORATORS = frozenset({
+    "staticmethod", "classmethod", "property", "cache", "lru_cache", "cached_property", "wraps", "abstractmethod",
+    "override", "no_grad", "inference_mode", "contextmanager",
+})
+# Triton: the decorator that makes a kernel, and those that wrap one (by the last part of the name)
+TRITON_JIT_NAMES = ("jit",)
+TRITON_WRAPPERS = ("autotune", "heuristics")
+
+
+def is_passthrough(func: str) -> bool:
+    """Is a decorator (its dotted callee text) one of PASSTHROUGH_DECORATORS?"""
+    return func.rpartition(".")[2] in PASSTHROUGH_DECORATORS
+
+
+def triton_decorated(decorators, wrappers: bool = True) -> bool:
+    """Does a def carry a Triton kernel decorator, by name: ``@jit`` (``@triton.jit``), and with ``wrappers``
+    also ``@autotune`` / ``@heuristics``? (The resolver's own check also asks where the decorator comes from.)"""
+    names = TRITON_JIT_NAMES + TRITON_WRAPPERS if wrappers else TRITON_JIT_NAMES
+    return any(d.func.rpartition(".")[2] in names for d in decorators)
 
 
 @dataclass(slots=True)

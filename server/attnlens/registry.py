@@ -20,7 +20,9 @@ from dataclasses import asdict, dataclass, field
 
 from . import model as M
 from .index import realpath
-from .resolver import Val, Walk
+from .model import HopKind
+from .pyindex import triton_decorated
+from .walk import Val, ValKind, Walk
 
 REGISTRAR = re.compile(r"^register_\w*backend$")
 PART_METHODS = (("impl", "get_impl_cls"), ("builder", "get_builder_cls"))
@@ -118,10 +120,10 @@ class Registry:
         if not REGISTRAR.match(last):
             return None
         v = self.r.resolve_dotted(mod, scope, func, Walk(), line=line)
-        if v.kind == "function" and v.module is not None and REGISTRAR.match(v.qual.rpartition(".")[2]):
+        if v.kind == ValKind.FUNCTION and v.module is not None and REGISTRAR.match(v.qual.rpartition(".")[2]):
             self._registrar_params[v.dotted] = [p.name for p in v.func.params if p.kind in ("posonly", "pos")] if v.func else []
             return v.dotted
-        if v.kind == "not_installed":
+        if v.kind == ValKind.NOT_INSTALLED:
             return func  # upstream missing: still a registration, resolved later as unresolved
         return None
 
@@ -275,7 +277,7 @@ class Registry:
                 if not name.startswith("get_"):
                     continue
                 fv = self.r.resolve_dotted(pm, "", name, Walk())
-                if fv.kind != "function" or fv.func is None or fv.module is None:
+                if fv.kind != ValKind.FUNCTION or fv.func is None or fv.module is None:
                     continue
                 rv = self.r.result_of_call(fv.module, fv.func.qualname, name, fv.func.line, fv.dotted, fv, Walk())
                 leaves = list(_class_leaves(rv, [], True))
@@ -300,7 +302,7 @@ class Registry:
             return None
         enum_cls, _, member = enum_text.rpartition(".")
         ev = self.r.resolve_dotted(mod, scope, enum_cls, Walk(), line=line)
-        if ev.kind != "class" or ev.cls is None:
+        if ev.kind != ValKind.CLASS or ev.cls is None:
             return ClassRef(None, None, None, note=f"enum {enum_cls} not resolved: {ev.reason}")
         b = ev.cls.attrs.get(member)
         if b is None:
@@ -309,7 +311,7 @@ class Registry:
         if not path:
             return ClassRef(None, ev.path, b.line, note=f"{enum_cls}.{member} has no default class path")
         uv = self.r.resolve_symbol(path)
-        if uv.kind == "class":
+        if uv.kind == ValKind.CLASS:
             return ClassRef(path, uv.path, uv.cls.line if uv.cls else uv.line)
         return ClassRef(path, None, None, note=uv.reason or "upstream class not found")
 
@@ -332,14 +334,14 @@ class Registry:
                 w = Walk()
                 v = self.r.binding_value(mod, b, w, scope="")
                 reason = v.reason or ""
-                if v.kind == "unknown" and ("does not exist in" in reason or "not found (package" in reason):
+                if v.kind == ValKind.UNKNOWN and ("does not exist in" in reason or "not found (package" in reason):
                     out.append(f"`{b.target}{'.' + b.attr if b.kind == 'from' else ''}` at "
                                f"{os.path.basename(mod.path)}:{b.line}: {reason}")
         return out
 
     def _fill(self, e: BackendEntry, with_call_sites: bool) -> None:
         v = self.r.resolve_symbol(e.cls)
-        if v.kind != "class" or v.module is None:
+        if v.kind != ValKind.CLASS or v.module is None:
             e.error = e.error or f"class {e.cls} not found: {v.reason}"
             return
         e.path, e.line = v.path, v.cls.line if v.cls else v.line
@@ -351,7 +353,7 @@ class Registry:
                            f"load this backend (get_class() raises ImportError and it is never selected): {broken[0]}"
                            + (f" (+{len(broken) - 1} more)" if len(broken) > 1 else ""))
                 for sel in e.selected:
-                    sel["reachability"] = "dead"
+                    sel["reachability"] = M.Reach.DEAD
                     sel["reason"] = "the backend's module cannot be imported"
         classes = [v]
         if e.kind != "custom_op":
@@ -380,7 +382,7 @@ class Registry:
         inherited = None if fv.module.workspace else fv.dotted
         for name in names:
             cv = self.r.resolve_dotted(fv.module, f.qualname, name, Walk(), line=f.end_line)
-            if cv.kind == "class":
+            if cv.kind == ValKind.CLASS:
                 return ClassRef(cv.dotted, cv.path, cv.cls.line if cv.cls else cv.line, inherited_from=inherited,
                                 note=f"{meth} inherited from upstream: the plugin does not override it" if inherited else None), cv
         return ClassRef(None, fv.path, f.line, inherited_from=inherited, note=f"{meth} returns {', '.join(names) or 'nothing resolvable'}"), None
@@ -470,7 +472,7 @@ class Registry:
         for e in entries:
             # the classes _fill collects call sites from: the entry's own and its parts
             refs = [e.cls] + [ref.cls for attr, _m in PART_METHODS if (ref := getattr(e, attr, None)) and ref.cls]
-            for cv in (v for v in map(self.r.resolve_symbol, refs) if v.kind == "class"):
+            for cv in (v for v in map(self.r.resolve_symbol, refs) if v.kind == ValKind.CLASS):
                 for mod, cs, recv in self._class_sites(cv):
                     self.kernel_call(mod, cs, recv)
                     if time.perf_counter() - t0 >= budget_s:
@@ -485,16 +487,16 @@ class Registry:
         chain = self._memo_chain(mod, cs, receiver)
         if not is_kernel_chain(chain):
             return None
-        if chain.final.kind == M.UNRESOLVED and not self._root_is_imported(mod, cs):
+        if chain.final.kind == M.FinalKind.UNRESOLVED and not self._root_is_imported(mod, cs):
             return None
         return CallSiteResult(mod.path, cs.line, cs.col, cs.func + ("[grid]" if cs.launch else ""), cs.scope, chain)
 
 
 def _class_leaves(v, conds: list, reach):
     """(class Val, conditions from the root, reachability) of each class a selector's value can be."""
-    if v.kind == "class":
+    if v.kind == ValKind.CLASS:
         yield v, conds, reach
-    elif v.kind == "alts":
+    elif v.kind == ValKind.ALTS:
         for a in v.extra["alts"]:
             yield from _class_leaves(a.val, conds + ([a.condition] if a.condition else []),
                                      M.combine_reachability([reach, a.reachable]))
@@ -504,7 +506,7 @@ def _inside_jit(mod, scope: str) -> bool:
     q = scope
     while q:
         f = mod.summary.functions.get(q)
-        if f is not None and any(d.func.rpartition(".")[2] == "jit" for d in f.decorators):
+        if f is not None and triton_decorated(f.decorators, wrappers=False):
             return True
         q = q.rpartition(".")[0]
     return False
@@ -529,20 +531,19 @@ def is_candidate(cs) -> bool:
 def is_kernel_chain(chain: M.Chain) -> bool:
     """Does this chain end in (or pass through) something kernel-like?"""
     k = chain.final.kind
-    if any(h.kind == "platform" for h in chain.hops) and k not in M.KERNEL_KINDS:
+    if any(h.kind == HopKind.PLATFORM for h in chain.hops) and k not in M.KERNEL_KINDS:
         return False  # platform queries (capability checks) are not kernel calls
-    if k in (M.TORCH_OP, M.TRITON_KERNEL, M.EXTENSION_FUNCTION, M.DUMMY, M.NOT_INSTALLED):
+    if k in M.RUNTIME_LEAF_KINDS:
         return True
-    if any(h.kind in ("torch_op", "patch") for h in chain.hops):
+    if any(h.kind in (HopKind.TORCH_OP, HopKind.PATCH) for h in chain.hops):
         return True
-    if k == M.FORK:
+    if k == M.FinalKind.FORK:
         # a choice point counts when a branch reaches kernel-like code (a fork of constructors or of
         # subclasses' pure-Python methods does not)
-        from .resolver import _reaches_runtime
-
-        return _reaches_runtime(chain)
-    if k == M.UNRESOLVED:
+        return chain.reaches_runtime()
+    if k == M.FinalKind.UNRESOLVED:
         # only unresolved calls that came through an import of kernel-ish code
-        return any(h.kind in ("import", "conditional_import", "lazy_import", "dynamic_import", "alias") for h in chain.hops) and not any(
-            h.kind == "platform" for h in chain.hops) and "(not followed)" not in (chain.final.reason or "") and "builtin" not in (chain.final.reason or "")
+        via = (HopKind.IMPORT, HopKind.CONDITIONAL_IMPORT, HopKind.LAZY_IMPORT, HopKind.DYNAMIC_IMPORT, HopKind.ALIAS)
+        return any(h.kind in via for h in chain.hops) and not any(
+            h.kind == HopKind.PLATFORM for h in chain.hops) and "(not followed)" not in (chain.final.reason or "") and "builtin" not in (chain.final.reason or "")
     return False

@@ -10,24 +10,21 @@ from pathlib import Path
 from . import model as M
 
 KIND_LABEL = {
-    M.PYTHON_FUNCTION: "Python function",
-    M.PYTHON_CLASS: "Python class",
-    M.TORCH_OP: "torch custom op",
-    M.TRITON_KERNEL: "Triton kernel",
-    M.EXTENSION_FUNCTION: "native extension",
-    M.DUMMY: "DUMMY (does nothing)",
-    M.NOT_INSTALLED: "NOT INSTALLED",
-    M.UNRESOLVED: "unresolved",
-    M.FORK: "fork",
+    M.FinalKind.PYTHON_FUNCTION: "Python function",
+    M.FinalKind.PYTHON_CLASS: "Python class",
+    M.FinalKind.TORCH_OP: "torch custom op",
+    M.FinalKind.TRITON_KERNEL: "Triton kernel",
+    M.FinalKind.EXTENSION_FUNCTION: "native extension",
+    M.FinalKind.DUMMY: "DUMMY (does nothing)",
+    M.FinalKind.NOT_INSTALLED: "NOT INSTALLED",
+    M.FinalKind.UNRESOLVED: "unresolved",
+    M.FinalKind.FORK: "fork",
 }
 
 # how a branch / leaf stands on this platform, in plain words
 TAKEN = "taken on this platform"
 DEAD = "DEAD on this platform"
 RUNTIME = "decided at run time"
-
-# hops that bind a name by an import statement (where a not-installed leaf is "defined")
-IMPORT_HOPS = ("import", "conditional_import", "lazy_import", "dynamic_import", "reexport")
 
 
 def _loc(path: str | None, line: int | None) -> str:
@@ -48,7 +45,7 @@ def reach_words(v: bool | None) -> str:
 def short_symbol(f: M.Final) -> str:
     """The last name of a leaf's symbol (an op keeps its ``ns::name``)."""
     s = f.symbol or "?"
-    if f.kind == M.TORCH_OP or "::" in s:
+    if f.kind == M.FinalKind.TORCH_OP or "::" in s:
         return s
     return s.rpartition(".")[2] or s
 
@@ -104,7 +101,7 @@ class LeafPath:
     def binding_import(self) -> M.Hop | None:
         """The last import statement hop on the way (the one that binds a not-installed name)."""
         for h in reversed(self.hops):
-            if h.kind in IMPORT_HOPS and h.path and h.line:
+            if h.kind in M.IMPORT_HOP_KINDS and h.path and h.line:  # (where a not-installed leaf is "defined")
                 return h
         return None
 
@@ -147,7 +144,7 @@ def _leaf_paths(chain: M.Chain) -> list[LeafPath]:
 def leaf_summary(lf: M.Leaf, conditions: list[str] | None = None) -> str:
     """One plain line: kind, short symbol, file:line, condition path, reachability."""
     f = lf.final
-    extra = f"  ({f.reason})" if f.kind in (M.UNRESOLVED, M.NOT_INSTALLED) and f.reason else ""
+    extra = f"  ({f.reason})" if f.kind in (M.FinalKind.UNRESOLVED, M.FinalKind.NOT_INSTALLED) and f.reason else ""
     conds = lf.conditions if conditions is None else conditions
     return (f"{f.kind} {short_symbol(f)} @ {_loc(f.path, f.line)}  if {conditions_words(conds)}"
             f" -> {reach_words(lf.reachable)}{extra}")
@@ -160,7 +157,7 @@ def site_leaves_text(chain: M.Chain) -> str:
         f = leaves[0].final
         r = leaves[0].reachable
         dead = " (dead)" if r is False else " (runtime)" if r is None else ""
-        extra = f"  ({f.reason})" if f.kind == M.UNRESOLVED and f.reason else ""
+        extra = f"  ({f.reason})" if f.kind == M.FinalKind.UNRESOLVED and f.reason else ""
         return f"1 leaf: {f.kind} {f.symbol}{dead}{extra}"
     parts = []
     for lf in leaves:
@@ -174,24 +171,25 @@ def site_leaves_text(chain: M.Chain) -> str:
 
 # a leaf's kind in one or two words (verdict lines, link titles)
 KIND_TAG = {
-    M.PYTHON_FUNCTION: "Python", M.PYTHON_CLASS: "class", M.TORCH_OP: "torch op", M.TRITON_KERNEL: "Triton",
-    M.EXTENSION_FUNCTION: "extension", M.DUMMY: "dummy", M.NOT_INSTALLED: "not installed here",
-    M.UNRESOLVED: "unresolved", M.FORK: "fork",
+    M.FinalKind.PYTHON_FUNCTION: "Python", M.FinalKind.PYTHON_CLASS: "class", M.FinalKind.TORCH_OP: "torch op",
+    M.FinalKind.TRITON_KERNEL: "Triton", M.FinalKind.EXTENSION_FUNCTION: "extension", M.FinalKind.DUMMY: "dummy",
+    M.FinalKind.NOT_INSTALLED: "not installed here", M.FinalKind.UNRESOLVED: "unresolved", M.FinalKind.FORK: "fork",
 }
 # a leaf's kind in plain words (link titles, the folded chain)
 KIND_WORDS = {
-    M.PYTHON_FUNCTION: "Python function", M.PYTHON_CLASS: "Python class", M.TORCH_OP: "torch op",
-    M.TRITON_KERNEL: "Triton kernel", M.EXTENSION_FUNCTION: "native extension function", M.DUMMY: "dummy",
-    M.NOT_INSTALLED: "not installed", M.UNRESOLVED: "unresolved", M.FORK: "fork",
+    M.FinalKind.PYTHON_FUNCTION: "Python function", M.FinalKind.PYTHON_CLASS: "Python class", M.FinalKind.TORCH_OP: "torch op",
+    M.FinalKind.TRITON_KERNEL: "Triton kernel", M.FinalKind.EXTENSION_FUNCTION: "native extension function",
+    M.FinalKind.DUMMY: "dummy", M.FinalKind.NOT_INSTALLED: "not installed", M.FinalKind.UNRESOLVED: "unresolved", M.FinalKind.FORK: "fork",
 }
 # a hop's kind in plain words (the folded chain, the full tree)
 HOP_WORDS = {
-    "call": "call", "import": "import", "conditional_import": "import", "lazy_import": "lazy import",
-    "dynamic_import": "importlib", "reexport": "re-export", "alias": "alias", "wrapper": "wrapper",
-    "decorator": "decorator", "autograd_apply": "autograd", "patch": "patched", "torch_op": "torch dispatcher",
-    "op_registration": "registration", "definition": "def", "triton_launch": "launch", "extension": "extension",
-    "platform": "platform", "selection": "never selected", "registry": "registry", "backend_part": "backend part",
-    "dummy": "dummy", "not_installed": "not installed", "unresolved": "unresolved",
+    M.HopKind.CALL: "call", M.HopKind.IMPORT: "import", M.HopKind.CONDITIONAL_IMPORT: "import", M.HopKind.LAZY_IMPORT: "lazy import",
+    M.HopKind.DYNAMIC_IMPORT: "importlib", M.HopKind.REEXPORT: "re-export", M.HopKind.ALIAS: "alias", M.HopKind.WRAPPER: "wrapper",
+    M.HopKind.DECORATOR: "decorator", M.HopKind.AUTOGRAD_APPLY: "autograd", M.HopKind.PATCH: "patched",
+    M.HopKind.TORCH_OP: "torch dispatcher", M.HopKind.OP_REGISTRATION: "registration", M.HopKind.DEFINITION: "def",
+    M.HopKind.TRITON_LAUNCH: "launch", M.HopKind.EXTENSION: "extension", M.HopKind.PLATFORM: "platform",
+    M.HopKind.SELECTION: "never selected", M.HopKind.REGISTRY: "registry", M.HopKind.DUMMY: "dummy",
+    M.HopKind.NOT_INSTALLED: "not installed", M.HopKind.UNRESOLVED: "unresolved",
 }
 MAX_RUNS = 5  # verdict lines of leaves that can run before "… and N more"
 MAX_DEAD = 3  # leaves named in the "not taken on this platform" line
@@ -227,8 +225,8 @@ def leaf_name(lp: LeafPath) -> LeafName:
     """What a leaf is called where it runs: a torch op by the function its registration binds (the C++
     or Python kernel), a missing package by the name imported from it, others by their last name."""
     f = lp.final
-    if f.kind == M.TORCH_OP:
-        bound = next((h for h in reversed(lp.hops) if h.kind == "definition" and h.path and h.line
+    if f.kind == M.FinalKind.TORCH_OP:
+        bound = next((h for h in reversed(lp.hops) if h.kind == M.HopKind.DEFINITION and h.path and h.line
                       and h.detail.startswith("C++")), None)
         if bound is not None:
             return LeafName(_last(bound.symbol), f"{f.symbol} → {bound.symbol}", bound.path, bound.line)
@@ -236,14 +234,14 @@ def leaf_name(lp: LeafPath) -> LeafName:
         if reg is not None:
             return LeafName(_last(reg.function), f"{f.symbol} → {reg.function}", reg.function_path, reg.function_line)
         return LeafName(_last(f.symbol), f.symbol, f.path, f.line)
-    if f.kind == M.NOT_INSTALLED:
-        hop = next((h for h in reversed(lp.hops) if h.kind == "not_installed" and h.symbol), None)
+    if f.kind == M.FinalKind.NOT_INSTALLED:
+        hop = next((h for h in reversed(lp.hops) if h.kind == M.HopKind.NOT_INSTALLED and h.symbol), None)
         full = hop.symbol if hop is not None else f.symbol
         imp = lp.binding_import() if not f.path else None
         where = (imp.path, imp.line) if imp is not None else (f.path, f.line)
         return LeafName(_last(full), full, *where)
     parts = (f.symbol or "").split(".")
-    if f.kind in (M.PYTHON_FUNCTION, M.DUMMY) and len(parts) >= 2 and parts[-2].lstrip("_")[:1].isupper():
+    if f.kind in (M.FinalKind.PYTHON_FUNCTION, M.FinalKind.DUMMY) and len(parts) >= 2 and parts[-2].lstrip("_")[:1].isupper():
         return LeafName(f"{parts[-2]}.{parts[-1]}", f.symbol, f.path, f.line)  # a method: with its class
     return LeafName(_last(f.symbol), f.symbol, f.path, f.line)
 
@@ -308,7 +306,7 @@ def has_kernel_story(chain: M.Chain) -> bool:
     """Is there anything kernel-related to say: a leaf that is a kernel, an op, a dummy or a missing package
     (dead ones count: the code the platform no longer takes), or a torch op / patch on the way?"""
     for lp in leaf_paths(chain):
-        if lp.final.kind in M.RUNTIME_LEAF_KINDS or any(h.kind in ("torch_op", "patch") for h in lp.hops):
+        if lp.final.kind in M.RUNTIME_LEAF_KINDS or any(h.kind in (M.HopKind.TORCH_OP, M.HopKind.PATCH) for h in lp.hops):
             return True
     return False
 
@@ -316,13 +314,13 @@ def has_kernel_story(chain: M.Chain) -> bool:
 def unreadable_code(chain: M.Chain) -> bool:
     """Does a leaf stop because a file could not be read (a permission, an I/O error)? Then the user must be told,
     whatever else the chain has to say."""
-    return any(lp.final.kind == M.UNRESOLVED and "cannot read" in (lp.final.reason or "") for lp in leaf_paths(chain))
+    return any(lp.final.kind == M.FinalKind.UNRESOLVED and "cannot read" in (lp.final.reason or "") for lp in leaf_paths(chain))
 
 
 def _dead_reason(lp: LeafPath) -> tuple[str, str]:
     """(kind, text) of the first thing on the way that the platform proves false."""
     for h in lp.hops:
-        if h.kind == "selection" and h.reachable is False:
+        if h.kind == M.HopKind.SELECTION and h.reachable is False:
             return "selection", h.detail.removeprefix("never selected on this platform: ")
     for c in lp.conds():
         if c.reachable is False:
@@ -358,7 +356,7 @@ def provider_words(defaults: Defaults | None, code=lambda s: s) -> str | None:
 
 
 def _has_providers(vs: list[Verdict]) -> bool:
-    return any(v.final.kind == M.TORCH_OP and v.final.providers for v in vs)
+    return any(v.final.kind == M.FinalKind.TORCH_OP and v.final.providers for v in vs)
 
 
 # plain text (the CLI) -----------------------------------------------------------------------------
@@ -499,19 +497,19 @@ def _where(v: Verdict, fmt: _PlainFormat) -> str:
     """Where a leaf is, in the verdict: its kind, the op it is reached through, its file:line, what it is."""
     f, nm = v.final, v.name
     loc = fmt.loc(nm.path, nm.line, f"{KIND_WORDS.get(f.kind, f.kind)}: {nm.full}")
-    if f.kind == M.NOT_INSTALLED:
+    if f.kind == M.FinalKind.NOT_INSTALLED:
         return f"not installed here: {fmt.code(f.package or f.symbol)}" + (f", imported at {loc}" if loc else "")
-    if f.kind == M.UNRESOLVED:
+    if f.kind == M.FinalKind.UNRESOLVED:
         return f"unresolved: {fmt.prose(f.reason or '?', 80)}" + (f", {loc}" if loc else "")
-    if f.kind == M.TORCH_OP and not f.registrations and (f.detail or f.reason):
+    if f.kind == M.FinalKind.TORCH_OP and not f.registrations and (f.detail or f.reason):
         missing = _missing_providers(f)
         if missing:
             more = f" (or {len(missing) - 1} more)" if len(missing) > 1 else ""
             return f"torch op {fmt.code(f.symbol)}, not installed here: {fmt.code(missing[0])}{more}"
         return f"torch op {fmt.code(f.symbol)}: no registration found"
-    tag = f"torch op {fmt.code(f.symbol)}" if f.kind == M.TORCH_OP else KIND_TAG.get(f.kind, f.kind)
+    tag = f"torch op {fmt.code(f.symbol)}" if f.kind == M.FinalKind.TORCH_OP else KIND_TAG.get(f.kind, f.kind)
     parts = [tag] + ([loc] if loc else [])
-    if f.kind == M.DUMMY and f.reason:
+    if f.kind == M.FinalKind.DUMMY and f.reason:
         parts.append(fmt.prose(dummy_reason(f), 60))
     return ", ".join(parts)
 
@@ -558,7 +556,7 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
 
 def _hop_step_md(h: M.Hop, link, same_file: bool = False) -> str:
     word = HOP_WORDS.get(h.kind, h.kind.replace("_", " "))
-    if h.kind == "op_registration":
+    if h.kind == M.HopKind.OP_REGISTRATION:
         word = "schema" if h.detail.startswith("ops.def") else "impl" if h.detail.startswith("ops.impl") else word
     if not h.path or not h.line:
         return md_escape(word)
@@ -589,11 +587,11 @@ def chain_folded_markdown(chain: M.Chain, link) -> str:
 
 
 FORK_WORDS = {
-    M.FORK_CALLS: "chooses among calls", M.FORK_IFEXP: "chooses by a conditional expression",
-    M.FORK_DICT: "chooses by a dict key", M.FORK_FACTORY: "chooses by what a factory returns",
-    M.FORK_RETURNS: "chooses among returns", M.FORK_DISPATCH_KEY: "chooses by dispatch key",
-    M.FORK_SELECTED_BACKEND: "chooses by the selected backend", M.FORK_SUBCLASS: "chooses by subclass",
-    M.FORK_ASSIGNMENTS: "chooses among assignments",
+    M.ForkKind.CALLS: "chooses among calls", M.ForkKind.IFEXP: "chooses by a conditional expression",
+    M.ForkKind.DICT: "chooses by a dict key", M.ForkKind.FACTORY: "chooses by what a factory returns",
+    M.ForkKind.RETURNS: "chooses among returns", M.ForkKind.DISPATCH_KEY: "chooses by dispatch key",
+    M.ForkKind.SELECTED_BACKEND: "chooses by the selected backend", M.ForkKind.SUBCLASS: "chooses by subclass",
+    M.ForkKind.ASSIGNMENTS: "chooses among assignments",
 }
 
 
@@ -691,7 +689,7 @@ def backends_table(entries, root: Path) -> str:
             lines.append(f"    registered ({r['form']}) at {_rel(r['path'], root)}:{r['line']}")
         for sel in getattr(e, "selected", None) or []:
             cond = " and ".join(sel["conditions"]) or "always"
-            lines.append(f"    selected if {cond} -> {reach_words({'live': True, 'dead': False}.get(sel['reachability']))}"
+            lines.append(f"    selected if {cond} -> {reach_words({M.Reach.LIVE: True, M.Reach.DEAD: False}.get(sel['reachability']))}"
                          f"  ({_rel(sel['path'], root)}:{sel['line']}, {sel['via']})"
                          + (f"  [{sel['reason']}]" if sel.get("reason") else ""))
         for wmsg in getattr(e, "warnings", None) or []:
@@ -760,7 +758,7 @@ def _final_md_details(f: M.Final, link) -> list[str]:
         out.extend(f"- {x}" for x in regs)
     if f.providers:
         out.append("provided by: " + "; ".join(md_escape(p) for p in f.providers))
-    if f.kind == M.TRITON_KERNEL:
+    if f.kind == M.FinalKind.TRITON_KERNEL:
         out.append(f"parameters: {md_code(', '.join(f.params))}")
         out.append(f"constexpr: {md_code(', '.join(f.constexprs))}" if f.constexprs else "constexpr: none")
     return out

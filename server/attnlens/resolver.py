@@ -16,6 +16,13 @@ of the plugin (applied before any upstream lookup), ``torch.ops.<ns>.<op>``
 to C++ and Python registrations, Triton ``kernel[grid](...)`` launches
 (through autotune/heuristics), native extension modules, dummies and
 packages that are not installed.
+
+The values a walk meets and the walk's state (:class:`~attnlens.walk.Val`,
+:class:`~attnlens.walk.Walk`) live in :mod:`attnlens.walk`, a leaf module
+that the resolver's helpers (platform profile, monkey patches, torch ops,
+environment flags) and the features above import instead of this one; the
+helpers see the resolver through the narrow :class:`~attnlens.lookup.Lookup`
+interface and never import this module.
 """
 
 from __future__ import annotations
@@ -24,13 +31,16 @@ import ast
 import dataclasses
 import os
 import re
-import time
-from dataclasses import dataclass, field
 
 from . import model as M
 from .index import Index, Module
-from .model import Chain, Final, Hop
-from .pyindex import Binding, CallSite, ClassInfo, FunctionInfo
+from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
+from .patches import collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
+from .profile import PlatformProfile
+from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, is_passthrough,
+                      triton_decorated)
+from .torchops import OpRegistry
+from .walk import Alt, Val, ValKind, Walk, alts_value
 
 MAX_DEPTH = 40
 CONTAINERS = ("list", "List", "Sequence", "tuple", "Tuple", "dict", "Dict", "Mapping")
@@ -38,13 +48,6 @@ CONTAINERS = ("list", "List", "Sequence", "tuple", "Tuple", "dict", "Dict", "Map
 LAYER_TABLES = ("no_compile_layers", "static_forward_context")
 
 BUILTINS = frozenset(dir(__builtins__) if isinstance(__builtins__, dict) is False else __builtins__.keys())  # type: ignore[arg-type]
-TRITON_JIT_NAMES = ("jit",)
-TRITON_WRAPPERS = ("autotune", "heuristics")
-PASSTHROUGH_DECORATORS = {
-    "staticmethod", "classmethod", "property", "cache", "lru_cache", "cached_property", "functools.cache",
-    "functools.lru_cache", "functools.cached_property", "abstractmethod", "abc.abstractmethod", "override",
-    "typing.override", "torch.no_grad", "torch.inference_mode", "contextmanager", "contextlib.contextmanager",
-}
 # calls never worth following as the "one real call" of a wrapper body
 TRIVIAL_ROOTS = frozenset({
     "logger", "logging", "warnings", "log", "print", "len", "int", "float", "str", "bool", "tuple", "list", "dict",
@@ -54,126 +57,8 @@ TRIVIAL_ROOTS = frozenset({
 })
 
 
-@dataclass
-class Val:
-    """A resolved value during a walk."""
-
-    kind: str  # module | function | class | instance | torch | torch_ops | torch_op | ext_module | ext_attr
-    #            | not_installed | platform | builtin | unknown
-    module: Module | None = None
-    qual: str = ""  # function/class qualname, module name, op name, ...
-    path: str | None = None
-    line: int | None = None
-    reason: str = ""
-    owner: str | None = None  # class qualname that owns a method
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def func(self) -> FunctionInfo | None:
-        if self.kind == "function" and self.module is not None:
-            return self.module.summary.function(self.qual)  # a def, or a lambda summarised as one
-        return None
-
-    @property
-    def cls(self) -> ClassInfo | None:
-        if self.kind in ("class", "instance") and self.module is not None:
-            return self.module.summary.classes.get(self.qual)
-        return None
-
-    @property
-    def dotted(self) -> str:
-        if self.module is not None and self.kind in ("function", "class", "instance"):
-            return f"{self.module.name}.{self.qual}"
-        return self.qual
-
-
-@dataclass
-class Alt:
-    """One alternative of a value that is chosen at run time among visible candidates."""
-
-    val: Val
-    condition: str | None
-    reachable: bool | None
-    label: str
-    path: str | None = None
-    line: int | None = None
-
-
-def alts_value(fork_kind: str, decided_by: str | None, mod: Module | None, name: str, line: int | None, arms: list) -> Val:
-    """A value that is one of ``arms`` (a fork when followed)."""
-    return Val("alts", mod, name, mod.path if mod is not None else None, line,
-               extra={"alts": arms, "fork_kind": fork_kind, "decided_by": decided_by})
-
-
-def _room(computed: tuple[int, int], w: "Walk") -> bool:
-    """May a complete result computed at (fork depth, leaf budget) ``computed`` stand for a fresh trace at walk
-    ``w``? Only where ``w`` has at least that much room: no deeper and no smaller a budget. With less room a
-    bound might cut what the result holds, or a branch it dropped might take the share another one got, so
-    answers would depend on what was traced before."""
-    depth, budget = computed
-    return w.fork_depth <= depth and w.budget >= budget
-
-
-class Walk:
-    """Mutable state of one resolution: hops so far, depth, visited."""
-
-    def __init__(self, budget_s: float | None = None, cancel=None):
-        self.cancel = cancel  # a callable returning True when the caller gave up
-        self.hops: list[Hop] = []
-        self.depth = 0
-        self.seen: set = set()
-        self.deadline = time.perf_counter() + budget_s if budget_s else None
-        self.partial = False
-        self.receiver = None  # (module, class qualname) of the object a method was looked up on
-        self.fork_depth = 0  # forks above this walk in the tree
-        self.budget = M.MAX_LEAVES  # leaves this walk's subtree may still have
-        self.use_guards: tuple = ()  # guards of the call being resolved (which local bindings can reach it)
-
-    def sub(self) -> "Walk":
-        """A fresh walk for a side resolution (its hops are not kept) that keeps the receiver: `self`
-        inside inherited code still means the concrete class."""
-        b = Walk()
-        b.receiver = self.receiver
-        return b
-
-
-    def branch(self) -> "Walk":
-        """A walk for one branch of a fork: same deadline, cancel, receiver and tree budget; its own hops;
-        the visited set of the path so far (a cycle through a branch still ends as a cycle)."""
-        b = Walk.__new__(Walk)
-        b.cancel = self.cancel
-        b.hops = []
-        b.depth = self.depth
-        b.seen = set(self.seen)
-        b.deadline = self.deadline
-        b.partial = False
-        b.receiver = self.receiver
-        b.fork_depth = self.fork_depth + 1
-        b.budget = self.budget
-        b.use_guards = ()
-        return b
-
-    def add(self, hop: Hop) -> None:
-        self.hops.append(hop)
-
-    def out_of_time(self) -> bool:
-        if self.deadline is not None and time.perf_counter() > self.deadline:
-            self.partial = True
-            return True
-        if self.cancel is not None and self.cancel():
-            self.partial = True
-            self.cancelled = True
-            return True
-        return False
-
-    cancelled = False
-
-
 class Resolver:
     def __init__(self, index: Index, profile=None, ops=None):
-        from .profile import PlatformProfile
-        from .torchops import OpRegistry
-
         self.index = index
         self.profile = profile if profile is not None else PlatformProfile(self)
         self.ops = ops if ops is not None else OpRegistry(self)
@@ -302,9 +187,9 @@ class Resolver:
                 want, fn = text, sf  # passed through from the next subclass down
                 continue
             v = self.resolve_dotted(m, q, text, Walk(), line=cs.line)
-            if v.kind == "unknown":
+            if v.kind == ValKind.UNKNOWN:
                 return None
-            w.add(Hop("alias", m.path, cs.line, name, f"{name} = {text}: passed by {sub.qual}.__init__ to super().__init__"))
+            w.add(Hop(HopKind.ALIAS, m.path, cs.line, name, f"{name} = {text}: passed by {sub.qual}.__init__ to super().__init__"))
             return v
         return None
 
@@ -347,14 +232,14 @@ class Resolver:
                 c = " and ".join(f"not ({x})" for x in conds) if conds else None
                 r = None
             if r is False:
-                av = Val("unknown", mod, b.name, mod.path, b.line, reason="dead on this platform")
+                av = Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason="dead on this platform")
             else:
                 av = self.binding_value(mod, b, w.sub(), scope)
             arms.append(Alt(av, c, r if own else (None if conds else True), f"{b.name} = {b.target or '...'} (line {b.line})",
                             mod.path, b.line))
-        if all(a.val.kind == "unknown" for a in arms):
+        if all(a.val.kind == ValKind.UNKNOWN for a in arms):
             return None  # nothing to choose between: the plain binding rules apply
-        return alts_value(M.FORK_ASSIGNMENTS, chosen[0][0].name, mod, chosen[0][0].name, chosen[-1][0].line, arms)
+        return alts_value(ForkKind.ASSIGNMENTS, chosen[0][0].name, mod, chosen[0][0].name, chosen[-1][0].line, arms)
 
     def _import_ok(self, mod: Module, b: Binding) -> bool:
         target = self.abs_module(mod, b.target or "", b.level)
@@ -398,9 +283,9 @@ class Resolver:
                     if p.annotation and name not in ("self", "cls"):
                         av = self.annotation_value(mod, q, p.annotation, f.line)
                         if av is not None:
-                            w.add(Hop("alias", mod.path, f.line, name, f"{name}: {p.annotation} (annotated parameter of {f.name})"))
+                            w.add(Hop(HopKind.ALIAS, mod.path, f.line, name, f"{name}: {p.annotation} (annotated parameter of {f.name})"))
                             return av
-                    return Val("unknown", mod, name, reason=f"`{name}` is a parameter of {f.qualname}")
+                    return Val(ValKind.UNKNOWN, mod, name, reason=f"`{name}` is a parameter of {f.qualname}")
             q = q.rpartition(".")[0]
         if name in summ.bindings:
             b = self.choose(mod, summ.bindings[name], "", None)
@@ -409,20 +294,20 @@ class Resolver:
             target = self.abs_module(mod, star.target or "", star.level)
             sub = self.index.module(target) if target else None
             if sub is not None and name in sub.summary.bindings:
-                w.add(Hop("import", mod.path, star.line, f"{target}.*", "star import", self.guard_text(star.guards)))
+                w.add(Hop(HopKind.IMPORT, mod.path, star.line, f"{target}.*", "star import", self.guard_text(star.guards)))
                 return self.attr_of_module(sub, name, w)
         if name in BUILTINS:
-            return Val("builtin", None, name)
-        return Val("unknown", mod, name, reason=f"name `{name}` is not bound in {mod.name}")
+            return Val(ValKind.BUILTIN, None, name)
+        return Val(ValKind.UNKNOWN, mod, name, reason=f"name `{name}` is not bound in {mod.name}")
 
     def binding_value(self, mod: Module, b: Binding, w: Walk, scope: str) -> Val:
         cond = self.guard_text(b.guards)
         reach = self.guard_value(mod, b.guards, scope) if b.guards else None
         if b.kind in ("import", "from"):
-            kind = "lazy_import" if scope else ("conditional_import" if b.guards else "import")
+            kind = HopKind.LAZY_IMPORT if scope else (HopKind.CONDITIONAL_IMPORT if b.guards else HopKind.IMPORT)
             target = self.abs_module(mod, b.target or "", b.level)
             if target is None:
-                return Val("unknown", mod, b.name, reason=f"relative import beyond top-level package in {mod.name}")
+                return Val(ValKind.UNKNOWN, mod, b.name, reason=f"relative import beyond top-level package in {mod.name}")
             if b.kind == "import":
                 if target == "torch":
                     return self.module_value(target, w)
@@ -435,25 +320,25 @@ class Resolver:
                 if self.index.locate(sub) is not None:
                     return self.module_value(sub, w)
             base = self.module_value(target, w, quiet=True)
-            if base.kind == "module":
+            if base.kind == ValKind.MODULE:
                 return self.attr_of_module(base.module, b.attr or "", w, from_import=True)  # type: ignore[arg-type]
-            if base.kind == "namespace":
+            if base.kind == ValKind.NAMESPACE:
                 return self.module_value(f"{target}.{b.attr}", w)
             return self.attr(base, b.attr or "", w)
         if b.kind == "def":
             f = mod.summary.functions.get(b.target or "")
-            return Val("function", mod, b.target or b.name, mod.path, f.line if f else b.line)
+            return Val(ValKind.FUNCTION, mod, b.target or b.name, mod.path, f.line if f else b.line)
         if b.kind == "class":
             c = mod.summary.classes.get(b.target or "")
-            return Val("class", mod, b.target or b.name, mod.path, c.line if c else b.line)
+            return Val(ValKind.CLASS, mod, b.target or b.name, mod.path, c.line if c else b.line)
         if b.kind == "assign":
-            w.add(Hop("alias", mod.path, b.line, f"{mod.name}.{b.name}" if not scope else b.name, f"{b.name} = {b.target}", cond, reach, b.col))
+            w.add(Hop(HopKind.ALIAS, mod.path, b.line, f"{mod.name}.{b.name}" if not scope else b.name, f"{b.name} = {b.target}", cond, reach, b.col))
             return self.resolve_dotted(mod, scope, b.target or "", w, line=b.line)
         if b.kind == "call":
             return self.call_value(mod, scope, b, w)
         if b.kind == "ifexp":
             first, last = (b.alternatives[0] or "...", b.alternatives[-1] or "...") if b.alternatives else ("?", "?")
-            w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {first} if {b.target or '?'} else {last}", cond, reach, b.col))
+            w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"{b.name} = {first} if {b.target or '?'} else {last}", cond, reach, b.col))
             test = b.target or "?"
             tv = self.profile.evaluate(mod, scope, test) if b.target else None
             arms = []
@@ -461,43 +346,43 @@ class Resolver:
                 c = test if i == 0 else f"not ({test})"
                 r = tv if i == 0 else (None if tv is None else not tv)
                 if not text:
-                    av = Val("unknown", mod, b.name, mod.path, b.line, reason=f"arm {i + 1} of the conditional expression at "
+                    av = Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"arm {i + 1} of the conditional expression at "
                              f"{os.path.basename(mod.path)}:{b.line} is not a name, attribute chain or constructor call")
                 else:
                     av = self.value_text(mod, scope, text, w.sub(), b.line)
                 arms.append(Alt(av, c, r, f"{text or '...'} ({'if' if i == 0 else 'else'})", mod.path, b.line))
-            return alts_value(M.FORK_IFEXP, test, mod, b.name, b.line, arms)
+            return alts_value(ForkKind.IFEXP, test, mod, b.name, b.line, arms)
         if b.kind == "dict":
-            return Val("dict", mod, b.name, mod.path, b.line, extra={"pairs": b.alternatives, "scope": scope})
+            return Val(ValKind.DICT, mod, b.name, mod.path, b.line, extra={"pairs": b.alternatives, "scope": scope})
         if b.kind == "unpack":
             return self.unpacked_value(mod, scope, b, w)
         if b.kind == "subscript" and (b.target or "").rpartition(".")[2] in LAYER_TABLES:
             lv = self.layers_by_name(mod, f"{b.target}[]", b.line, w, b.name)
-            if lv.kind == "alts":
+            if lv.kind == ValKind.ALTS:
                 return lv
         if b.kind == "subscript":
             base = self.resolve_dotted(mod, scope, b.target or "", w, line=b.line)
             key = b.str_args[0] if b.str_args else "?"
-            if base.kind == "dict":
-                w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {b.target}[{key}]", cond, reach, b.col))
+            if base.kind == ValKind.DICT:
+                w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"{b.name} = {b.target}[{key}]", cond, reach, b.col))
                 return self.dict_choice(base, key, mod, scope)
-            return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is an item of `{b.target}` at {os.path.basename(mod.path)}:{b.line}")
+            return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"`{b.name}` is an item of `{b.target}` at {os.path.basename(mod.path)}:{b.line}")
         if b.kind == "star":
-            return Val("unknown", mod, b.name, reason="star import")
+            return Val(ValKind.UNKNOWN, mod, b.name, reason="star import")
         if b.kind == "lambda":
             lf = mod.summary.lambdas.get(b.target or "")
             if lf is not None:
-                return Val("function", mod, b.target or "", mod.path, lf.line)
-            return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is a lambda at {os.path.basename(mod.path)}:{b.line}")
+                return Val(ValKind.FUNCTION, mod, b.target or "", mod.path, lf.line)
+            return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"`{b.name}` is a lambda at {os.path.basename(mod.path)}:{b.line}")
         if b.kind == "iter":
             return self.iteration_value(mod, scope, b, w)
-        return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is bound to a computed value at {os.path.basename(mod.path)}:{b.line}")
+        return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"`{b.name}` is bound to a computed value at {os.path.basename(mod.path)}:{b.line}")
 
     def call_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
         key = ("call", mod.name, scope, b.name, b.line)
         if key in self._active:
             self.cuts += 1
-            return Val("unknown", mod, b.name, mod.path, b.line,
+            return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line,
                        reason=f"cycle: `{b.name}` at {os.path.basename(mod.path)}:{b.line} is bound to a call that reaches itself")
         self._active.add(key)
         try:
@@ -510,28 +395,28 @@ class Resolver:
         last = callee.rpartition(".")[2]
         if last == "import_module" and b.str_args and b.str_args[0]:
             name = b.str_args[0]
-            w.add(Hop("dynamic_import", mod.path, b.line, name, f'{b.name} = {callee}("{name}")', self.guard_text(b.guards)))
+            w.add(Hop(HopKind.DYNAMIC_IMPORT, mod.path, b.line, name, f'{b.name} = {callee}("{name}")', self.guard_text(b.guards)))
             return self.module_value(name, w)
         if callee in ("getattr", "builtins.getattr") and len(b.str_args) >= 2 and b.str_args[1]:
             base_text = b.alternatives[0] if b.alternatives else ""
             if base_text.startswith("@import:"):
                 name = base_text[len("@import:"):]
-                w.add(Hop("dynamic_import", mod.path, b.line, name, f'{b.name} = getattr(importlib.import_module("{name}"), '
+                w.add(Hop(HopKind.DYNAMIC_IMPORT, mod.path, b.line, name, f'{b.name} = getattr(importlib.import_module("{name}"), '
                           f'"{b.str_args[1]}")' + (f" (filled lazily in {b.scope})" if b.scope else ""), self.guard_text(b.guards)))
                 return self.attr(self.module_value(name, w), b.str_args[1], w)
-            base = self.resolve_dotted(mod, scope, base_text, w, line=b.line) if base_text else Val("unknown", mod, "?")
-            w.add(Hop("dynamic_import", mod.path, b.line, b.str_args[1], f'{b.name} = getattr({base_text}, "{b.str_args[1]}")', self.guard_text(b.guards)))
+            base = self.resolve_dotted(mod, scope, base_text, w, line=b.line) if base_text else Val(ValKind.UNKNOWN, mod, "?")
+            w.add(Hop(HopKind.DYNAMIC_IMPORT, mod.path, b.line, b.str_args[1], f'{b.name} = getattr({base_text}, "{b.str_args[1]}")', self.guard_text(b.guards)))
             return self.attr(base, b.str_args[1], w)
         if callee in ("getattr", "builtins.getattr"):
-            return Val("unknown", mod, b.name, mod.path, b.line, reason=f"getattr with a non-literal name at {os.path.basename(mod.path)}:{b.line}")
+            return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"getattr with a non-literal name at {os.path.basename(mod.path)}:{b.line}")
         last = callee.rpartition(".")[2]
         if (callee in ("torch.compile", "functools.partial", "partial") or (last == "partial" and "functools" in callee)) \
                 and b.alternatives and b.alternatives[0] and not b.alternatives[0].endswith(")"):
             # the result calls its first argument
-            w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} = {callee}({b.alternatives[0]}, ...): calls {b.alternatives[0]}",
+            w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"{b.name} = {callee}({b.alternatives[0]}, ...): calls {b.alternatives[0]}",
                       self.guard_text(b.guards)))
             return self.resolve_dotted(mod, scope, b.alternatives[0], w, line=b.line)
-        target = self.resolve_dotted(mod, scope, callee, w.sub(), line=b.line) if callee else Val("unknown")
+        target = self.resolve_dotted(mod, scope, callee, w.sub(), line=b.line) if callee else Val(ValKind.UNKNOWN)
         return self.result_of_call(mod, scope, b.name, b.line, callee, target, w,
                                    self.guard_text(self._path_guards(mod, b.attr if b.attr and b.kind == "call" else scope, b.guards)),
                                    b.alternatives)
@@ -549,48 +434,48 @@ class Resolver:
         """The value ``callee(...)`` returns: an instance of a class, a factory's return (a fork over several
         returns), a decorator's wrapped argument, or unknown."""
         b_line = line
-        if target.kind in ("function", "class") and not target.extra.get("unpatched"):
+        if target.kind in (ValKind.FUNCTION, ValKind.CLASS) and not target.extra.get("unpatched"):
             p = self.patched(target)
             if p is not None:  # the plugin replaced the callee (`mod.select = lambda cfg: X`): its result is the call's
-                w.add(Hop("patch", p[1], p[2], p[0].extra.get("patch_symbol", p[0].dotted), f"{p[3]} replaces {target.dotted} at import time", cond))
+                w.add(Hop(HopKind.PATCH, p[1], p[2], p[0].extra.get("patch_symbol", p[0].dotted), f"{p[3]} replaces {target.dotted} at import time", cond))
                 target = p[0]
-        if target.kind == "function" and (target.extra.get("enum_member") or target.extra.get("enum_any")):
+        if target.kind == ValKind.FUNCTION and (target.extra.get("enum_member") or target.extra.get("enum_any")):
             ev = self.enum_method_result(mod, scope, name, line, callee, target, w)
             if ev is not None:
                 return ev
-        if target.kind == "unknown" and callee.rpartition(".")[2] == "get_impl_cls" and self.backend_impls is not None:
+        if target.kind == ValKind.UNKNOWN and callee.rpartition(".")[2] == "get_impl_cls" and self.backend_impls is not None:
             sel = self.selected_impls(mod, scope, name, b_line)
             if sel is not None:
-                w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(): the impl class of the backend vLLM selected "
+                w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(): the impl class of the backend vLLM selected "
                           f"for this layer ({len(sel.extra['alts'])} candidates)", cond))
                 return sel
-        if target.kind == "not_installed" and target.qual.rpartition(".")[2][:1].isupper():
+        if target.kind == ValKind.NOT_INSTALLED and target.qual.rpartition(".")[2][:1].isupper():
             # an object of a missing package's class: its methods are that package's code
-            return Val("not_installed", None, target.qual, reason=target.reason, extra=dict(target.extra, object=True))
-        if target.kind == "unknown" and callee in ("cast", "typing.cast") and len(args) >= 2 and args[1]:
+            return Val(ValKind.NOT_INSTALLED, None, target.qual, reason=target.reason, extra=dict(target.extra, object=True))
+        if target.kind == ValKind.UNKNOWN and callee in ("cast", "typing.cast") and len(args) >= 2 and args[1]:
             return self.value_text(mod, scope, args[1], w, b_line)  # typing.cast(T, x) is x
-        if target.kind == "alts":
+        if target.kind == ValKind.ALTS:
             arms = [Alt(self.result_of_call(mod, scope, name, line, callee, a.val, w.sub(), cond, args), a.condition,
                         a.reachable, a.label, a.path, a.line) for a in target.extra["alts"]]
             return alts_value(target.extra["fork_kind"], target.extra.get("decided_by"), mod, name, line, arms)
-        if target.kind == "class":
+        if target.kind == ValKind.CLASS:
             rep_cls = self.oot_replacement(target)
             if rep_cls is not None:
                 reg = rep_cls
-                w.add(Hop("patch", reg.path, reg.line, reg.replacement.dotted,
+                w.add(Hop(HopKind.PATCH, reg.path, reg.line, reg.replacement.dotted,
                           f"{name} = {callee}(...): vLLM's __new__ instantiates the out-of-tree replacement registered "
                           f"as {reg.name!r} ({reg.form})", cond))
                 rv = reg.replacement
-                return Val("instance", rv.module, rv.qual, rv.path, rv.line)
-            w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...) (instance)", cond))
-            return Val("instance", target.module, target.qual, target.path, target.line)
-        if target.kind == "function" and target.func is not None and target.module is not None:
+                return Val(ValKind.INSTANCE, rv.module, rv.qual, rv.path, rv.line)
+            w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...) (instance)", cond))
+            return Val(ValKind.INSTANCE, target.module, target.qual, target.path, target.line)
+        if target.kind == ValKind.FUNCTION and target.func is not None and target.module is not None:
             f = target.func
             tm = target.module
             # a decorator applied by call (`g = deco(f)`): an inner def that calls the decorated argument
             if f.inner_defs and f.returns_names and set(f.returns_names) <= {q.rpartition(".")[2] for q in f.inner_defs} \
                     and args and args[0] and not args[0].endswith(")") and f.params:
-                w.add(Hop("wrapper", tm.path, f.line, target.dotted, f"{name} = {callee}({args[0]}): the wrapper calls {args[0]}", cond))
+                w.add(Hop(HopKind.WRAPPER, tm.path, f.line, target.dotted, f"{name} = {callee}({args[0]}): the wrapper calls {args[0]}", cond))
                 return self.resolve_dotted(mod, scope, args[0], w, line=b_line)
             rets = [(t, g, ln) for t, g, ln in f.return_alts if t and t != "None"]
             texts = {t for t, _g, _ln in rets}
@@ -615,8 +500,9 @@ class Resolver:
             if len(texts) == 1:
                 text = next(iter(texts))
                 inner = ret_value(text, rets[0][2])
-                if inner.kind in ("function", "class", "instance", "alts", "not_installed", "torch_op", "ext_attr", "dict", "list"):
-                    w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...) returns {text}", cond))
+                if inner.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE, ValKind.ALTS, ValKind.NOT_INSTALLED,
+                                  ValKind.TORCH_OP, ValKind.EXT_ATTR, ValKind.DICT, ValKind.LIST):
+                    w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...) returns {text}", cond))
                     return inner
             elif len(texts) > 1:
                 arms = []
@@ -625,25 +511,25 @@ class Resolver:
                     arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname) if g else True,
                                     f"returns {t}", tm.path, ln))
                 arms = _merge_same(arms)
-                if len(arms) == 1 and arms[0].val.kind != "unknown":
-                    w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...): every return that can give it is "
+                if len(arms) == 1 and arms[0].val.kind != ValKind.UNKNOWN:
+                    w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...): every return that can give it is "
                               f"{arms[0].val.dotted}", cond))
                     return arms[0].val
-                if any(a.val.kind != "unknown" for a in arms):
-                    w.add(Hop("alias", mod.path, b_line, name, f"{name} = {callee}(...): one of {len(arms)} returns", cond))
-                    return alts_value(M.FORK_FACTORY, None, tm, target.dotted, f.line, arms)
-        why = f": {target.reason}" if target.kind == "unknown" and target.reason and "result of calling" not in target.reason else ""
-        return Val("unknown", mod, name, mod.path, b_line,
+                if any(a.val.kind != ValKind.UNKNOWN for a in arms):
+                    w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...): one of {len(arms)} returns", cond))
+                    return alts_value(ForkKind.FACTORY, None, tm, target.dotted, f.line, arms)
+        why = f": {target.reason}" if target.kind == ValKind.UNKNOWN and target.reason and "result of calling" not in target.reason else ""
+        return Val(ValKind.UNKNOWN, mod, name, mod.path, b_line,
                    reason=f"`{name}` is the result of calling `{callee or '...'}` at {os.path.basename(mod.path)}:{b_line}{why}")
 
     def unpacked_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
         """``a, b = f(...)``: item i of the tuple ``f`` returns, read in ``f`` (every return that is a tuple of names)."""
         callee = (b.target or "").partition("(")[0]
         i = int(b.str_args[0]) if b.str_args else 0
-        tv = self.resolve_dotted(mod, scope, callee, w.sub(), line=b.line) if callee else Val("unknown")
-        f = tv.func if tv.kind == "function" else None
+        tv = self.resolve_dotted(mod, scope, callee, w.sub(), line=b.line) if callee else Val(ValKind.UNKNOWN)
+        f = tv.func if tv.kind == ValKind.FUNCTION else None
         if f is None or tv.module is None:
-            return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` is item {i} of what `{callee or '...'}` returns")
+            return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"`{b.name}` is item {i} of what `{callee or '...'}` returns")
         items = []
         for text, _g, ln in f.return_alts:
             if text.startswith("(") and text.endswith(",)"):
@@ -651,10 +537,10 @@ class Resolver:
                 if i < len(parts):
                     items.append((parts[i], ln))
         if len(items) != 1:
-            return Val("unknown", mod, b.name, mod.path, b.line,
+            return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line,
                        reason=f"`{b.name}` is item {i} of what `{callee}` returns ({len(items)} tuple returns)")
         text, ln = items[0]
-        w.add(Hop("alias", mod.path, b.line, b.name, f"{b.name} is item {i} of {callee}(...), which returns {text} "
+        w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"{b.name} is item {i} of {callee}(...), which returns {text} "
                   f"({os.path.basename(tv.module.path)}:{ln})"))
         return self.resolve_dotted(tv.module, f.qualname, text, w, line=ln + 1)
 
@@ -690,7 +576,7 @@ class Resolver:
         via: tuple = ()
         if over is not None:
             path, rpath, rline = over
-            via = (Hop("registry", rpath, rline, path, f"{ename}.{member} is registered as {path}"),)
+            via = (Hop(HopKind.REGISTRY, rpath, rline, path, f"{ename}.{member} is registered as {path}"),)
             w.hops.extend(via)
         else:
             b = mod.summary.classes[cq].attrs.get(member) if cq in mod.summary.classes else None
@@ -699,11 +585,11 @@ class Resolver:
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 path = None
             if not isinstance(path, str) or not path:
-                return Val("unknown", mod, f"{cq}.{member}", mod.path, b.line if b else None,
+                return Val(ValKind.UNKNOWN, mod, f"{cq}.{member}", mod.path, b.line if b else None,
                            reason=f"{ename}.{member} has no class path (it must be registered before use)")
         cv = self.resolve_symbol(path)
-        if cv.kind == "class":  # (the registration hop travels with the value: a tree shows it on the branch)
-            return Val("class", cv.module, cv.qual, cv.path, cv.cls.line if cv.cls else cv.line, extra={"via": via} if via else {})
+        if cv.kind == ValKind.CLASS:  # (the registration hop travels with the value: a tree shows it on the branch)
+            return Val(ValKind.CLASS, cv.module, cv.qual, cv.path, cv.cls.line if cv.cls else cv.line, extra={"via": via} if via else {})
         return cv
 
     @staticmethod
@@ -739,39 +625,39 @@ class Resolver:
         for m_name, _v in self.enum_members(em, eq):
             aw = Walk()
             cv = self.enum_member_class(em, eq, m_name, aw)
-            if cv.kind != "class":
+            if cv.kind != ValKind.CLASS:
                 continue
             c = f"{decided} is {ename}.{m_name}"
             arms.append(Alt(cv, c, self.profile.evaluate(mod, scope, c), f"{m_name}: {cv.qual}", cv.path, cv.line))
         if not arms:
             return None
-        w.add(Hop("alias", mod.path, line, name, f"{name} = {callee}(): the class of the {ename} member in `{decided}` "
+        w.add(Hop(HopKind.ALIAS, mod.path, line, name, f"{name} = {callee}(): the class of the {ename} member in `{decided}` "
                   f"(chosen at run time: {len(arms)} members name a class)"))
-        return alts_value(M.FORK_MEMBER, decided, mod, name, line, arms)
+        return alts_value(ForkKind.MEMBER, decided, mod, name, line, arms)
 
     def iteration_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
         """``for x in items:``: x is each item of a literal list in turn; a list a factory returns gives its
         items under the condition of each return."""
         src = b.target or ""
-        iv = self.value_text(mod, scope, src, w.sub(), b.line) if src else Val("unknown")
+        iv = self.value_text(mod, scope, src, w.sub(), b.line) if src else Val(ValKind.UNKNOWN)
         arms: list = []
 
         def items_of(v: Val, conds: list, reach):
-            if v.kind == "list":
+            if v.kind == ValKind.LIST:
                 for i, t in enumerate(v.extra["items"]):
                     av = self.value_text(v.module, v.extra["scope"], t, Walk(), v.line)  # type: ignore[arg-type]
-                    if av.kind == "unknown":
+                    if av.kind == ValKind.UNKNOWN:
                         continue
                     arms.append(Alt(av, " and ".join(conds + [f"{b.name} is {t} (item {i} of {src})"]), reach, t, v.path, v.line))
-            elif v.kind == "alts":
+            elif v.kind == ValKind.ALTS:
                 for a in v.extra["alts"]:
                     items_of(a.val, conds + ([a.condition] if a.condition else []), M.combine_reachability([reach, a.reachable]))
 
         items_of(iv, [], True)
         if not arms:
-            return Val("unknown", mod, b.name, mod.path, b.line, reason=f"`{b.name}` iterates over `{src or '...'}` (not a literal list)")
-        w.add(Hop("alias", mod.path, b.line, b.name, f"for {b.name} in {src}: one of {len(arms)} items", self.guard_text(b.guards)))
-        kind = M.FORK_MEMBER if all(a.val.kind == "enum_member" for a in arms) else M.FORK_ASSIGNMENTS
+            return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"`{b.name}` iterates over `{src or '...'}` (not a literal list)")
+        w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"for {b.name} in {src}: one of {len(arms)} items", self.guard_text(b.guards)))
+        kind = ForkKind.MEMBER if all(a.val.kind == ValKind.ENUM_MEMBER for a in arms) else ForkKind.ASSIGNMENTS
         return alts_value(kind, f"the item of {src} the loop is at", mod, b.name, b.line, arms)
 
     def field_values(self, m: Module, cq: str, name: str) -> Val | None:
@@ -839,7 +725,7 @@ class Resolver:
                 if not self._builds(self.resolve_dotted(mod, cs.scope, cs.func, Walk(), line=cs.line), m, cq):
                     continue
                 fv = self.value_text(mod, cs.scope, text, Walk(), cs.line)
-                if fv.kind in ("unknown", "builtin", "module"):
+                if fv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE):
                     continue
                 ident = (fv.kind, fv.dotted, fv.path, fv.line)
                 if ident in seen:
@@ -852,20 +738,20 @@ class Resolver:
             return None
         if len(arms) == 1:
             return arms[0].val
-        return alts_value(M.FORK_ASSIGNMENTS, f"where the {cname} was built", m, f"{cq}.{name}", None, arms)
+        return alts_value(ForkKind.ASSIGNMENTS, f"where the {cname} was built", m, f"{cq}.{name}", None, arms)
 
     @staticmethod
     def _builds(cv: Val, m: Module, cq: str) -> bool:
         """Is ``cv`` (a callee) class ``cq`` of ``m``, or a fork with that class among its candidates?"""
-        if cv.kind == "alts":
+        if cv.kind == ValKind.ALTS:
             return any(Resolver._builds(a.val, m, cq) for a in cv.extra["alts"])
-        return cv.kind == "class" and cv.module is not None and (cv.module.path, cv.qual) == (m.path, cq)
+        return cv.kind == ValKind.CLASS and cv.module is not None and (cv.module.path, cv.qual) == (m.path, cq)
 
     def attention_layers(self, mod: Module) -> list:
         """Attention layer classes a layer looked up by name can be (vLLM's ``no_compile_layers`` holds every
         layer with an attention backend): the classes of ``mod`` deriving from vLLM's ``AttentionLayerBase``,
         and the workspace's classes deriving from them (the plugin's layers)."""
-        base = [Val("class", mod, q, mod.path, c.line) for q, c in mod.summary.classes.items() if "." not in q
+        base = [Val(ValKind.CLASS, mod, q, mod.path, c.line) for q, c in mod.summary.classes.items() if "." not in q
                 and any(b.qual == "AttentionLayerBase" for b in self.mro(mod, q)[1:])]
         out = list(base)
         keys = {(b.module.name, b.qual) for b in base}
@@ -874,7 +760,7 @@ class Resolver:
                 if "." in q or (m.name, q) in keys:
                     continue
                 if any(b.module is not None and (b.module.name, b.qual) in keys for b in self.mro(m, q)[1:]):
-                    out.append(Val("class", m, q, m.path, c.line))
+                    out.append(Val(ValKind.CLASS, m, q, m.path, c.line))
                     keys.add((m.name, q))
         return out[: M.MAX_LEAVES]
 
@@ -892,12 +778,12 @@ class Resolver:
             if theirs:
                 layers = theirs
         if not layers:
-            return Val("unknown", mod, text, mod.path, line, reason=f"`{text}`: no attention layer class in reach")
-        w.add(Hop("alias", mod.path, line or 0, name or text, f"{name + ' = ' if name else ''}{text.replace('[]', '[...]')}: the attention layer "
+            return Val(ValKind.UNKNOWN, mod, text, mod.path, line, reason=f"`{text}`: no attention layer class in reach")
+        w.add(Hop(HopKind.ALIAS, mod.path, line or 0, name or text, f"{name + ' = ' if name else ''}{text.replace('[]', '[...]')}: the attention layer "
                   f"registered under that name ({len(layers)} layer classes)"))
-        arms = [Alt(Val("instance", lv.module, lv.qual, lv.path, lv.line), f"the layer is a {lv.qual}", None,
+        arms = [Alt(Val(ValKind.INSTANCE, lv.module, lv.qual, lv.path, lv.line), f"the layer is a {lv.qual}", None,
                     lv.qual, lv.path, lv.line) for lv in layers]
-        return alts_value(M.FORK_SUBCLASS, "the layer registered under that name", mod, name or text, line, arms)
+        return alts_value(ForkKind.SUBCLASS, "the layer registered under that name", mod, name or text, line, arms)
 
     def oot_replacement(self, cv: Val):
         """The registration whose class vLLM instantiates instead of ``cv`` (a CustomOp or PluggableLayer
@@ -928,7 +814,7 @@ class Resolver:
                 for label, v, is_mla in cands if is_mla == layer_mla]
         if not arms:
             return None
-        return alts_value(M.FORK_SELECTED_BACKEND, "the attention backend vLLM selected for this layer", mod, name, line, arms)
+        return alts_value(ForkKind.SELECTED_BACKEND, "the attention backend vLLM selected for this layer", mod, name, line, arms)
 
     @staticmethod
     def _bound_arg(f: FunctionInfo, text: str, args: tuple) -> str | None:
@@ -965,7 +851,7 @@ class Resolver:
             return self.module_value(text[len("@import:"):], w)
         if text.startswith("[") and text.endswith("]"):
             items = [x.strip() for x in text[1:-1].split(",") if x.strip()]
-            return Val("list", mod, text, mod.path, line, extra={"items": items, "scope": scope})
+            return Val(ValKind.LIST, mod, text, mod.path, line, extra={"items": items, "scope": scope})
         if text.endswith(")") and "(" in text:
             callee, _, inner = text[:-1].partition("(")
             args = tuple("" if a == "?" else a for a in inner.split(", ")) if inner else ()
@@ -979,12 +865,12 @@ class Resolver:
         arms = []
         for k, text in dv.extra.get("pairs", ()):
             if not text:
-                av = Val("unknown", dm, f"{dv.qual}[{k}]", dv.path, dv.line, reason=f"the value for {k} is not a name or constructor call")
+                av = Val(ValKind.UNKNOWN, dm, f"{dv.qual}[{k}]", dv.path, dv.line, reason=f"the value for {k} is not a name or constructor call")
             else:
                 av = self.value_text(dm, dv.extra.get("scope", ""), text, Walk(), dv.line)  # type: ignore[arg-type]
             c = f"{key} == {k}"
             arms.append(Alt(av, c, self.profile.evaluate(mod, scope, c), f"{k}: {text or '...'}", dv.path, dv.line))
-        return alts_value(M.FORK_DICT, key, dm, dv.qual, dv.line, arms)
+        return alts_value(ForkKind.DICT, key, dm, dv.qual, dv.line, arms)
 
     def import_map(self) -> dict:
         """Module names a plugin's import hook serves from elsewhere: ``builtins.__import__`` replaced
@@ -1007,7 +893,7 @@ class Resolver:
                         dst = ap.value[len("@import:"):]
                     else:
                         mv = self.resolve_dotted(m, "", ap.value, Walk(), line=ap.line)
-                        dst = mv.qual if mv.kind == "module" else None
+                        dst = mv.qual if mv.kind == ValKind.MODULE else None
                     if isinstance(src, str) and dst:
                         out.setdefault(src, (dst, m.path, ap.line))
                     continue
@@ -1033,45 +919,45 @@ class Resolver:
         if not name.startswith(("torch", "vllm")):
             mapped = self.import_map().get(name)
             if mapped is not None and mapped[0] != name:
-                w.add(Hop("patch", mapped[1], mapped[2], mapped[0],
+                w.add(Hop(HopKind.PATCH, mapped[1], mapped[2], mapped[0],
                           f"the import hook installed at {os.path.basename(mapped[1])}:{mapped[2]} serves `{name}` from `{mapped[0]}`"))
                 name = mapped[0]
         if name == "torch" or name.startswith("torch."):
             if name == "torch":
-                return Val("torch", None, "torch")
+                return Val(ValKind.TORCH, None, "torch")
             if name == "torch.ops":
-                return Val("torch_ops", None, "", extra={"ns": []})
-            return Val("unknown", None, name, reason=f"`{name}` is a PyTorch API (not followed)", extra={"torch_api": True})
+                return Val(ValKind.TORCH_OPS, None, "", extra={"ns": []})
+            return Val(ValKind.UNKNOWN, None, name, reason=f"`{name}` is a PyTorch API (not followed)", extra={"torch_api": True})
         top = name.split(".", 1)[0]
         if top in self.stdlib:
-            return Val("unknown", None, name, reason=f"`{name}` is in the Python standard library (not followed)", extra={"stdlib": True})
+            return Val(ValKind.UNKNOWN, None, name, reason=f"`{name}` is in the Python standard library (not followed)", extra={"stdlib": True})
         loc = self.index.locate(name)
         if loc is None:
             top = name.split(".", 1)[0]
             if self.index.locate(top) is None:
-                return Val("not_installed", None, name, reason=f"package `{top}` is not installed in the target environment", extra={"package": top})
-            return Val("unknown", None, name, reason=f"module `{name}` not found (package `{top}` is installed)")
+                return Val(ValKind.NOT_INSTALLED, None, name, reason=f"package `{top}` is not installed in the target environment", extra={"package": top})
+            return Val(ValKind.UNKNOWN, None, name, reason=f"module `{name}` not found (package `{top}` is installed)")
         if loc.kind == "ext":
-            return Val("ext_module", None, name, loc.path, None, extra={"package": name.split(".", 1)[0]})
+            return Val(ValKind.EXT_MODULE, None, name, loc.path, None, extra={"package": name.split(".", 1)[0]})
         if loc.kind == "namespace":
-            return Val("namespace", None, name, loc.path)
+            return Val(ValKind.NAMESPACE, None, name, loc.path)
         m = self.index.module(name)
         if m is None:
-            return Val("unknown", None, name, reason=f"cannot read module `{name}`")
+            return Val(ValKind.UNKNOWN, None, name, reason=f"cannot read module `{name}`")
         if m.summary.error:
-            return Val("module", m, name, m.path, 1, reason=m.summary.error)
-        return Val("module", m, name, m.path, 1)
+            return Val(ValKind.MODULE, m, name, m.path, 1, reason=m.summary.error)
+        return Val(ValKind.MODULE, m, name, m.path, 1)
 
     def resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None = None) -> Val:
         if not text:
-            return Val("unknown", mod, "", reason="the callee is not a plain name or attribute chain")
+            return Val(ValKind.UNKNOWN, mod, "", reason="the callee is not a plain name or attribute chain")
         key = (mod.name, scope, text, line)
         if key in self._active:
             self.cuts += 1
-            return Val("unknown", mod, text, reason=f"`{text}` is defined in terms of itself")
+            return Val(ValKind.UNKNOWN, mod, text, reason=f"`{text}` is defined in terms of itself")
         if len(self._active) > 80:
             self.cuts += 1
-            return Val("unknown", mod, text, reason="resolution nested too deeply")
+            return Val(ValKind.UNKNOWN, mod, text, reason="resolution nested too deeply")
         head = text.partition(".")[0]
         mkey = None
         if head not in ("self", "cls") and self.memo_enabled:
@@ -1118,27 +1004,27 @@ class Resolver:
             if item and p[:-2] in LAYER_TABLES:  # whatever holds the table, its items are the attention layers
                 v = self.layers_by_name(mod, text.partition(p)[0] + p, line, w)
                 continue
-            if v.kind in ("unknown", "not_installed", "builtin"):
-                if v.kind == "not_installed":
+            if v.kind in (ValKind.UNKNOWN, ValKind.NOT_INSTALLED, ValKind.BUILTIN):
+                if v.kind == ValKind.NOT_INSTALLED:
                     v = self.attr(v, p[:-2] if item else p, w)
                     continue
                 break
             if item:
                 p = p[:-2]
             v = self.attr(v, p, w)
-            if item and v.kind == "dict":
+            if item and v.kind == ValKind.DICT:
                 v = self.dict_choice(v, "?", mod, scope)
-            elif item and v.kind == "container":
+            elif item and v.kind == ValKind.CONTAINER:
                 v = v.extra["item"]
             elif item:
-                v = Val("unknown", mod, text, mod.path, line, reason=f"`{text.replace('[]', '[...]')}`: an item of `{p}` chosen at run time")
+                v = Val(ValKind.UNKNOWN, mod, text, mod.path, line, reason=f"`{text.replace('[]', '[...]')}`: an item of `{p}` chosen at run time")
         return v
 
     def self_value(self, mod: Module, scope: str, which: str, w: Walk | None = None) -> Val:
         cls_q = self.enclosing_class(mod, scope)
         if cls_q is None:
-            return Val("unknown", mod, which, reason=f"`{which}` outside a class")
-        kind = "instance" if which == "self" else "class"
+            return Val(ValKind.UNKNOWN, mod, which, reason=f"`{which}` outside a class")
+        kind = ValKind.INSTANCE if which == "self" else ValKind.CLASS
         recv = getattr(w, "receiver", None) if w is not None else None
         if recv is not None and recv[1] is not None:
             rmod, rq = recv
@@ -1164,56 +1050,56 @@ class Resolver:
     # ------------------------------------------------------------------
     def attr(self, v: Val, name: str, w: Walk) -> Val:
         k = v.kind
-        if k == "alts":
+        if k == ValKind.ALTS:
             arms = [Alt(self.attr(a.val, name, Walk()), a.condition, a.reachable, a.label, a.path, a.line) for a in v.extra["alts"]]
-            if all(a.val.kind == "unknown" for a in arms):
-                return Val("unknown", v.module, f"{v.qual}.{name}", v.path, v.line,
+            if all(a.val.kind == ValKind.UNKNOWN for a in arms):
+                return Val(ValKind.UNKNOWN, v.module, f"{v.qual}.{name}", v.path, v.line,
                            reason=f"`{name}` is found on none of the {len(arms)} candidates of `{v.qual}`")
             return alts_value(v.extra["fork_kind"], v.extra.get("decided_by"), v.module, f"{v.qual}.{name}", v.line, arms)
-        if k == "dict":
-            return Val("unknown", v.module, f"{v.qual}.{name}", v.path, v.line, reason=f"`.{name}` of the dict `{v.qual}`")
-        if k == "module":
+        if k == ValKind.DICT:
+            return Val(ValKind.UNKNOWN, v.module, f"{v.qual}.{name}", v.path, v.line, reason=f"`.{name}` of the dict `{v.qual}`")
+        if k == ValKind.MODULE:
             return self.attr_of_module(v.module, name, w)  # type: ignore[arg-type]
-        if k == "namespace":
+        if k == ValKind.NAMESPACE:
             return self.module_value(f"{v.qual}.{name}", w)
-        if k == "torch":
+        if k == ValKind.TORCH:
             if name == "ops":
-                return Val("torch_ops", None, "", extra={"ns": []})
-            return Val("unknown", None, f"torch.{name}", reason=f"`torch.{name}` is a PyTorch API (not followed)", extra={"torch_api": True})
-        if k == "torch_ops":
+                return Val(ValKind.TORCH_OPS, None, "", extra={"ns": []})
+            return Val(ValKind.UNKNOWN, None, f"torch.{name}", reason=f"`torch.{name}` is a PyTorch API (not followed)", extra={"torch_api": True})
+        if k == ValKind.TORCH_OPS:
             ns = v.extra.get("ns", [])
             if not ns:
-                return Val("torch_ops", None, name, extra={"ns": [name]})
-            return Val("torch_op", None, f"{ns[0]}::{name}", extra={"ns": ns[0], "op": name})
-        if k == "torch_op":
+                return Val(ValKind.TORCH_OPS, None, name, extra={"ns": [name]})
+            return Val(ValKind.TORCH_OP, None, f"{ns[0]}::{name}", extra={"ns": ns[0], "op": name})
+        if k == ValKind.TORCH_OP:
             if name in ("default",) or not name.startswith("_"):
-                return Val("torch_op", None, v.qual, extra=dict(v.extra, overload=name))
+                return Val(ValKind.TORCH_OP, None, v.qual, extra=dict(v.extra, overload=name))
             return v
-        if k in ("ext_module", "ext_attr"):
-            return Val("ext_attr", None, f"{v.qual}.{name}", v.path, None, extra=v.extra)
-        if k == "not_installed":
+        if k in (ValKind.EXT_MODULE, ValKind.EXT_ATTR):
+            return Val(ValKind.EXT_ATTR, None, f"{v.qual}.{name}", v.path, None, extra=v.extra)
+        if k == ValKind.NOT_INSTALLED:
             extra = {x: y for x, y in v.extra.items() if x not in ("object", "member")}
             if v.extra.get("member"):
                 # `obj.field.items()` on an object of a missing package: a plain value of it, not its code
-                return Val("unknown", None, f"{v.qual}.{name}", reason=f"`.{name}` of an attribute of a `{v.extra.get('package')}` object")
+                return Val(ValKind.UNKNOWN, None, f"{v.qual}.{name}", reason=f"`.{name}` of an attribute of a `{v.extra.get('package')}` object")
             if v.extra.get("object"):
                 extra["member"] = True
-            return Val("not_installed", None, f"{v.qual}.{name}", reason=v.reason, extra=extra)
-        if k == "platform":
+            return Val(ValKind.NOT_INSTALLED, None, f"{v.qual}.{name}", reason=v.reason, extra=extra)
+        if k == ValKind.PLATFORM:
             return self.profile.platform_attr(name, w)
-        if k == "enum_member":
+        if k == ValKind.ENUM_MEMBER:
             em, eq = v.extra["enum"]
             found = self.class_attr(em, eq, name, w, instance=True)
-            if found is not None and found.kind == "function":
+            if found is not None and found.kind == ValKind.FUNCTION:
                 return dataclasses.replace(found, extra=dict(found.extra, enum_member=v.extra["member"]))
-            return Val("unknown", v.module, f"{v.qual}.{name}", v.path, v.line, reason=f"`.{name}` of the enum member {v.qual}")
-        if k == "instance" and name == "__class__":
-            return Val("class", v.module, v.qual, v.path, v.line)
-        if k in ("class", "instance"):
-            found = self.class_attr(v.module, v.qual, name, w, instance=(k == "instance"))  # type: ignore[arg-type]
-            if found is not None and k == "instance" and found.kind == "function" and self.is_enum(v.module, v.qual):  # type: ignore[arg-type]
+            return Val(ValKind.UNKNOWN, v.module, f"{v.qual}.{name}", v.path, v.line, reason=f"`.{name}` of the enum member {v.qual}")
+        if k == ValKind.INSTANCE and name == "__class__":
+            return Val(ValKind.CLASS, v.module, v.qual, v.path, v.line)
+        if k in (ValKind.CLASS, ValKind.INSTANCE):
+            found = self.class_attr(v.module, v.qual, name, w, instance=(k == ValKind.INSTANCE))  # type: ignore[arg-type]
+            if found is not None and k == ValKind.INSTANCE and found.kind == ValKind.FUNCTION and self.is_enum(v.module, v.qual):  # type: ignore[arg-type]
                 return dataclasses.replace(found, extra=dict(found.extra, enum_any=True))  # a member chosen at run time
-            if found is not None and k == "instance" and v.extra.get("annotated") and found.kind == "function":
+            if found is not None and k == ValKind.INSTANCE and v.extra.get("annotated") and found.kind == ValKind.FUNCTION:
                 sub = self.overriding_subclasses(v, name, found)
                 if sub is not None:
                     return sub
@@ -1223,25 +1109,25 @@ class Resolver:
                 p = self.patches().get((v.module.name, f"{v.qual}.{name}"))
                 if p is not None:  # an attribute the plugin adds onto an upstream class (`Up._orig = Up.forward`)
                     rv, ppath, pline, text = p
-                    w.add(Hop("patch", ppath, pline, rv.dotted, f"{text}: set on {v.dotted} by the plugin at import time"))
+                    w.add(Hop(HopKind.PATCH, ppath, pline, rv.dotted, f"{text}: set on {v.dotted} by the plugin at import time"))
                     return rv
             if name == "apply" and self.is_autograd_function(v):
                 c = v.cls
                 fq = c.methods.get("forward") if c else None
                 if fq and v.module is not None:
                     f = v.module.summary.functions[fq]
-                    w.add(Hop("autograd_apply", v.module.path, f.line, f"{v.dotted}.forward", f"{v.qual}.apply(...) runs {v.qual}.forward", None))
-                    return Val("function", v.module, fq, v.module.path, f.line, owner=v.qual)
-            return Val("unknown", v.module, f"{v.dotted}.{name}", reason=f"`{name}` not found on class {v.dotted} (or it is set dynamically)")
-        if k == "function":
-            return Val("unknown", v.module, f"{v.dotted}.{name}", reason=f"attribute `{name}` of function {v.dotted}")
-        return Val("unknown", v.module, f"{v.qual}.{name}", reason=v.reason or f"cannot follow `.{name}`")
+                    w.add(Hop(HopKind.AUTOGRAD_APPLY, v.module.path, f.line, f"{v.dotted}.forward", f"{v.qual}.apply(...) runs {v.qual}.forward", None))
+                    return Val(ValKind.FUNCTION, v.module, fq, v.module.path, f.line, owner=v.qual)
+            return Val(ValKind.UNKNOWN, v.module, f"{v.dotted}.{name}", reason=f"`{name}` not found on class {v.dotted} (or it is set dynamically)")
+        if k == ValKind.FUNCTION:
+            return Val(ValKind.UNKNOWN, v.module, f"{v.dotted}.{name}", reason=f"attribute `{name}` of function {v.dotted}")
+        return Val(ValKind.UNKNOWN, v.module, f"{v.qual}.{name}", reason=v.reason or f"cannot follow `.{name}`")
 
     def attr_of_module(self, m: Module, name: str, w: Walk, from_import: bool = False) -> Val:
         key = ("attr", m.name, name)
         if key in self._active:
             self.cuts += 1
-            return Val("unknown", m, f"{m.name}.{name}", reason=f"`{m.name}.{name}` is defined in terms of itself (import cycle)")
+            return Val(ValKind.UNKNOWN, m, f"{m.name}.{name}", reason=f"`{m.name}.{name}` is defined in terms of itself (import cycle)")
         self._active.add(key)
         try:
             return self._attr_of_module(m, name, w, from_import)
@@ -1254,11 +1140,11 @@ class Resolver:
             b = self.choose(m, summ.bindings[name], "", None)
             if b.kind in ("import", "from"):
                 # a re-export: name imported into m from elsewhere
-                w.add(Hop("reexport", m.path, b.line, f"{m.name}.{name}", f"{m.name} re-exports {name}", self.guard_text(b.guards), self.guard_value(m, b.guards) if b.guards else None, b.col))
+                w.add(Hop(HopKind.REEXPORT, m.path, b.line, f"{m.name}.{name}", f"{m.name} re-exports {name}", self.guard_text(b.guards), self.guard_value(m, b.guards) if b.guards else None, b.col))
                 hops_before = len(w.hops)
                 v = self.binding_value(m, b, w, scope="")
                 # drop the duplicated import hop that binding_value adds right after the reexport hop
-                if len(w.hops) > hops_before and w.hops[hops_before].kind in ("import", "conditional_import") and w.hops[hops_before].line == b.line:
+                if len(w.hops) > hops_before and w.hops[hops_before].kind in (HopKind.IMPORT, HopKind.CONDITIONAL_IMPORT) and w.hops[hops_before].line == b.line:
                     w.hops[hops_before - 1].detail += f" ({w.hops[hops_before].detail})"
                     del w.hops[hops_before]
                 return v
@@ -1283,16 +1169,16 @@ class Resolver:
                     v = self.attr_of_module(sm, name, Walk())
                 finally:
                     self._active.discard(key)
-                if v.kind != "unknown" or name in sm.summary.bindings:
-                    w.add(Hop("reexport", m.path, star.line, f"{m.name}.{name}", f"{m.name} re-exports {name} via `from {target} import *`", self.guard_text(star.guards)))
+                if v.kind != ValKind.UNKNOWN or name in sm.summary.bindings:
+                    w.add(Hop(HopKind.REEXPORT, m.path, star.line, f"{m.name}.{name}", f"{m.name} re-exports {name} via `from {target} import *`", self.guard_text(star.guards)))
                     return self.attr_of_module(sm, name, w)
         if m.name == "vllm.platforms" and name == "current_platform" or (summ.has_getattr and name == "current_platform"):
             return self.profile.current_platform(w)
         if summ.has_getattr:
-            return Val("unknown", m, sub, reason=f"`{name}` comes from {m.name}.__getattr__ (dynamic)")
+            return Val(ValKind.UNKNOWN, m, sub, reason=f"`{name}` comes from {m.name}.__getattr__ (dynamic)")
         if summ.error:
-            return Val("unknown", m, sub, reason=f"{m.name}: {summ.error}")
-        return Val("unknown", m, sub, reason=f"`{name}` does not exist in {m.name} ({os.path.basename(m.path)})")
+            return Val(ValKind.UNKNOWN, m, sub, reason=f"{m.name}: {summ.error}")
+        return Val(ValKind.UNKNOWN, m, sub, reason=f"`{name}` does not exist in {m.name} ({os.path.basename(m.path)})")
 
     def class_bases(self, mod: Module, cq: str) -> list[Val]:
         c = mod.summary.classes.get(cq)
@@ -1324,7 +1210,7 @@ class Resolver:
     def _mro(self, mod: Module, cq: str, limit: int) -> list[Val]:
         out: list[Val] = []
         seen = set()
-        stack = [Val("class", mod, cq, mod.path, mod.summary.classes[cq].line if cq in mod.summary.classes else None)]
+        stack = [Val(ValKind.CLASS, mod, cq, mod.path, mod.summary.classes[cq].line if cq in mod.summary.classes else None)]
         while stack and len(out) < limit:
             v = stack.pop(0)
             key = (v.module.name if v.module else None, v.qual)
@@ -1332,7 +1218,7 @@ class Resolver:
                 continue
             seen.add(key)
             out.append(v)
-            if v.kind == "class" and v.module is not None:
+            if v.kind == ValKind.CLASS and v.module is not None:
                 stack[0:0] = [b for b in self.class_bases(v.module, v.qual) if b.kind == "class"]
         return out
 
@@ -1345,23 +1231,23 @@ class Resolver:
             if name in c.methods:
                 fq = c.methods[name]
                 f = m.summary.functions[fq]
-                return Val("function", m, fq, m.path, f.line, owner=cv.qual, extra={"receiver": (mod, cq)})
+                return Val(ValKind.FUNCTION, m, fq, m.path, f.line, owner=cv.qual, extra={"receiver": (mod, cq)})
             if instance and name in c.attrs and c.attrs[name].kind not in ("class", "assign", "def"):
                 av = self._field(cv, name, w)  # `x: T = default` on an instance: what is passed, else the declared type
                 if av is not None:
                     return av
             if name in c.attrs and c.attrs[name].kind == "other" and self.is_enum(m, cv.qual):
                 b = c.attrs[name]
-                return Val("enum_member", m, f"{cv.qual}.{name}", m.path, b.line, extra={"enum": (m, cv.qual), "member": name})
+                return Val(ValKind.ENUM_MEMBER, m, f"{cv.qual}.{name}", m.path, b.line, extra={"enum": (m, cv.qual), "member": name})
             if name in c.attrs:
                 b = c.attrs[name]
                 if b.kind == "class":
                     ci = m.summary.classes.get(b.target or "")
-                    return Val("class", m, b.target or name, m.path, ci.line if ci else b.line)
+                    return Val(ValKind.CLASS, m, b.target or name, m.path, ci.line if ci else b.line)
                 if b.kind == "assign":
-                    w.add(Hop("alias", m.path, b.line, f"{cv.dotted}.{name}", f"{name} = {b.target}", None))
+                    w.add(Hop(HopKind.ALIAS, m.path, b.line, f"{cv.dotted}.{name}", f"{name} = {b.target}", None))
                     return self.resolve_dotted(m, "", b.target or "", w, line=b.line)
-                return Val("unknown", m, f"{cv.dotted}.{name}", m.path, b.line, reason=f"class attribute {cv.dotted}.{name} holds a value", extra={"binding": b})
+                return Val(ValKind.UNKNOWN, m, f"{cv.dotted}.{name}", m.path, b.line, reason=f"class attribute {cv.dotted}.{name} holds a value", extra={"binding": b})
             if instance and name not in c.inst_attrs:
                 av = self._field(cv, name, w)
                 if av is not None:
@@ -1369,7 +1255,7 @@ class Resolver:
             if instance and name in c.inst_attrs:
                 b = c.inst_attrs[name]
                 iv = self._inst_value(m, b, w) if not (b.kind == "other" and b.target == "None") else None
-                if name in c.inst_more and (iv is None or iv.kind == "unknown"):
+                if name in c.inst_more and (iv is None or iv.kind == ValKind.UNKNOWN):
                     # the first assignment names nothing (`self.x = None`, then `self.x = make(...)` elsewhere): the
                     # later ones are what the attribute holds
                     alt = self._reassigned(cv, name, w)
@@ -1378,10 +1264,10 @@ class Resolver:
                 if iv is None:
                     iv = self._inst_value(m, b, w)
                 ann = c.inst_ann.get(name)
-                if iv.kind == "unknown" and ann:  # `self.x: T = ...`: the declared type when the value says nothing
+                if iv.kind == ValKind.UNKNOWN and ann:  # `self.x: T = ...`: the declared type when the value says nothing
                     av = self.annotation_value(m, b.attr or "", ann, b.line)
                     if av is not None:
-                        w.add(Hop("alias", m.path, b.line, f"self.{name}", f"self.{name}: {ann} (annotated attribute)"))
+                        w.add(Hop(HopKind.ALIAS, m.path, b.line, f"self.{name}", f"self.{name}: {ann} (annotated attribute)"))
                         return av
                 return iv
         return None
@@ -1396,13 +1282,13 @@ class Resolver:
         fv = self.field_values(m, cv.qual, name)
         if fv is not None:
             site = fv.extra.get("field_site")
-            w.add(Hop("alias", site[0] if site else m.path, site[1] if site else fld[3], f"{cv.dotted}.{name}",
+            w.add(Hop(HopKind.ALIAS, site[0] if site else m.path, site[1] if site else fld[3], f"{cv.dotted}.{name}",
                       f"{name}: {fld[1]} (field), built as {site[2]}" if site else
                       f"{name}: {fld[1]} (field), one of the values its constructors pass"))
             return fv
         av = self.annotation_value(m, "", fld[1], fld[3])
         if av is not None:
-            w.add(Hop("alias", m.path, fld[3], f"{cv.dotted}.{name}", f"{name}: {fld[1]} (field)"))
+            w.add(Hop(HopKind.ALIAS, m.path, fld[3], f"{cv.dotted}.{name}", f"{name}: {fld[1]} (field)"))
         return av
 
     def _reassigned(self, cv: Val, name: str, w: Walk) -> Val | None:
@@ -1416,7 +1302,7 @@ class Resolver:
         for b in bs:
             sub = w.sub()
             av = self._inst_value(m, b, sub)
-            if av.kind == "unknown":
+            if av.kind == ValKind.UNKNOWN:
                 # a value the analysis cannot name (`self.quant_method = quant_method` of a walrus): left out, as a
                 # branch it would only add an unresolved leaf to every call through the attribute
                 continue
@@ -1424,19 +1310,19 @@ class Resolver:
                             f"self.{name} = {b.target or '...'} ({os.path.basename(m.path)}:{b.line})", m.path, b.line))
         if len(arms) < 2:
             return arms[0].val if arms else None
-        w.add(Hop("alias", m.path, bs[0].line, f"self.{name}", f"self.{name} is assigned in {len(bs)} places"))
-        return alts_value(M.FORK_ASSIGNMENTS, f"self.{name}", m, f"self.{name}", bs[0].line, arms)
+        w.add(Hop(HopKind.ALIAS, m.path, bs[0].line, f"self.{name}", f"self.{name} is assigned in {len(bs)} places"))
+        return alts_value(ForkKind.ASSIGNMENTS, f"self.{name}", m, f"self.{name}", bs[0].line, arms)
 
     def _inst_value(self, m: Module, b: Binding, w: Walk) -> Val:
         scope = b.attr or ""
         if b.kind == "assign":
-            w.add(Hop("alias", m.path, b.line, f"self.{b.name}", f"self.{b.name} = {b.target}", None))
+            w.add(Hop(HopKind.ALIAS, m.path, b.line, f"self.{b.name}", f"self.{b.name} = {b.target}", None))
             return self.resolve_dotted(m, scope, b.target or "", w, line=b.line)
         if b.kind == "call":
             return self.call_value(m, scope, b, w)
         if b.kind == "ifexp":
             return self.binding_value(m, b, w, scope)
-        return Val("unknown", m, f"self.{b.name}", m.path, b.line, reason=f"self.{b.name} is computed at {os.path.basename(m.path)}:{b.line}")
+        return Val(ValKind.UNKNOWN, m, f"self.{b.name}", m.path, b.line, reason=f"self.{b.name} is computed at {os.path.basename(m.path)}:{b.line}")
 
     def overriding_subclasses(self, v: Val, name: str, found: Val) -> Val | None:
         """A method called on a value declared as a base type whose own method is abstract or a no-op:
@@ -1453,13 +1339,13 @@ class Resolver:
                     continue
                 fq = c.methods[name]
                 fn = m.summary.functions[fq]
-                arms.append(Alt(Val("function", m, fq, m.path, fn.line, owner=q, extra={"receiver": (m, q)}),
+                arms.append(Alt(Val(ValKind.FUNCTION, m, fq, m.path, fn.line, owner=q, extra={"receiver": (m, q)}),
                                 f"the object is a {q}", None, f"{q}.{name}", m.path, fn.line))
                 if len(arms) >= M.MAX_LEAVES:
                     break
         if not arms:
             return None
-        return alts_value(M.FORK_SUBCLASS, f"the concrete type of the {v.qual.rpartition('.')[2]}", v.module, f"{v.qual}.{name}",
+        return alts_value(ForkKind.SUBCLASS, f"the concrete type of the {v.qual.rpartition('.')[2]}", v.module, f"{v.qual}.{name}",
                           found.line, arms)
 
     _NONE_PARTS = ("None", "NoneType", "type(None)")
@@ -1476,7 +1362,7 @@ class Resolver:
             args = [x.strip() for x in inner[:-1].split(",")]
             elem = args[-1] if head.rpartition(".")[2] in ("dict", "Dict", "Mapping") else args[0]
             iv = self.annotation_value(mod, scope, elem, line) if elem and elem != "..." else None
-            return Val("container", mod, text, mod.path, line, extra={"item": iv}) if iv is not None else None
+            return Val(ValKind.CONTAINER, mod, text, mod.path, line, extra={"item": iv}) if iv is not None else None
         parts = [x.strip().strip("'\"") for x in text.split("|")]
         parts = [x for x in parts if x and x not in self._NONE_PARTS]
         if len(parts) != 1:
@@ -1486,12 +1372,12 @@ class Resolver:
                                                                                                      "float", "str", "bool"):
             return None
         cv = self.resolve_dotted(mod, scope, base, Walk(), line=line)
-        if cv.kind == "not_installed":
+        if cv.kind == ValKind.NOT_INSTALLED:
             # an object of a missing package's type: what its methods run comes from that package
-            return Val("not_installed", None, cv.qual, reason=cv.reason, extra=dict(cv.extra, object=True))
-        if cv.kind != "class" or cv.module is None:
+            return Val(ValKind.NOT_INSTALLED, None, cv.qual, reason=cv.reason, extra=dict(cv.extra, object=True))
+        if cv.kind != ValKind.CLASS or cv.module is None:
             return None
-        return Val("instance", cv.module, cv.qual, cv.path, cv.line, extra={"annotated": True})
+        return Val(ValKind.INSTANCE, cv.module, cv.qual, cv.path, cv.line, extra={"annotated": True})
 
     def is_autograd_function(self, v: Val) -> bool:
         if v.module is None:
@@ -1511,8 +1397,6 @@ class Resolver:
         """(upstream module, attribute path) -> (replacement Val, path, line, decorator text)."""
         if self._patches is not None and self._patch_gen == self.index.generation:
             return self._patches
-        from .patches import collect_patches, freeze_patches, thaw_patches
-
         self._patches, self._patch_gen = {}, self.index.generation  # re-entrant lookups while collecting see none
         fp = self.index.fingerprint()
         frozen = self.index.cache.load_pickle("derived", f"patches-{fp}")
@@ -1541,24 +1425,24 @@ class Resolver:
         w.depth += 1
         if w.depth > MAX_DEPTH:
             self.cuts += 1
-            return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="chain longer than the depth limit")
+            return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason="chain longer than the depth limit")
         if w.out_of_time():
             self.cuts += 1
-            return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="time budget exhausted (partial answer)")
+            return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason="time budget exhausted (partial answer)")
         key = (v.kind, v.module.name if v.module else None, v.qual, bool(v.extra.get("unpatched")))
         if self._visits:
             self._visits[-1].add(key)  # (what a memoised subtree met: reusable only off those paths)
-        if key in w.seen and v.kind != "alts":  # (a fork is a finite value: only its branches can cycle)
+        if key in w.seen and v.kind != ValKind.ALTS:  # (a fork is a finite value: only its branches can cycle)
             self.cuts += 1
-            return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle in the chain")
+            return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle in the chain")
         mkey = None
-        if self.memo_enabled and (v.kind in ("function", "class", "instance") and v.module is not None or v.kind == "torch_op"):
+        if self.memo_enabled and (v.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE) and v.module is not None or v.kind == ValKind.TORCH_OP):
             self._check_memo_gen()
             recv = v.extra.get("receiver") or w.receiver
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
-                    v.extra.get("overload") if v.kind == "torch_op" else None)
+                    v.extra.get("overload") if v.kind == ValKind.TORCH_OP else None)
             hit = self._follow_memo.get(mkey)
-            if hit is not None and not (_room(hit[2], w) and hit[3].isdisjoint(w.seen)):
+            if hit is not None and not (w.has_room(hit[2]) and hit[3].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path (a cycle) would cut it: traced again
             if hit is None:
                 hit = self._follow_memo.get(mkey + (w.budget, w.fork_depth))
@@ -1585,7 +1469,7 @@ class Resolver:
             # complete, or cut only by the leaf / depth bounds (then the same for the same budget and depth);
             # with what it met on the way: on a path through any of those, a fresh trace would end in a cycle
             met = frozenset(met)
-            if self.cuts == cuts:  # complete: reusable wherever a walk has as much room (_room)
+            if self.cuts == cuts:  # complete: reusable wherever a walk has as much room (Walk.has_room)
                 self._follow_memo[mkey] = (fin, tuple(w.hops[n0:]), (w.fork_depth, w.budget), met)
             else:
                 self._follow_memo[mkey + (w.budget, w.fork_depth)] = (fin, tuple(w.hops[n0:]), None, met)
@@ -1614,17 +1498,17 @@ class Resolver:
 
     def _follow(self, v: Val, w: Walk, launch: bool) -> Final:
         k = v.kind
-        if k == "alts":
+        if k == ValKind.ALTS:
             return self.fork_final(v, w, launch)
-        if k == "dict":
-            return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason=f"`{v.qual}` is a dict of callables: call one of its items")
-        if k in ("function", "class") and not v.extra.get("unpatched"):
+        if k == ValKind.DICT:
+            return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason=f"`{v.qual}` is a dict of callables: call one of its items")
+        if k in (ValKind.FUNCTION, ValKind.CLASS) and not v.extra.get("unpatched"):
             p = self.patched(v)
             if p is not None:
                 rep, ppath, pline, text = p
-                w.add(Hop("patch", ppath, pline, rep.extra.get("patch_symbol", rep.dotted), f"{text} replaces {v.dotted} at import time", None))
+                w.add(Hop(HopKind.PATCH, ppath, pline, rep.extra.get("patch_symbol", rep.dotted), f"{text} replaces {v.dotted} at import time", None))
                 return self.follow(rep, w, launch)
-        if k == "function":
+        if k == ValKind.FUNCTION:
             recv = v.extra.get("receiver")
             if recv is not None:
                 saved = getattr(w, "receiver", None)
@@ -1634,41 +1518,41 @@ class Resolver:
                 finally:
                     w.receiver = saved
             return self.follow_function(v, w, launch)
-        if k == "class":
+        if k == ValKind.CLASS:
             c = v.cls
             if launch:
-                return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason=f"`{v.dotted}[...]` launches a class")
-            return Final(M.PYTHON_CLASS, v.path, c.line if c else v.line, v.dotted, package=_pkg(v), detail=c.docstring or "" if c else "")
-        if k == "instance":
+                return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason=f"`{v.dotted}[...]` launches a class")
+            return Final(FinalKind.PYTHON_CLASS, v.path, c.line if c else v.line, v.dotted, package=_pkg(v), detail=c.docstring or "" if c else "")
+        if k == ValKind.INSTANCE:
             # calling an instance: __call__ / forward
             for meth in ("__call__", "forward"):
                 fv = self.class_attr(v.module, v.qual, meth, w, instance=True) if v.module else None
-                if fv is not None and fv.kind == "function":
-                    w.add(Hop("call", fv.path or "", fv.line or 0, fv.dotted, f"instance of {v.dotted} called: {meth}"))
+                if fv is not None and fv.kind == ValKind.FUNCTION:
+                    w.add(Hop(HopKind.CALL, fv.path or "", fv.line or 0, fv.dotted, f"instance of {v.dotted} called: {meth}"))
                     return self.follow(fv, w)
-            return Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason=f"instance of {v.dotted} is not callable statically")
-        if k == "torch_op":
+            return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason=f"instance of {v.dotted} is not callable statically")
+        if k == ValKind.TORCH_OP:
             return self.ops.follow_op(v, w)
-        if k == "torch_ops":
-            return Final(M.UNRESOLVED, None, None, f"torch.ops.{v.qual}", reason="torch.ops namespace without an op name")
-        if k == "ext_attr":
-            return Final(M.EXTENSION_FUNCTION, v.path, None, v.qual, package=v.extra.get("package"),
+        if k == ValKind.TORCH_OPS:
+            return Final(FinalKind.UNRESOLVED, None, None, f"torch.ops.{v.qual}", reason="torch.ops namespace without an op name")
+        if k == ValKind.EXT_ATTR:
+            return Final(FinalKind.EXTENSION_FUNCTION, v.path, None, v.qual, package=v.extra.get("package"),
                          detail=f"native extension module {os.path.basename(v.path or '')}")
-        if k == "ext_module":
-            return Final(M.EXTENSION_FUNCTION, v.path, None, v.qual, package=v.extra.get("package"), detail="native extension module")
-        if k == "not_installed":
+        if k == ValKind.EXT_MODULE:
+            return Final(FinalKind.EXTENSION_FUNCTION, v.path, None, v.qual, package=v.extra.get("package"), detail="native extension module")
+        if k == ValKind.NOT_INSTALLED:
             pkg = v.extra.get("package") or v.qual.split(".", 1)[0]
-            w.add(Hop("not_installed", "", 0, v.qual, v.reason))
-            return Final(M.NOT_INSTALLED, None, None, pkg, package=pkg, reason=v.reason, detail=f"{v.qual} would come from `{pkg}`")
-        if k == "module":
-            return Final(M.UNRESOLVED, v.path, 1, v.qual, reason=f"`{v.qual}` is a module, not a callable")
-        if k == "builtin":
-            return Final(M.UNRESOLVED, None, None, v.qual, reason=f"`{v.qual}` is a Python builtin")
-        if k == "platform":
-            return Final(M.PYTHON_CLASS, v.path, v.line, v.qual, detail="the current platform")
-        if k in ("enum_member", "list"):
-            return Final(M.UNRESOLVED, v.path, v.line, v.qual, reason=f"`{v.qual}` is {'an enum member' if k == 'enum_member' else 'a list'}, not a callable")
-        return Final(M.UNRESOLVED, v.path, v.line, (v.qual or "?").replace("[]", "[...]"), reason=v.reason or "could not resolve")
+            w.add(Hop(HopKind.NOT_INSTALLED, "", 0, v.qual, v.reason))
+            return Final(FinalKind.NOT_INSTALLED, None, None, pkg, package=pkg, reason=v.reason, detail=f"{v.qual} would come from `{pkg}`")
+        if k == ValKind.MODULE:
+            return Final(FinalKind.UNRESOLVED, v.path, 1, v.qual, reason=f"`{v.qual}` is a module, not a callable")
+        if k == ValKind.BUILTIN:
+            return Final(FinalKind.UNRESOLVED, None, None, v.qual, reason=f"`{v.qual}` is a Python builtin")
+        if k == ValKind.PLATFORM:
+            return Final(FinalKind.PYTHON_CLASS, v.path, v.line, v.qual, detail="the current platform")
+        if k in (ValKind.ENUM_MEMBER, ValKind.LIST):
+            return Final(FinalKind.UNRESOLVED, v.path, v.line, v.qual, reason=f"`{v.qual}` is {'an enum member' if k == ValKind.ENUM_MEMBER else 'a list'}, not a callable")
+        return Final(FinalKind.UNRESOLVED, v.path, v.line, (v.qual or "?").replace("[]", "[...]"), reason=v.reason or "could not resolve")
 
     # ------------------------------------------------------------------
     # forks
@@ -1694,7 +1578,7 @@ class Resolver:
             if left:
                 self._bound_cut()
                 fk.truncated = f"leaf limit ({M.MAX_LEAVES}): {left} branches not expanded"
-        return Final(M.FORK, v.path, v.line, v.dotted, detail=f"one of {len(arms)} candidates ({fk.kind})", fork=fk)
+        return Final(FinalKind.FORK, v.path, v.line, v.dotted, detail=f"one of {len(arms)} candidates ({fk.kind})", fork=fk)
 
     def callee_value(self, mod: Module, cs: CallSite, w: Walk) -> tuple[Val, bool]:
         """The value of a call site's callee and whether it is a kernel launch; ``d[key](...)`` of a
@@ -1704,8 +1588,8 @@ class Resolver:
             v = self.resolve_dotted(mod, cs.scope, cs.func, w, line=cs.line)
         finally:
             w.use_guards = saved
-        if cs.launch and v.kind == "dict":
-            w.add(Hop("alias", mod.path, cs.line, f"{cs.func}[{cs.subscript}]", f"{cs.func}[{cs.subscript}](...): an item of a dict of callables",
+        if cs.launch and v.kind == ValKind.DICT:
+            w.add(Hop(HopKind.ALIAS, mod.path, cs.line, f"{cs.func}[{cs.subscript}]", f"{cs.func}[{cs.subscript}](...): an item of a dict of callables",
                       None, None, cs.col))
             return self.dict_choice(v, cs.subscript or "?", mod, cs.scope), False
         return v, cs.launch
@@ -1723,7 +1607,7 @@ class Resolver:
             self._reach_gen = self.index.generation
         if self.memo_enabled:
             hit = memo.get(key)
-            if hit is not None and not (_room(hit[3], w) and hit[2].isdisjoint(w.seen)):
+            if hit is not None and not (w.has_room(hit[3]) and hit[2].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path would cut it
             if hit is None:
                 hit = memo.get(key + (w.budget, w.fork_depth))
@@ -1766,29 +1650,29 @@ class Resolver:
             bw.budget = share
             cond = self.guard_text(cs.guards)
             sym = cs.func + (f"[{cs.subscript or 'grid'}]" if cs.launch else "")
-            bw.add(Hop("triton_launch" if cs.launch else "call", mod.path, cs.line, sym, f"call in {f.qualname}", cond,
+            bw.add(Hop(HopKind.TRITON_LAUNCH if cs.launch else HopKind.CALL, mod.path, cs.line, sym, f"call in {f.qualname}", cond,
                        reach if cs.guards else None, cs.col))
             tv, launch = self.callee_value(mod, cs, bw)
-            if any(h.kind == "platform" for h in bw.hops) and tv.kind != "torch_op":
+            if any(h.kind == HopKind.PLATFORM for h in bw.hops) and tv.kind != ValKind.TORCH_OP:
                 return None  # platform queries are not kernels
-            if tv.kind in ("unknown", "builtin", "module", "namespace", "torch", "torch_ops"):
+            if tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS):
                 # a kernel handed to a launcher the resolver cannot see (`ctx.call_kernel(kernel, grid, ...)`)
                 kv = self._kernel_argument(mod, f.qualname, cs)
                 if kv is None:
                     return None
-                bw.add(Hop("triton_launch", mod.path, cs.line, kv.dotted, f"{kv.qual} is passed to {cs.func}(...), which launches it", cond,
+                bw.add(Hop(HopKind.TRITON_LAUNCH, mod.path, cs.line, kv.dotted, f"{kv.qual} is passed to {cs.func}(...), which launches it", cond,
                            reach if cs.guards else None, cs.col))
                 tv, launch, sym = kv, True, f"{cs.func}({kv.qual}, ...)"
             fin = self.follow(tv, bw, launch=launch)
             ch = self._chain(bw, fin, mod)
             partial = partial or bw.partial
-            if not _reaches_runtime(ch):
-                kv = self._kernel_argument(mod, f.qualname, cs) if fin.kind == M.PYTHON_FUNCTION else None
+            if not ch.reaches_runtime():
+                kv = self._kernel_argument(mod, f.qualname, cs) if fin.kind == FinalKind.PYTHON_FUNCTION else None
                 if kv is None:
                     return None
                 # the callee launches what it is given: the kernel argument is what runs
                 bw.hops = bw.hops[:1]
-                bw.add(Hop("triton_launch", fin.path or mod.path, fin.line or cs.line, kv.dotted,
+                bw.add(Hop(HopKind.TRITON_LAUNCH, fin.path or mod.path, fin.line or cs.line, kv.dotted,
                            f"{kv.qual} is passed to {fin.symbol}, which launches it"))
                 ch = self._chain(bw, self.follow(kv, bw, launch=True), mod)
                 sym = f"{cs.func}({kv.qual}, ...)"
@@ -1818,11 +1702,11 @@ class Resolver:
         probe = Walk()
         saved, probe.use_guards = probe.use_guards, cs.guards
         tv = self.resolve_dotted(mod, scope, cs.func, probe, line=cs.line)
-        if tv.kind == "torch_op":
+        if tv.kind == ValKind.TORCH_OP:
             return False
-        if any(h.kind == "platform" for h in probe.hops):
+        if any(h.kind == HopKind.PLATFORM for h in probe.hops):
             return True
-        return tv.kind in ("unknown", "builtin", "module", "namespace", "torch", "torch_ops") and \
+        return tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS) and \
             self._kernel_argument(mod, scope, cs) is None
 
     def _kernel_argument(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
@@ -1837,8 +1721,8 @@ class Resolver:
             if not text or text[0] in "'\"[(-0123456789" or text in ("None", "True", "False"):
                 continue
             av = self.resolve_dotted(mod, scope, text, Walk(), line=cs.line)
-            af = av.func if av.kind == "function" else None
-            if af is not None and any(d.func.rpartition(".")[2] in TRITON_JIT_NAMES + TRITON_WRAPPERS for d in af.decorators):
+            af = av.func if av.kind == ValKind.FUNCTION else None
+            if af is not None and triton_decorated(af.decorators):
                 return av
         return None
 
@@ -1857,32 +1741,32 @@ class Resolver:
                 deco_notes.append(f"@{d.func}")
         if jit is not None:
             if deco_notes:
-                w.add(Hop("decorator", mod.path, f.deco_line, v.dotted, " over ".join(deco_notes) + " over @triton.jit (the autotuner/heuristics wrap the jit function)"))
+                w.add(Hop(HopKind.DECORATOR, mod.path, f.deco_line, v.dotted, " over ".join(deco_notes) + " over @triton.jit (the autotuner/heuristics wrap the jit function)"))
             return self.triton_final(v, f, deco_notes)
         if launch:
-            return Final(M.UNRESOLVED, v.path, f.line, v.dotted, reason=f"`{v.dotted}[grid](...)` but {v.dotted} is not decorated with @triton.jit")
+            return Final(FinalKind.UNRESOLVED, v.path, f.line, v.dotted, reason=f"`{v.dotted}[grid](...)` but {v.dotted} is not decorated with @triton.jit")
         for d in f.decorators:
             text = d.func
-            if not text or text in PASSTHROUGH_DECORATORS or text.rpartition(".")[2] in ("staticmethod", "classmethod", "property", "cache", "lru_cache", "wraps", "abstractmethod", "override", "dataclass", "no_grad", "inference_mode"):
+            if not text or is_passthrough(text) or text.rpartition(".")[2] == "dataclass":
                 continue
             last = text.rpartition(".")[2]
             if last in ("custom_op", "triton_op") and d.str_args and d.str_args[0]:
-                w.add(Hop("op_registration", mod.path, d.line, d.str_args[0], f"@{text}(\"{d.str_args[0]}\") registers {v.dotted} as torch op {d.str_args[0]}"))
+                w.add(Hop(HopKind.OP_REGISTRATION, mod.path, d.line, d.str_args[0], f"@{text}(\"{d.str_args[0]}\") registers {v.dotted} as torch op {d.str_args[0]}"))
                 continue
             if last == "compile" and "torch" in text:
-                w.add(Hop("decorator", mod.path, d.line, v.dotted, f"@{text}: runs through torch.compile"))
+                w.add(Hop(HopKind.DECORATOR, mod.path, d.line, v.dotted, f"@{text}: runs through torch.compile"))
                 continue
             if self.patch_decorator(mod, d) is not None:
                 continue
             dv = self.resolve_dotted(mod, "", text, Walk(), line=d.line)
-            if dv.kind == "function" and dv.func is not None and dv.module is not None:
+            if dv.kind == ValKind.FUNCTION and dv.func is not None and dv.module is not None:
                 inner = self._decorator_inner(dv)
                 if inner is not None:
-                    w.add(Hop("wrapper", dv.module.path, inner.line, f"{dv.module.name}.{inner.qualname}",
+                    w.add(Hop(HopKind.WRAPPER, dv.module.path, inner.line, f"{dv.module.name}.{inner.qualname}",
                               f"@{text} wraps {v.qual}" + (" (functools.wraps)" if inner.wraps else "") + "; the wrapper calls the original"))
         if f.dummy:
-            w.add(Hop("dummy", mod.path, f.line, v.dotted, f.dummy))
-            return Final(M.DUMMY, mod.path, f.line, v.dotted, package=_pkg(v), reason=f"{v.dotted} {f.dummy}", detail=f.docstring or "")
+            w.add(Hop(HopKind.DUMMY, mod.path, f.line, v.dotted, f.dummy))
+            return Final(FinalKind.DUMMY, mod.path, f.line, v.dotted, package=_pkg(v), reason=f"{v.dotted} {f.dummy}", detail=f.docstring or "")
         nxt = self.wrapper_target(v, f, w)
         if nxt is not None and nxt[0].forwards:
             return self._follow_call(v, f, nxt[0], nxt[1], w)
@@ -1896,9 +1780,9 @@ class Resolver:
             w.hops.extend(b.chain.hops[1:])
             return b.chain.final
         if branches or truncated:
-            fk = M.Fork(M.FORK_CALLS, "; ".join(dict.fromkeys(b.condition for b in branches if b.condition)) or None,
+            fk = M.Fork(ForkKind.CALLS, "; ".join(dict.fromkeys(b.condition for b in branches if b.condition)) or None,
                         mod.path, f.line, v.dotted, branches, truncated)
-            return Final(M.FORK, mod.path, f.line, v.dotted, package=_pkg(v), detail=f.docstring or "",
+            return Final(FinalKind.FORK, mod.path, f.line, v.dotted, package=_pkg(v), detail=f.docstring or "",
                          params=[p.name for p in f.params], fork=fk)
         if nxt is not None:
             return self._follow_call(v, f, nxt[0], nxt[1], w)
@@ -1917,20 +1801,20 @@ class Resolver:
         rv = self.result_of_call(v.module, f.qualname, f.name, f.line, v.dotted, v, w.sub())  # type: ignore[arg-type]
 
         def classes_only(x: Val) -> bool:
-            if x.kind == "alts":
+            if x.kind == ValKind.ALTS:
                 arms = x.extra["alts"]
-                return all(classes_only(a.val) or a.val.kind == "unknown" for a in arms) and any(classes_only(a.val) for a in arms)
-            return x.kind == "class"
+                return all(classes_only(a.val) or a.val.kind == ValKind.UNKNOWN for a in arms) and any(classes_only(a.val) for a in arms)
+            return x.kind == ValKind.CLASS
 
         if not classes_only(rv):
             return None
-        w.add(Hop("selection", v.path or "", f.line, v.dotted, f"{f.name}(...) returns a class: the call's result is the class it selects"))
+        w.add(Hop(HopKind.SELECTION, v.path or "", f.line, v.dotted, f"{f.name}(...) returns a class: the call's result is the class it selects"))
         return self.follow(rv, w)
 
     def _follow_call(self, v: Val, f: FunctionInfo, cs: CallSite, why: str, w: Walk) -> Final:
         mod = v.module
         assert mod is not None
-        w.add(Hop("wrapper" if cs.forwards else "call", mod.path, cs.line, cs.func or "?", why,
+        w.add(Hop(HopKind.WRAPPER if cs.forwards else HopKind.CALL, mod.path, cs.line, cs.func or "?", why,
                   self.guard_text(cs.guards), self.guard_value(mod, cs.guards, f.qualname) if cs.guards else None, cs.col))
         tv, launch = self.callee_value(mod, cs, w)
         return self.follow(tv, w, launch=launch)
@@ -1941,10 +1825,8 @@ class Resolver:
         params = [p.name for p in f.params]
         detail = f.docstring or ""
         if f.name == "<lambda>":
-            from .patches import _lambda_text
-
-            detail = f"{_lambda_text(mod, f.qualname)} (returns {f.return_alts[0][0] or 'a computed value'})"
-        return Final(M.PYTHON_FUNCTION, mod.path, f.line, v.dotted, package=_pkg(v), detail=detail, params=params)
+            detail = f"{lambda_text(mod, f.qualname)} (returns {f.return_alts[0][0] or 'a computed value'})"
+        return Final(FinalKind.PYTHON_FUNCTION, mod.path, f.line, v.dotted, package=_pkg(v), detail=detail, params=params)
 
     def triton_final(self, v: Val, f: FunctionInfo, wrappers: list[str]) -> Final:
         params = []
@@ -1953,14 +1835,14 @@ class Resolver:
             params.append(p.name)
             if p.annotation and p.annotation.rpartition(".")[2] == "constexpr":
                 constexprs.append(p.name)
-        return Final(M.TRITON_KERNEL, v.path, f.line, v.dotted, package=_pkg(v),
+        return Final(FinalKind.TRITON_KERNEL, v.path, f.line, v.dotted, package=_pkg(v),
                      detail=("wrapped by " + ", ".join(wrappers)) if wrappers else "@triton.jit",
                      params=params, constexprs=constexprs)
 
     def _is_triton(self, mod: Module, text: str) -> bool:
         root = text.split(".", 1)[0]
         v = self.lookup_name(mod, "", root, Walk())
-        return v.kind in ("module", "namespace", "not_installed", "unknown") and "triton" in (v.qual or "")
+        return v.kind in (ValKind.MODULE, ValKind.NAMESPACE, ValKind.NOT_INSTALLED, ValKind.UNKNOWN) and "triton" in (v.qual or "")
 
     def _decorator_inner(self, dv: Val) -> FunctionInfo | None:
         f = dv.func
@@ -1975,8 +1857,6 @@ class Resolver:
         return None
 
     def patch_decorator(self, mod: Module, d) -> str | None:
-        from .patches import is_patch_decorator
-
         return is_patch_decorator(self, mod, d)
 
     def wrapper_target(self, v: Val, f: FunctionInfo, w: Walk):
@@ -2003,10 +1883,10 @@ class Resolver:
                 continue
             probe = Walk()
             tv = self.resolve_dotted(mod, scope, c.func, probe, line=c.line)
-            if any(h.kind == "platform" for h in probe.hops) and tv.kind != "torch_op":
+            if any(h.kind == HopKind.PLATFORM for h in probe.hops) and tv.kind != ValKind.TORCH_OP:
                 continue  # a platform query decides a branch; it is not the work
-            if tv.kind in ("function", "class", "torch_op", "ext_attr", "ext_module", "not_installed", "instance") and not (tv.kind == "class" and not c.launch):
-                score = 2 if tv.kind in ("torch_op", "ext_attr", "not_installed") else 1
+            if tv.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.TORCH_OP, ValKind.EXT_ATTR, ValKind.EXT_MODULE, ValKind.NOT_INSTALLED, ValKind.INSTANCE) and not (tv.kind == ValKind.CLASS and not c.launch):
+                score = 2 if tv.kind in (ValKind.TORCH_OP, ValKind.EXT_ATTR, ValKind.NOT_INSTALLED) else 1
                 interesting.append((c, score))
         if not interesting:
             return None
@@ -2039,28 +1919,28 @@ class Resolver:
         cond = self.guard_text(cs.guards)
         reach = self.guard_value(mod, cs.guards, cs.scope) if cs.guards else None
         sym = cs.func + (f"[{cs.subscript or 'grid'}]" if cs.launch else "")
-        w.add(Hop("triton_launch" if cs.launch else "call", mod.path, cs.line, sym or "?", f"call in {mod.name}{'.' + cs.scope if cs.scope else ''}", cond, reach, cs.col))
+        w.add(Hop(HopKind.TRITON_LAUNCH if cs.launch else HopKind.CALL, mod.path, cs.line, sym or "?", f"call in {mod.name}{'.' + cs.scope if cs.scope else ''}", cond, reach, cs.col))
         if not cs.func:
-            final = Final(M.UNRESOLVED, mod.path, cs.line, "?", reason="dynamic call: the callee is not a plain name or attribute chain")
+            final = Final(FinalKind.UNRESOLVED, mod.path, cs.line, "?", reason="dynamic call: the callee is not a plain name or attribute chain")
         else:
             try:
                 v, launch = self.callee_value(mod, cs, w)
                 final = self.follow(v, w, launch=launch)
             except RecursionError:
                 self._active.clear()
-                final = Final(M.UNRESOLVED, mod.path, cs.line, cs.func, reason="cycle: resolution recursed without end")
+                final = Final(FinalKind.UNRESOLVED, mod.path, cs.line, cs.func, reason="cycle: resolution recursed without end")
         return self._chain(w, final, mod)
 
     def trace_text(self, mod: Module, scope: str, text: str, line: int, budget_s: float | None = None, col: int = 0,
                    cancel=None) -> Chain:
         w = Walk(budget_s, cancel)
-        w.add(Hop("call", mod.path, line, text, f"reference in {mod.name}{'.' + scope if scope else ''}", None, None, col))
+        w.add(Hop(HopKind.CALL, mod.path, line, text, f"reference in {mod.name}{'.' + scope if scope else ''}", None, None, col))
         try:
             v = self.resolve_dotted(mod, scope, text, w, line=line)
             final = self.follow(v, w)
         except RecursionError:
             self._active.clear()
-            final = Final(M.UNRESOLVED, mod.path, line, text, reason="cycle: resolution recursed without end")
+            final = Final(FinalKind.UNRESOLVED, mod.path, line, text, reason="cycle: resolution recursed without end")
         return self._chain(w, final, mod)
 
     def trace_value(self, v: Val, first: Hop | None = None, budget_s: float | None = None, cancel=None) -> Chain:
@@ -2071,12 +1951,12 @@ class Resolver:
             final = self.follow(v, w)
         except RecursionError:
             self._active.clear()
-            final = Final(M.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle: resolution recursed without end")
+            final = Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle: resolution recursed without end")
         return self._chain(w, final, v.module)
 
     def _chain(self, w: Walk, final: Final, mod: Module | None) -> Chain:
-        if final.kind == M.UNRESOLVED and w.hops and w.hops[-1].kind != "unresolved":
-            w.hops.append(Hop("unresolved", final.path or "", final.line or 0, final.symbol, final.reason or ""))
+        if final.kind == FinalKind.UNRESOLVED and w.hops and w.hops[-1].kind != HopKind.UNRESOLVED:
+            w.hops.append(Hop(HopKind.UNRESOLVED, final.path or "", final.line or 0, final.symbol, final.reason or ""))
         reach = M.combine_reachability(h.reachable for h in w.hops if h.reachable is not None or h.condition)
         return Chain(w.hops, final, reach, w.partial)
 
@@ -2085,10 +1965,10 @@ class Resolver:
         if dotted_name.startswith("torch.ops."):
             parts = dotted_name.split(".")
             if len(parts) >= 4:
-                return Val("torch_op", None, f"{parts[2]}::{parts[3]}", extra={"ns": parts[2], "op": parts[3]})
+                return Val(ValKind.TORCH_OP, None, f"{parts[2]}::{parts[3]}", extra={"ns": parts[2], "op": parts[3]})
         if "::" in dotted_name:
             ns, _, op = dotted_name.partition("::")
-            return Val("torch_op", None, dotted_name, extra={"ns": ns, "op": op})
+            return Val(ValKind.TORCH_OP, None, dotted_name, extra={"ns": ns, "op": op})
         parts = dotted_name.split(".")
         for i in range(len(parts), 0, -1):
             name = ".".join(parts[:i])
@@ -2100,7 +1980,7 @@ class Resolver:
             for p in parts[i:]:
                 v = self.attr(v, p, w)
             return v
-        return Val("not_installed", None, dotted_name, reason=f"package `{parts[0]}` is not installed in the target environment", extra={"package": parts[0]})
+        return Val(ValKind.NOT_INSTALLED, None, dotted_name, reason=f"package `{parts[0]}` is not installed in the target environment", extra={"package": parts[0]})
 
 
 _STDLIB = frozenset(getattr(__import__("sys"), "stdlib_module_names", ()))
@@ -2113,7 +1993,7 @@ def _merge_not_installed(branches: list) -> list:
     groups: dict = {}  # (package, condition) -> (index in out, [lines])
     for b in branches:
         f = b.chain.final
-        key = (f.package or f.symbol, b.condition) if f.fork is None and f.kind == M.NOT_INSTALLED else None
+        key = (f.package or f.symbol, b.condition) if f.fork is None and f.kind == FinalKind.NOT_INSTALLED else None
         if key is not None and key in groups:
             groups[key][1].append(b.line)
             continue
@@ -2136,7 +2016,7 @@ def _merge_same(arms: list) -> list:
     for a in arms:
         v = a.val
         recv = v.extra.get("receiver")
-        key = None if v.kind in ("unknown", "alts") else (v.kind, v.path, v.qual, v.line, (recv[0].name, recv[1]) if recv else None)
+        key = None if v.kind in (ValKind.UNKNOWN, ValKind.ALTS) else (v.kind, v.path, v.qual, v.line, (recv[0].name, recv[1]) if recv else None)
         if key is None or key not in index:
             if key is not None:
                 index[key] = (len(out), [a])
@@ -2213,21 +2093,6 @@ class _Budget:
 
     def spend(self, used: int) -> None:
         self.remaining -= used
-
-
-def _reaches_runtime(ch: Chain) -> bool:
-    """Does a branch's chain end in (or pass through) kernel-like code?"""
-    for lf in ch.leaves():
-        if lf.final.kind in M.RUNTIME_LEAF_KINDS:
-            return True
-    stack = [ch]
-    while stack:
-        c = stack.pop()
-        if any(h.kind in ("torch_op", "patch") for h in c.hops):
-            return True
-        if c.final.fork is not None:
-            stack.extend(b.chain for b in c.final.fork.branches)
-    return False
 
 
 def _pkg(v: Val) -> str | None:

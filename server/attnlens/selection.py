@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass, field
 
 from . import model as M
-from .resolver import Walk
+from .walk import ValKind, Walk
 
 SELECTOR = "get_attn_backend_cls"
 
@@ -116,7 +116,7 @@ class Selector:
                 mv = self.r.class_attr(cv.module, cv.qual, callee.split(".", 1)[1], Walk())
             else:
                 mv = self.r.resolve_dotted(mod, f.qualname, callee, Walk(), line=line)
-            if mv is not None and mv.kind == "function" and mv.func is not None and mv.module is not None:
+            if mv is not None and mv.kind == ValKind.FUNCTION and mv.func is not None and mv.module is not None:
                 return self._returns(mv.module, mv.func, conds, reach, depth + 1, cv)
         return [Candidate(None, via="expression", reason=f"`{text}` is not a literal, dict item or enum path", **base)]
 
@@ -172,7 +172,7 @@ class Selector:
                 v = self.r.class_attr(cv.module, cv.qual, cs.func.split(".", 1)[1], Walk())
             else:
                 v = self.r.resolve_dotted(mod, f.qualname, cs.func, Walk(), line=cs.line)
-            if v is not None and v.kind == "function" and v.func is not None and v.module is not None and v.module.workspace:
+            if v is not None and v.kind == ValKind.FUNCTION and v.func is not None and v.module is not None and v.module.workspace:
                 out.extend(self._priority_lists(v.module, v.func, cv, depth + 1, seen))
         return out
 

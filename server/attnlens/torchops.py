@@ -45,9 +45,9 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from . import model as M
-from .model import Final, Hop, Registration
-
+from .lookup import Lookup
+from .model import Final, FinalKind, Hop, HopKind, Registration
+from .walk import ValKind, Walk
 
 
 class CppNotReady(BaseException):
@@ -61,7 +61,7 @@ class CppNotReady(BaseException):
 
 
 class OpRegistry:
-    def __init__(self, resolver):
+    def __init__(self, resolver: Lookup):
         self.r = resolver
         self._cpp = None
         self._cpp_gen = -1
@@ -199,8 +199,6 @@ class OpRegistry:
         if self._providers is not None and self._providers_gen == self.r.index.generation:
             return self._providers
         self._providers_gen = self.r.index.generation
-        from .resolver import Walk
-
         out = []
         seen = set()
         for cv in self.r.profile.info.classes:
@@ -374,13 +372,11 @@ class OpRegistry:
         f = m.summary.functions.get(text)
         fm = m
         if f is None:
-            from .resolver import Walk
-
             try:
                 v = self.r.resolve_dotted(m, "", text, Walk())
             except RecursionError:
                 return None
-            if v.kind != "function" or v.module is None:
+            if v.kind != ValKind.FUNCTION or v.module is None:
                 return None
             fm, f = v.module, v.func
             if f is None:
@@ -525,8 +521,6 @@ class OpRegistry:
         return []
 
     def _library_ns(self, m, scope: str, text: str) -> str | None:
-        from .resolver import Walk
-
         name = text.split(".", 1)[0]
         for b in m.summary.bindings.get(name, []):
             if b.kind == "call" and b.target and b.target.rpartition(".")[2] == "Library" and b.str_args and b.str_args[0]:
@@ -592,7 +586,7 @@ class OpRegistry:
         op = v.extra.get("op") or v.qual.split("::")[-1]
         qual = f"{ns}::{op}"
         caller = self._calling_module(w)
-        w.add(Hop("torch_op", "", 0, qual, f"torch.ops.{ns}.{op}: dispatched by the torch dispatcher"))
+        w.add(Hop(HopKind.TORCH_OP, "", 0, qual, f"torch.ops.{ns}.{op}: dispatched by the torch dispatcher"))
         # Python registrations first: the op then runs Python code we can follow
         pyregs = self.python_registrations_all(ns, op)
         runnable = sorted((r for r in pyregs if r.role in ("impl", "default")), key=_run_rank)
@@ -602,19 +596,19 @@ class OpRegistry:
             also = "; also " + ", ".join(f"{_role_word(r)} at line {r.line}" + ("" if r.module is pick.module else f" of {r.module.name}")
                                          for r in others) if others else ""
             m = pick.module
-            w.add(Hop("op_registration", m.path, pick.line, qual,
+            w.add(Hop(HopKind.OP_REGISTRATION, m.path, pick.line, qual,
                       f"{pick.text} in {m.name} (dispatch key {pick.key}){also}"))
             fv = self.r.resolve_dotted(m, pick.scope, pick.func, w, line=pick.line)
             fin = self.r.follow(fv, w)
-            if fin.kind == M.PYTHON_FUNCTION:
+            if fin.kind == FinalKind.PYTHON_FUNCTION:
                 # the Python implementation reaches no kernel the analysis can see (communication through
                 # torch.distributed, a weakref lookup): the op itself is what runs, implemented by that function
-                fin = Final(M.TORCH_OP, fin.path, fin.line, qual, package=fin.package,
+                fin = Final(FinalKind.TORCH_OP, fin.path, fin.line, qual, package=fin.package,
                             detail=f"implemented in Python by {fin.symbol}, whose body reaches no kernel the analysis can follow")
             # a copy: finals may be shared by the resolver's memo
             fin = dataclasses.replace(fin, registrations=list(fin.registrations) + [
                 self._py_registration(r, fv if r is pick else None) for r in pyregs])
-            if fin.kind == M.UNRESOLVED:
+            if fin.kind == FinalKind.UNRESOLVED:
                 fin.reason = (fin.reason or "") + f" (op_func of {qual})"
             return fin
         cpp = self.cpp()
@@ -644,14 +638,14 @@ class OpRegistry:
             impl_with_fn = [r for r in regs if r.kind == "cpp_impl" and r.function_path]
             for r in regs:
                 if r.kind == "cpp_def":
-                    w.add(Hop("op_registration", r.path, r.line, qual, f"ops.def schema: {r.schema}{_under(r.condition)}"))
+                    w.add(Hop(HopKind.OP_REGISTRATION, r.path, r.line, qual, f"ops.def schema: {r.schema}{_under(r.condition)}"))
             for r in regs:
                 if r.kind == "cpp_impl":
-                    w.add(Hop("op_registration", r.path, r.line, qual,
+                    w.add(Hop(HopKind.OP_REGISTRATION, r.path, r.line, qual,
                               f"ops.impl for {r.dispatch_key} binds {r.function}{_under(r.condition)}"))
             if impl_with_fn:
                 r = impl_with_fn[0]
-                w.add(Hop("definition", r.function_path or "", r.function_line or 0, r.function or "", "C++ function bound by ops.impl"))
+                w.add(Hop(HopKind.DEFINITION, r.function_path or "", r.function_line or 0, r.function or "", "C++ function bound by ops.impl"))
         provs = self.providers()
         providers = [f"{m} ({status}{', if ' + g if g else ''})" for m, g, status in provs]
         if not regs:
@@ -661,7 +655,7 @@ class OpRegistry:
                 regs.append(Registration(p, 0, None, "extension_schema", schema=sch))
                 schema = sch
                 path = p
-                w.add(Hop("extension", p, 0, qual, f"schema found in native extension {os.path.basename(p)} (no source in the workspace)"))
+                w.add(Hop(HopKind.EXTENSION, p, 0, qual, f"schema found in native extension {os.path.basename(p)} (no source in the workspace)"))
         pkg = provs[0][0].split(".", 1)[0] if provs else ns
         reason = None
         if any(r.kind.startswith("cpp") for r in regs):
@@ -687,7 +681,7 @@ class OpRegistry:
                 searched = self._searched_text(ns, op)
                 reason = f"no registration of {qual} found (searched {searched})"
                 detail = f"no registration found (searched {searched})"
-        fin = Final(M.TORCH_OP, path, line, qual, package=pkg, detail=detail, registrations=regs, schema=schema,
+        fin = Final(FinalKind.TORCH_OP, path, line, qual, package=pkg, detail=detail, registrations=regs, schema=schema,
                     providers=providers)
         if reason:
             fin.reason = reason
@@ -703,13 +697,11 @@ class OpRegistry:
                 if f is not None:
                     fpath, fline = r.module.path, f.line
                 else:
-                    from .resolver import Walk
-
                     try:
                         fv = self.r.resolve_dotted(r.module, r.scope, r.func, Walk(), line=r.line)
                     except RecursionError:
                         fv = None
-            if fv is not None and fpath is None and fv.kind in ("function", "class"):
+            if fv is not None and fpath is None and fv.kind in (ValKind.FUNCTION, ValKind.CLASS):
                 fpath, fline = fv.path, fv.line
         return Registration(r.module.path, r.line, r.key, kind, r.func or None, fpath, fline, schema=r.schema)
 

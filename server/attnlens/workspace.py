@@ -15,8 +15,9 @@ from . import model as M
 from .cache import Cache
 from .index import Index, Module
 from .pyindex import CallSite, summarize
-from .resolver import Resolver, Walk
+from .resolver import Resolver
 from .target import TargetError, TargetInfo, read_target
+from .walk import ValKind, Walk
 
 
 @dataclass
@@ -166,7 +167,7 @@ class Workspace:
                 if e.kind != "attention" or e.impl is None or not e.impl.cls or e.impl.cls in seen or not e.loads:
                     continue  # (a backend whose module cannot be imported is never selected)
                 v = self.resolver.resolve_symbol(e.impl.cls)
-                if v.kind != "class" or v.module is None:
+                if v.kind != ValKind.CLASS or v.module is None:
                     continue
                 seen.add(e.impl.cls)
                 # an MLA impl derives from vLLM's MLA impl bases (`MLAAttentionImpl`, `SparseMLAAttentionImpl`);
@@ -294,7 +295,7 @@ class Workspace:
                         continue
                     for r in fv.func.returns:
                         cv = self.resolver.resolve_dotted(fv.module, fv.func.qualname, r, Walk()) if r else None
-                        if cv is not None and cv.kind == "class" and cv.module is not None and cv.module.workspace \
+                        if cv is not None and cv.kind == ValKind.CLASS and cv.module is not None and cv.module.workspace \
                                 and f"{cv.module.name}.{cv.qual}" not in live:
                             out[(cv.module.name, cv.qual)] = f"the {attr} of {q}, which is never selected: {why}"
         self._never_memo = (gen, out, facts)
@@ -430,9 +431,9 @@ class Workspace:
             why = never.get((mod.name, ""))  # the whole module cannot be imported
             if why is None:
                 return chain
-            hop = M.Hop("selection", mod.path, 1, mod.name, f"never runs on this platform: {why}", why, False)
+            hop = M.Hop(M.HopKind.SELECTION, mod.path, 1, mod.name, f"never runs on this platform: {why}", why, False)
         else:
-            hop = M.Hop("selection", mod.path, mod.summary.classes[top].line if top in mod.summary.classes else line,
+            hop = M.Hop(M.HopKind.SELECTION, mod.path, mod.summary.classes[top].line if top in mod.summary.classes else line,
                         top, f"never selected on this platform: {why}", why, False)
         hops = [chain.hops[0], hop] + chain.hops[1:] if chain.hops else [hop]
         return M.Chain(hops, chain.final, False, chain.partial, chain.upstream)
@@ -442,7 +443,7 @@ class Workspace:
         from .model import Hop
 
         v = self.resolver.resolve_symbol(dotted)
-        first = Hop("definition", v.path or "", v.line or 0, dotted, "symbol") if v.path else None
+        first = Hop(M.HopKind.DEFINITION, v.path or "", v.line or 0, dotted, "symbol") if v.path else None
         return self.resolver.trace_value(v, first, budget_s, cancel)
 
     def def_at(self, path: str, line: int, col: int) -> str | None:
@@ -488,8 +489,8 @@ def _code_stamp() -> str:
 def _failed_site(mod, cs, e: Exception):
     from .registry import CallSiteResult
 
-    fin = M.Final(M.UNRESOLVED, mod.path, cs.line, cs.func or "?", reason=f"analysis failed here: {type(e).__name__}: {e}"[:300])
-    hop = M.Hop("call", mod.path, cs.line, cs.func or "?", "call", None, None, cs.col)
+    fin = M.Final(M.FinalKind.UNRESOLVED, mod.path, cs.line, cs.func or "?", reason=f"analysis failed here: {type(e).__name__}: {e}"[:300])
+    hop = M.Hop(M.HopKind.CALL, mod.path, cs.line, cs.func or "?", "call", None, None, cs.col)
     return CallSiteResult(mod.path, cs.line, cs.col, cs.func or "?", cs.scope, M.Chain([hop], fin, None))
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import model as M
-from ..resolver import Val, Walk
+from ..walk import Val, ValKind, Walk
 from . import facts as F
 from .contracts import PROBE_AGENT_FAMILY
 
@@ -223,10 +223,10 @@ class ModuleContext:
         if hit is None:
             w = Walk()
             try:
-                v = self.r.resolve_dotted(self.mod, cs.scope, cs.func, w, line=cs.line) if cs.func else Val("unknown")
+                v = self.r.resolve_dotted(self.mod, cs.scope, cs.func, w, line=cs.line) if cs.func else Val(ValKind.UNKNOWN)
                 v = self.engine.apply_patch(v)
             except RecursionError:
-                v = Val("unknown", reason="resolution recursed too deeply")
+                v = Val(ValKind.UNKNOWN, reason="resolution recursed too deeply")
             uncertain = any(h.condition and h.reachable is None for h in w.hops)
             hit = (v, uncertain)
             self._resolved[key] = hit

@@ -12,7 +12,8 @@ import re
 import textwrap
 
 from .. import model as M
-from ..resolver import Val, Walk
+from ..pyindex import is_passthrough
+from ..walk import Val, ValKind, Walk
 from .classes import mro_complete
 from .api import Rule, check, content_memo, rule, short_list
 
@@ -55,11 +56,9 @@ AL113 = rule(Rule(
     ("correctness", "torch-op"),
 ))
 
-PASSTHROUGH_LAST = {
-    "staticmethod", "classmethod", "cache", "lru_cache", "cached_property", "abstractmethod", "override",
-    "no_grad", "inference_mode", "wraps", "compile", "custom_op", "triton_op", "register_fake", "deprecated",
-    "overload", "final", "contextmanager", "timed", "_timed",
-}
+# decorators that keep the decorated function's signature besides the pass-through ones (registrations, markers)
+SIGNATURE_KEEPING = frozenset({"compile", "custom_op", "triton_op", "register_fake", "deprecated", "overload", "final",
+                               "timed", "_timed"})
 
 _CALL_SKIP_ROOTS = {"super", "logger", "logging", "np", "math", "os", "sys", "warnings", "print", "len", "isinstance",
                     "dataclasses", "copy", "functools", "itertools", "collections", "typing", "json", "re", "time"}
@@ -73,7 +72,7 @@ def _decorators_ok(ctx, v: Val) -> bool:
         last = d.func.rpartition(".")[2]
         if not d.func:
             return False
-        if last in PASSTHROUGH_LAST or last == "property":
+        if is_passthrough(d.func) or last in SIGNATURE_KEEPING:
             continue
         try:
             if v.module is not None and ctx.r.patch_decorator(v.module, d) is not None:
@@ -145,9 +144,9 @@ def _forward_targets(ctx, v: Val, lines: tuple):
             if cs.guards and ctx.r.guard_value(mod, cs.guards, cs.scope) is False:
                 continue
             try:
-                tv = ctx.r.resolve_dotted(mod, cs.scope, cs.func, Walk(), line=cs.line) if cs.func else Val("unknown")
+                tv = ctx.r.resolve_dotted(mod, cs.scope, cs.func, Walk(), line=cs.line) if cs.func else Val(ValKind.UNKNOWN)
             except RecursionError:
-                tv = Val("unknown")
+                tv = Val(ValKind.UNKNOWN)
             out.append((cs, ctx.engine.apply_patch(tv)))
     return out
 
@@ -212,9 +211,9 @@ def _flow(ctx, kw: str, v: Val, path: list, depth: int = 0):
     for cs, tv in _forward_targets(ctx, v, fwd):
         if kw in cs.keywords:
             return "unknown", path  # also passed explicitly: TypeError or shadowing, not our question
-        if tv.kind == "function":
+        if tv.kind == ValKind.FUNCTION:
             states.append(_flow(ctx, kw, tv, path, depth + 1))
-        elif tv.kind == "class":
+        elif tv.kind == ValKind.CLASS:
             st = _ctor_flow(ctx, kw, tv, path, depth + 1)
             states.append(st)
         else:
@@ -260,7 +259,7 @@ def _ctor_params(ctx, v: Val):
             f = cv.module.summary.functions.get(fq)
             if f is None:
                 return None
-            fv = Val("function", cv.module, fq, cv.module.path, f.line, owner=cv.qual)
+            fv = Val(ValKind.FUNCTION, cv.module, fq, cv.module.path, f.line, owner=cv.qual)
             return ("init", fv, None, cv)
     return ("object", set(), False, None)
 
@@ -294,7 +293,7 @@ def _describe_path(p: list) -> str:
     names = []
     for v in p:
         q = v.qual.rpartition(".")[2] if v.qual else v.dotted
-        names.append(q + ("()" if v.kind == "function" else ""))
+        names.append(q + ("()" if v.kind == ValKind.FUNCTION else ""))
     return " -> ".join(names)
 
 
@@ -310,10 +309,10 @@ def keyword_flow(ctx):
         if ctx.call_dead(cs):
             continue
         v = ctx.resolve_call(cs)
-        if v.kind not in ("function", "class") or ctx.uncertain(cs):
+        if v.kind not in (ValKind.FUNCTION, ValKind.CLASS) or ctx.uncertain(cs):
             continue
         for kw in cs.keywords:
-            if v.kind == "class":
+            if v.kind == ValKind.CLASS:
                 state, path = _ctor_flow(ctx, kw, v, [], 0)
             else:
                 state, path = _flow(ctx, kw, v, [])
@@ -324,7 +323,7 @@ def keyword_flow(ctx):
                 l0, c0, l1, c1 = _kw_range(ctx, cs, kw)
                 via = f" (path: {_describe_path(path)})" if len(path) > 1 else ""
                 if state == "rejected":
-                    if last.kind == "class":
+                    if last.kind == ValKind.CLASS:
                         what = f"dataclass {last.dotted} ({_loc(last, root)}) has no field `{kw}`"
                     else:
                         what = f"{last.dotted} ({_loc(last, root)}) has no parameter `{kw}` and no **kwargs"
@@ -357,7 +356,7 @@ def _import_hop(chain):
     if chain is None:
         return None
     for h in chain.hops:
-        if h.kind in ("import", "conditional_import", "lazy_import", "reexport", "dynamic_import"):
+        if h.kind in M.IMPORT_HOP_KINDS:
             return h
     return None
 
@@ -442,7 +441,7 @@ def dummy_and_missing(ctx):
         if ctx.call_dead(cs):
             continue
         v = ctx.resolve_call(cs)
-        if v.kind == "not_installed":
+        if v.kind == ValKind.NOT_INSTALLED:
             if _in_dsl_kernel(ctx, cs.scope):
                 continue  # DSL code inside a @triton.jit / @tilelang.jit body: compiled, not called
             c = ctx.engine.contracts.match(v.qual)
@@ -452,12 +451,12 @@ def dummy_and_missing(ctx):
             chain = ctx.trace(cs)
             h = _import_hop(chain)
             missing.setdefault(pkg, []).append((cs, v, chain, c, h))
-        elif v.kind == "function" and v.func is not None and v.func.dummy and not is_placeholder(v) and not ctx.uncertain(cs):
+        elif v.kind == ValKind.FUNCTION and v.func is not None and v.func.dummy and not is_placeholder(v) and not ctx.uncertain(cs):
             f = v.func
             if head in ("self", "cls") and f.class_name:
                 continue  # dynamic dispatch: a subclass may override the placeholder
             rv = _root_val(ctx, cs)
-            if rv is not None and rv.kind == "platform":
+            if rv is not None and rv.kind == ValKind.PLATFORM:
                 continue  # platform hooks (AL105 covers capability queries)
             if not ctx.is_workspace(v) and f.dummy in ("empty body", "body is only `pass`"):
                 continue  # upstream no-op hooks are intentional
@@ -565,7 +564,7 @@ def _reference_params(ctx, contract, name: str) -> tuple[str, set] | None:
                 v = ctx.r.resolve_symbol(cov)
             except RecursionError:
                 continue
-            f = v.func if v.kind == "function" else None
+            f = v.func if v.kind == ValKind.FUNCTION else None
             if f is None or any(p.kind == "kwarg" for p in f.params):
                 continue
             return v.dotted, {p.name for p in f.params if p.kind != "posonly"}
@@ -650,7 +649,7 @@ def torch_op_schema(ctx):
         if ctx.call_dead(cs):
             continue
         v = ctx.resolve_call(cs)
-        if v.kind == "torch_op":
+        if v.kind == ValKind.TORCH_OP:
             ns, op, ovl = _op_of(v)
             schemas = op_schemas(ctx.engine, ns, op)
             if not schemas:
@@ -668,7 +667,7 @@ def torch_op_schema(ctx):
                       + f"; schema `{sch}`: " + "; ".join(probs) + ".")
             ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
                             detail=detail)
-        elif v.kind == "function" and v.module is not None and not v.module.workspace and v.func is not None:
+        elif v.kind == ValKind.FUNCTION and v.module is not None and not v.module.workspace and v.func is not None:
             inner = _upstream_op_call(ctx, v)
             if inner is None:
                 continue
@@ -756,7 +755,7 @@ def _upstream_op_call(ctx, v: Val):
                 tv = ctx.r.resolve_dotted(mod, ics.scope, ics.func, Walk(), line=ics.line)
             except RecursionError:
                 continue
-            if tv.kind == "torch_op":
+            if tv.kind == ValKind.TORCH_OP:
                 found.append((ics,) + _op_of(tv))
     if len(found) != 1:
         return None

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 
 from .. import model as M
-from ..resolver import Val, Walk
+from ..pyindex import triton_decorated
+from ..walk import Val, ValKind, Walk
 from .checks_calls import _flow, _loc, _rel, _short, op_schemas
 from .classes import class_attr
 from .api import Rule, check, fact_prefilter, rule
@@ -120,17 +121,17 @@ class Kernel:
 
 
 def _kernel_of(ctx, mod, cs, v: Val, via: str):
-    if v.kind == "not_installed":
+    if v.kind == ValKind.NOT_INSTALLED:
         return Kernel(v.qual, "not_installed", v, mod.path, cs.line, cs, via)
-    if v.kind == "torch_op":
+    if v.kind == ValKind.TORCH_OP:
         ns = v.extra.get("ns") or v.qual.split("::")[0]
         op = v.extra.get("op") or v.qual.split("::")[-1]
         return Kernel(f"{ns}::{op}", "torch_op", v, mod.path, cs.line, cs, via)
-    if v.kind == "function" and v.func is not None:
+    if v.kind == ValKind.FUNCTION and v.func is not None:
         f = v.func
         if f.dummy:
             return Kernel(v.dotted, "dummy", v, mod.path, cs.line, cs, via)
-        if any(d.func.rpartition(".")[2] == "jit" for d in f.decorators):
+        if triton_decorated(f.decorators, wrappers=False):
             return Kernel(v.dotted, "triton", v, mod.path, cs.line, cs, via)
         if v.module is not None and not v.module.workspace:
             return Kernel(v.dotted, "python", v, mod.path, cs.line, cs, via)
@@ -154,7 +155,7 @@ def _python_op_func(ctx, v: Val) -> Val | None:
             fv = ctx.r.resolve_dotted(m, scope, func, Walk(), line=line)
         except RecursionError:
             continue
-        if fv.kind == "function":
+        if fv.kind == ValKind.FUNCTION:
             return fv
     return None
 
@@ -200,7 +201,7 @@ def gather_kernels(ctx, mod, qualnames, depth: int = 0, seen=None, via: str = ""
 def _live_alternatives(v: Val, depth: int = 0) -> list[Val]:
     """A value chosen at run time among candidates (a fork) stands for each candidate that can run here:
     a claim is backed only if every live candidate backs it; a dead one does not count."""
-    if v.kind != "alts" or depth > 8:
+    if v.kind != ValKind.ALTS or depth > 8:
         return [v]
     out: list[Val] = []
     for a in v.extra.get("alts", ()):
@@ -210,7 +211,7 @@ def _live_alternatives(v: Val, depth: int = 0) -> list[Val]:
 
 
 def _collect_kernel(ctx, mod, cs, v: Val, q: str, depth: int, seen, via: str, out: list) -> None:
-    if v.kind == "torch_op":
+    if v.kind == ValKind.TORCH_OP:
         pv = _python_op_func(ctx, v)
         if pv is not None:
             if pv.module is not None and pv.module.workspace and depth < 3:
@@ -222,7 +223,7 @@ def _collect_kernel(ctx, mod, cs, v: Val, q: str, depth: int, seen, via: str, ou
     k = _kernel_of(ctx, mod, cs, v, via or q)
     if k is not None:
         out.append(k)
-    elif v.kind == "function" and v.module is not None and v.module.workspace and depth < 3:
+    elif v.kind == ValKind.FUNCTION and v.module is not None and v.module.workspace and depth < 3:
         out.extend(_workspace_kernels(ctx, mod, cs, v, depth + 1, seen, via or q))
 
 
@@ -471,7 +472,7 @@ def _const_claim(ctx, mod, f, depth: int = 0):
                 v = ctx.r.resolve_dotted(mod, f.qualname, c.func, Walk(), line=c.line)
             except RecursionError:
                 return None, None
-            if v.kind == "function" and v.func is not None and v.module is not None:
+            if v.kind == ValKind.FUNCTION and v.func is not None and v.module is not None:
                 val, _via = _const_claim(ctx, v.module, v.func, depth + 1)
                 if val is not None:
                     return val, v
@@ -520,7 +521,7 @@ def capability_methods(ctx):
         kernels = []
         subject = ""
         if f.class_name and f.class_name in ctx.s.classes:
-            cv = Val("class", ctx.mod, f.class_name, ctx.path, ctx.s.classes[f.class_name].line)
+            cv = Val(ValKind.CLASS, ctx.mod, f.class_name, ctx.path, ctx.s.classes[f.class_name].line)
             ks, iv = _backend_impl_kernels(ctx, cv)
             if iv is not None:
                 subject = f" by {iv.qual}"
@@ -699,7 +700,7 @@ def _keyword_evidence(ctx, cs, cap: str):
         return []
     v = ctx.resolve_call(cs)
     out = []
-    if v.kind != "function":
+    if v.kind != ValKind.FUNCTION:
         return out
     for kw in cs.keywords:
         if not pat.search(kw):
@@ -754,7 +755,7 @@ def claim_comments(ctx):
             kernels = []
             for cs in calls:
                 v = ctx.resolve_call(cs)
-                if v.kind == "function" and v.module is not None and v.module.workspace:
+                if v.kind == ValKind.FUNCTION and v.module is not None and v.module.workspace:
                     kernels.extend(gather_kernels(ctx, v.module, [v.qual]))
                 else:
                     k = _kernel_of(ctx, ctx.mod, cs, v, "")
@@ -770,7 +771,7 @@ def claim_comments(ctx):
             for cs in calls:
                 extra_no.extend(_keyword_evidence(ctx, cs, cap))
                 v = ctx.resolve_call(cs)
-                if v.kind == "function" and v.module is not None and v.module.workspace and not v.func.dummy:
+                if v.kind == ValKind.FUNCTION and v.module is not None and v.module.workspace and not v.func.dummy:
                     kernels.extend(_workspace_kernels(ctx, ctx.mod, cs, v, 0, set(), ""))
                 else:
                     k = _kernel_of(ctx, ctx.mod, cs, v, "")
@@ -784,7 +785,7 @@ def claim_comments(ctx):
                 extra_no.append((None, "no", f"{subj_fn.qualname}() takes {', '.join(f'`{p}`' for p in unread)} but its body never reads "
                                  + ("it" if len(unread) == 1 else "them"), None))
             if subj_fn.class_name and subj_fn.class_name in ctx.s.classes and SUPPORTS_CAP.get(subj_fn.name):
-                cv = Val("class", ctx.mod, subj_fn.class_name, ctx.path, ctx.s.classes[subj_fn.class_name].line)
+                cv = Val(ValKind.CLASS, ctx.mod, subj_fn.class_name, ctx.path, ctx.s.classes[subj_fn.class_name].line)
                 kernels, iv = _backend_impl_kernels(ctx, cv)
                 if iv is not None:
                     subject = f" for the kernels {iv.qual} calls"
@@ -796,7 +797,7 @@ def claim_comments(ctx):
                 subject = f" by what {subj_fn.name}() calls"
             verdicts = judge(ctx, kernels, cap, cl["positive"], cl.get("value"))
         elif cl["kind"] == "docstring" and cl.get("doc_kind") == "class" and cl.get("doc") in ctx.s.classes:
-            cv = Val("class", ctx.mod, cl["doc"], ctx.path, ctx.s.classes[cl["doc"]].line)
+            cv = Val(ValKind.CLASS, ctx.mod, cl["doc"], ctx.path, ctx.s.classes[cl["doc"]].line)
             kernels, iv = _backend_impl_kernels(ctx, cv)
             if not kernels:
                 kernels = class_kernels(ctx, cv)

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from .. import model as M
+from ..walk import ValKind
 from .checks_calls import _short
 from .classes import class_attr
 from .api import Rule, check, rule
@@ -205,7 +206,7 @@ _STRIDE = re.compile(r"stride", re.I)
 def _kernel_verdict(ctx, leaf: M.Final) -> tuple[str, str] | None:
     """("blind", why) when the leaf addresses its tensors without strides; None when it takes strides or
     cannot be judged here."""
-    if leaf.kind == M.TRITON_KERNEL and leaf.path:
+    if leaf.kind == M.FinalKind.TRITON_KERNEL and leaf.path:
         mod = ctx.ws.index.module_for_path(leaf.path)
         q = leaf.symbol[len(mod.name) + 1:] if mod is not None and leaf.symbol.startswith(mod.name + ".") else None
         f = mod.summary.functions.get(q) if mod is not None and q else None
@@ -214,7 +215,7 @@ def _kernel_verdict(ctx, leaf: M.Final) -> tuple[str, str] | None:
         if any(_STRIDE.search(p.name) for p in f.params):
             return None
         return "blind", f"Triton kernel `{f.name}` ({_short(leaf.path)}:{f.line}) takes no stride parameters"
-    if leaf.kind == M.TORCH_OP:
+    if leaf.kind == M.FinalKind.TORCH_OP:
         for r in leaf.registrations:
             if not (r.function_path and r.function_line) or not ctx.ws.index.is_workspace_path(r.function_path):
                 continue
@@ -262,7 +263,7 @@ def _backends_of(ctx, impl_name: str) -> list:
                 cq = q.rpartition(".")[0]
                 if cq in s.classes:
                     out.append(ctx.r.resolve_symbol(f"{mod.name}.{cq}"))
-    return [v for v in out if v.kind == "class"]
+    return [v for v in out if v.kind == ValKind.CLASS]
 
 
 @check("AL121")
@@ -350,7 +351,7 @@ def _report_calls(ctx, scope: str, bad: dict, shape: str, fv) -> None:
             where = f"{_short(fv.module.path)}:{fv.line}"
             note = {"split_last": f"head stride {lay.dims[-1]}", "permuted": "permuted dimensions",
                     "select_inner": "a slice of every block", "split_inner": "a slice of every block"}[lay.kind]
-            kernel = lf.final.symbol.rpartition(".")[2] if lf.final.kind != M.TORCH_OP else lf.final.symbol
+            kernel = lf.final.symbol.rpartition(".")[2] if lf.final.kind != M.FinalKind.TORCH_OP else lf.final.symbol
             msg = (f"`{hit}` = `{lay.how}` is not contiguous ({note}) and reaches `{kernel}`, which takes no "
                    "strides: it reads or writes the wrong elements.")
             ctx.add_at_call("AL121", cs, msg, chain=chain, probe=fam,

@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..resolver import Val, Walk
+from ..walk import Val, ValKind, Walk
 from . import checks_calls  # noqa: F401 - its checks register (and run) first: AL115 defers to its AL107
 from .api import Rule, check, content_memo, rule
 
@@ -1327,7 +1327,7 @@ def _entries(ctx, cvs: list) -> list[_Entry]:
                     except RecursionError:
                         continue
                     v = ctx.engine.apply_patch(v)
-                    if v.kind != "function" or v.func is None or is_placeholder(v) or v.module is None:
+                    if v.kind != ValKind.FUNCTION or v.func is None or is_placeholder(v) or v.module is None:
                         continue
                     if any(h.condition and h.reachable is None for h in w.hops):
                         continue  # picked among alternatives the profile cannot decide
@@ -1374,7 +1374,7 @@ def capability_entries(ctx):
         if cq not in ctx.s.classes or cq in done:
             continue
         done.add(cq)
-        cv = Val("class", ctx.mod, cq, ctx.path, ctx.s.classes[cq].line)
+        cv = Val(ValKind.CLASS, ctx.mod, cq, ctx.path, ctx.s.classes[cq].line)
         adverts = _advertisements(ctx, cv)
         if not adverts:
             continue
@@ -1548,7 +1548,7 @@ def unregistered_ops(ctx):
         if ctx.call_dead(cs) or _only_used_where_dead(ctx, cs.scope):
             continue
         v = ctx.resolve_call(cs)
-        if v.kind != "torch_op":
+        if v.kind != ValKind.TORCH_OP:
             continue
         ns = v.extra.get("ns") or v.qual.split("::")[0]
         op = v.extra.get("op") or v.qual.split("::")[-1]
@@ -1665,7 +1665,7 @@ def torch_cuda_capability_checks(ctx):
             bv = r.resolve_dotted(ctx.mod, u.scope, u.base, Walk(), line=u.line)
         except RecursionError:
             continue
-        if bv.kind == "platform" or not (bv.qual == "torch.cuda" or u.base == "torch.cuda"):
+        if bv.kind == ValKind.PLATFORM or not (bv.qual == "torch.cuda" or u.base == "torch.cuda"):
             continue
         cs = calls_by_pos.get((u.line, u.col))
         guard_cs = cs or P._enclosing_call(ctx, u)

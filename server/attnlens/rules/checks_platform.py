@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..resolver import Walk
+from ..walk import ValKind, Walk
 from .checks_calls import _loc, _rel
 from .api import Rule, check, rule
 
@@ -181,7 +181,7 @@ def capability_checks(ctx):
                 bv = r.resolve_dotted(ctx.mod, u.scope, u.base, Walk(), line=u.line) if u.base else None
             except RecursionError:
                 bv = None
-            if bv is None or bv.kind != "platform":
+            if bv is None or bv.kind != ValKind.PLATFORM:
                 continue
         key = (u.branch.kind, u.branch.line) if u.branch is not None and u.branch.kind != "other" else ("at", u.line)
         groups.setdefault(key, []).append((u, cs))

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from ..resolver import Val, Walk
+from ..walk import Val, ValKind, Walk
 from .checks_calls import _loc, _rel, _short
 from .classes import mro as full_mro
 from .classes import mro_complete
@@ -339,7 +339,7 @@ def _check_attr_text(ctx, scope, text, line, col, guards, seen):
     except RecursionError:
         return
     for p in parts[1:]:
-        if v.kind != "module" or v.module is None or v.module.workspace:
+        if v.kind != ValKind.MODULE or v.module is None or v.module.workspace:
             return
         m = v.module
         if not module_has(r, m, p):
@@ -368,7 +368,7 @@ def _check_attr_text(ctx, scope, text, line, col, guards, seen):
 
 def _class_val(ctx, cq: str) -> Val:
     c = ctx.s.classes[cq]
-    return Val("class", ctx.mod, cq, ctx.path, c.line)
+    return Val(ValKind.CLASS, ctx.mod, cq, ctx.path, c.line)
 
 
 def _defines(cv: Val, name: str, instance: bool = True) -> bool:
@@ -554,7 +554,7 @@ def _part_class(r, cv: Val, meth: str) -> Val | None:
             v = r.resolve_dotted(fv.module, f.qualname, name, Walk(), line=f.end_line)
         except RecursionError:
             continue
-        if v.kind == "class":
+        if v.kind == ValKind.CLASS:
             return v
     return None
 
@@ -574,7 +574,7 @@ def _metadata_class(r, cv: Val, like: str | None = None) -> Val | None:
             if exact:
                 cands = exact
     q, c = min(cands, key=lambda x: (len(x[0]), x[0]))
-    return Val("class", mod, q, mod.path, c.line)
+    return Val(ValKind.CLASS, mod, q, mod.path, c.line)
 
 
 @prepare("registry")
@@ -592,7 +592,7 @@ def registry_pairs(engine) -> list[dict]:
                 continue
             pv = r.resolve_symbol(e.cls)
             uv = r.resolve_symbol(e.upstream.cls)
-            if pv.kind != "class" or uv.kind != "class" or pv.module is None or not pv.module.workspace:
+            if pv.kind != ValKind.CLASS or uv.kind != ValKind.CLASS or pv.module is None or not pv.module.workspace:
                 continue
             out.append({"kind": "backend", "plugin": pv, "upstream": uv, "entry": e.name})
             for meth, kind in (("get_impl_cls", "impl"), ("get_builder_cls", "builder")):
@@ -660,8 +660,8 @@ def _hook_answer(ctx, decl, uv, h):
     except RecursionError:
         return None, None
     prof = r.profile
-    return (prof.result_of(up) if up is not None and up.kind == "function" else None,
-            prof.result_of(base) if base is not None and base.kind == "function" else None)
+    return (prof.result_of(up) if up is not None and up.kind == ValKind.FUNCTION else None,
+            prof.result_of(base) if base is not None and base.kind == ValKind.FUNCTION else None)
 
 
 def _override_same_here(ctx, uv, h: str, uf) -> bool:

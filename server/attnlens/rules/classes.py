@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from ..resolver import Val, Walk
+from ..walk import Val, ValKind, Walk
 from .api import content_memo
 
 TRIVIAL_BASES = {"object", "Generic", "typing.Generic", "ABC", "abc.ABC", "Protocol", "typing.Protocol"}
@@ -81,7 +81,7 @@ def class_bases(engine, cv: Val):
         except RecursionError:
             complete = False
             continue
-        if v.kind != "class":
+        if v.kind != ValKind.CLASS:
             complete = False
             continue
         out.append(v)
@@ -126,5 +126,5 @@ def class_attr(engine, cv: Val, name: str):
             fq = ci.methods[name]
             f = c.module.summary.functions.get(fq)
             if f is not None:
-                return Val("function", c.module, fq, c.module.path, f.line, owner=c.qual), c
+                return Val(ValKind.FUNCTION, c.module, fq, c.module.path, f.line, owner=c.qual), c
     return None, None

@@ -37,7 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..index import realpath
-from ..resolver import Val
+from ..walk import Val, ValKind
 from . import facts as F
 from .api import (CHECKS, FACT_PREFILTERS, PREPARES, RULES, SEVERITIES, SEVERITY_RANK, Finding, ModuleContext, Rule,
                   check, content_memo, fact_prefilter, prepare, rule, short_list, short_paths, suppressed)
@@ -140,7 +140,7 @@ def _rules_code_hash() -> str:
             h.update(p.name.encode() + b"\0" + p.read_bytes())
         except OSError:
             pass
-    for name in ("resolver.py", "pyindex.py", "model.py", "profile.py", "patches.py", "registry.py", "torchops.py"):
+    for name in ("resolver.py", "walk.py", "pyindex.py", "model.py", "profile.py", "patches.py", "registry.py", "torchops.py"):
         p = here.parent / name
         try:
             st = p.stat()
@@ -364,7 +364,7 @@ class Engine:
         return module_facts(self.ws, mod.name, mod.path, mod.summary.sha, self.use_cache)
 
     def apply_patch(self, v: Val) -> Val:
-        if v.kind in ("function", "class") and v.module is not None and not v.module.workspace:
+        if v.kind in (ValKind.FUNCTION, ValKind.CLASS) and v.module is not None and not v.module.workspace:
             try:
                 p = self.ws.resolver.patched(v)
             except Exception:  # noqa: BLE001 - analysis must not fail on a bad input

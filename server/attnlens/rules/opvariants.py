@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..walk import ValKind, Walk
+
 _OPS_RE = re.compile(r"torch\.ops\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
 REGISTER = "direct_register_custom_op"
 _REGISTER_B = REGISTER.encode()
@@ -69,12 +71,10 @@ def _local_function(r, m, scope: str, text: str) -> str:
     if text in m.summary.functions and "." not in text:
         return text
     try:
-        from ..resolver import Walk
-
         v = r.resolve_dotted(m, scope, text, Walk())
     except (RecursionError, Exception):  # noqa: BLE001 - a registration that does not resolve is skipped
         return ""
-    if v is not None and v.kind == "function" and v.module is not None and v.module.name == m.name:
+    if v is not None and v.kind == ValKind.FUNCTION and v.module is not None and v.module.name == m.name:
         return v.qual
     return ""
 

@@ -27,6 +27,8 @@ import glob
 import os
 from dataclasses import asdict, dataclass, field
 
+from ..model import FinalKind
+
 # dispatch keys whose kernels run without a device
 CPU_KEYS = frozenset({"CPU", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
                       "CompositeExplicitAutogradNonFunctional", "Math", "DefaultBackend"})
@@ -142,23 +144,24 @@ def check(record: dict | None, family: str, target: str, requires: dict | None =
 
 def requires_from_final(final_kind: str, *, package: str | None = None, dispatch_keys: list | None = None,
                         providers: list | None = None) -> dict:
-    """``requires`` from what the static analysis knows of the target (plain values, no model types):
-    the final's kind, its package, the dispatch keys of its registrations, the op's provider modules."""
+    """``requires`` from what the static analysis knows of the target (plain values, no model objects):
+    the final's kind (a ``FinalKind`` or its JSON spelling), its package, the dispatch keys of its
+    registrations, the op's provider modules."""
     req: dict = {}
     if package:
         req["package"] = package
     if providers:
         req["providers"] = list(providers)
     keys = sorted({k for k in dispatch_keys or [] if k})
-    if final_kind == "torch_op" and keys:
+    if final_kind == FinalKind.TORCH_OP and keys:
         if CPU_KEYS & set(keys):
             req["device"] = "cpu"
         else:
             req["device"] = "required"
             req["device_why"] = f"registered for {', '.join(keys)} only"
-    elif final_kind == "not_installed":
+    elif final_kind == FinalKind.NOT_INSTALLED:
         req["device"] = "required"
         req["device_why"] = "its code is not installed here, so no CPU path is known"
-    elif final_kind in ("python_function", "triton_kernel"):
+    elif final_kind in (FinalKind.PYTHON_FUNCTION, FinalKind.TRITON_KERNEL):
         req["device"] = "cpu"  # Python/torch code, or a Triton kernel under TRITON_INTERPRET=1
     return req

@@ -43,6 +43,7 @@ import time
 import weakref
 from dataclasses import asdict, dataclass, field
 
+from ..walk import ValKind
 from . import DIAGNOSTIC_SOURCE
 from . import astsyms as A
 from .config import UpgradeConfig, load_config
@@ -865,12 +866,12 @@ class Drift:
             if vo is None or vn is None:
                 continue
             so = self._callable_sig(self.old, vo)
-            exists_new = vn.kind in ("function", "class") and vn.module is not None
+            exists_new = vn.kind in (ValKind.FUNCTION, ValKind.CLASS) and vn.module is not None
             owner = self._owner_item(m, cs.scope, by_symbol, items)
             if owner is None:
                 continue
             reason = vn.reason or ""
-            if so is not None and not exists_new and vn.kind == "unknown" and ("does not exist" in reason or "not found" in reason):
+            if so is not None and not exists_new and vn.kind == ValKind.UNKNOWN and ("does not exist" in reason or "not found" in reason):
                 if "." not in cs.func and self._imported_directly(m, cs.scope, root):
                     continue  # the import itself is reported (module item): one finding per cause
                 owner.add(Change("calls", "removed_upstream", f"calls `{cs.func}` ({vo.dotted}), which no longer exists in {self.new.label}",
@@ -903,11 +904,11 @@ class Drift:
         return any(b.kind == "from" for b in m.summary.bindings.get(name, []))
 
     def _callable_sig(self, side: Side, v) -> tuple | None:
-        if v.kind == "function" and v.module is not None and not v.module.workspace:
+        if v.kind == ValKind.FUNCTION and v.module is not None and not v.module.workspace:
             s = side.lookup(v.dotted)
             if s is not None and s.sig is not None:
                 return s.sig, bool(v.owner) and s.sig.method_kind == "classmethod"
-        if v.kind == "class" and v.module is not None and not v.module.workspace:
+        if v.kind == ValKind.CLASS and v.module is not None and not v.module.workspace:
             init = side.lookup(f"{v.dotted}.__init__")
             if init is not None and init.sig is not None:
                 return init.sig, True
@@ -999,13 +1000,13 @@ class Drift:
             node = pf.defs.get(rv.qual) if pf is not None and rv.module is not None else None
             it = DriftItem(sym, "patch", "patch", rv.path or path, line, 0, line, 0, via="patch", relation="patch")
             it.notes.append(f"{text} replaces {target}")
-            if node is not None and rv.kind == "function":
+            if node is not None and rv.kind == ValKind.FUNCTION:
                 fline = getattr(node, "lineno", line)
                 it.line, it.col, it.end_line, it.end_col = self._pos(None, fline, node.name, 0, fline, pf)
             if o is None and n is None:
                 it.add(Change("counterpart", "retained_adaptation" if not self.old.exists(target) else "removed_upstream",
                               f"patch target {target} is not a function or class in either version"))
-            elif rv.kind == "function":
+            elif rv.kind == ValKind.FUNCTION:
                 self._compare_callable(it, node, pf, o if o and o.kind == "function" else None,
                                        n if n and n.kind == "function" else None, "patch", None, None)
                 if o is not None and n is None:

@@ -33,6 +33,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .. import model as M
+from ..pyindex import triton_decorated
+from ..walk import ValKind, Walk
 from . import astsyms as A
 from .config import load_config
 from .fixes import FIX_RULES as _FIX_RULES
@@ -327,7 +329,7 @@ class InventoryBuilder:
             if "." in q or f.class_name:
                 continue
             kind = "function"
-            if any(d.func.rpartition(".")[2] in ("jit", "autotune", "heuristics") for d in f.decorators):
+            if triton_decorated(f.decorators):
                 kind = "kernel"
             elif f.dummy:
                 kind = "dummy"
@@ -337,8 +339,6 @@ class InventoryBuilder:
 
     def _callers(self, items_by_file: dict) -> None:
         """Reverse references over the whole workspace, prefiltered by name, confirmed by resolution."""
-        from ..resolver import Walk
-
         targets: dict = {}  # name -> [(module, qual, Item)]
         for p, (m, items) in items_by_file.items():
             for it in items:
@@ -364,7 +364,7 @@ class InventoryBuilder:
                     v = r.resolve_dotted(mod, cs.scope, prefix, Walk(), line=cs.line)
                 except RecursionError:
                     continue
-                if v.module is None or v.kind not in ("function", "class", "instance"):
+                if v.module is None or v.kind not in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE):
                     continue
                 for tm, tq, it in targets[hit[1]]:
                     if v.module.name == tm and v.qual == tq:
@@ -647,12 +647,12 @@ class InventoryBuilder:
                 validate[a].append(f"`attnlens check {{file}}` no longer reports {ids} here")
         # one entry per leaf that can run on this platform (a fork's dead branches do not count)
         live_kernels = [dict(k, final=lf["kind"], symbol=lf["symbol"]) for k in it.kernels if k["reachable"] is not False
-                        for lf in k.get("leaves") or [{"kind": k["final"], "symbol": k["symbol"], "reachability": "live"}]
-                        if lf["reachability"] != "dead"]
-        dummies = [k for k in live_kernels if k["final"] == M.DUMMY]
-        unresolved = [k for k in live_kernels if k["final"] == M.UNRESOLVED]
-        kernel_like = [k for k in live_kernels if k["final"] in (M.TORCH_OP, M.TRITON_KERNEL, M.EXTENSION_FUNCTION,
-                                                                 M.NOT_INSTALLED, M.PYTHON_FUNCTION)]
+                        for lf in k.get("leaves") or [{"kind": k["final"], "symbol": k["symbol"], "reachability": M.Reach.LIVE}]
+                        if lf["reachability"] != M.Reach.DEAD]
+        dummies = [k for k in live_kernels if k["final"] == M.FinalKind.DUMMY]
+        unresolved = [k for k in live_kernels if k["final"] == M.FinalKind.UNRESOLVED]
+        kernel_like = [k for k in live_kernels
+                       if k["final"] in M.KERNEL_KINDS + (M.FinalKind.NOT_INSTALLED, M.FinalKind.PYTHON_FUNCTION)]
         passed = [e for e in it.evidence if e["verdict"] == "pass"]
         failed = [e for e in it.evidence if e["verdict"] != "pass"]
         unexplained = [d for d in it.differences if not d.explained]
@@ -903,8 +903,8 @@ def to_markdown(inv: Inventory) -> str:
             if it.kernels:
                 kinds = {}
                 for k in it.kernels:
-                    for lf in k.get("leaves") or [{"kind": k["final"], "symbol": k["symbol"], "reachability": "live"}]:
-                        if lf["reachability"] == "dead":
+                    for lf in k.get("leaves") or [{"kind": k["final"], "symbol": k["symbol"], "reachability": M.Reach.LIVE}]:
+                        if lf["reachability"] == M.Reach.DEAD:
                             continue
                         kinds.setdefault(lf["kind"], set()).add(lf["symbol"].rpartition(".")[2] if "::" not in lf["symbol"] else lf["symbol"])
                 out.append("  - kernels: " + "; ".join(f"{kk}: {', '.join(sorted(v)[:6])}" for kk, v in sorted(kinds.items())))

@@ -26,8 +26,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..resolver import Walk
 from ..target import TargetInfo
+from ..walk import ValKind, Walk
 from . import astsyms as A
 
 _DEF_RE = re.compile(rb"^(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)|^class[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.M)
@@ -94,14 +94,14 @@ class Side:
         except RecursionError:
             v = None
         if v is not None and v.module is not None and not v.module.workspace:
-            if v.kind in ("function", "class"):
+            if v.kind in (ValKind.FUNCTION, ValKind.CLASS):
                 out = self._mk(dotted, v)
-            elif v.kind == "module":
+            elif v.kind == ValKind.MODULE:
                 out = UpSym(dotted, "module", v.module.name, v.module.name, "", v.module.path, 1)
-            elif v.kind == "unknown" and v.extra.get("binding") is not None:
+            elif v.kind == ValKind.UNKNOWN and v.extra.get("binding") is not None:
                 b = v.extra["binding"]
                 out = UpSym(dotted, "other", v.qual, v.module.name, v.qual, v.module.path, b.line)
-        elif v is not None and v.kind == "module" and v.module is not None:
+        elif v is not None and v.kind == ValKind.MODULE and v.module is not None:
             out = UpSym(dotted, "module", v.module.name, v.module.name, "", v.module.path, 1)
         self._memo[dotted] = out
         return out
@@ -114,12 +114,13 @@ class Side:
         ok = False
         try:
             v = self.ws.resolver.resolve_symbol(dotted)
-            if v.kind in ("function", "class", "module", "namespace", "instance", "ext_module", "ext_attr", "torch_op", "platform"):
+            if v.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.MODULE, ValKind.NAMESPACE, ValKind.INSTANCE,
+                          ValKind.EXT_MODULE, ValKind.EXT_ATTR, ValKind.TORCH_OP, ValKind.PLATFORM):
                 ok = True
-            elif v.kind == "unknown":
+            elif v.kind == ValKind.UNKNOWN:
                 r = v.reason or ""
                 ok = not ("does not exist" in r or "not found" in r or "not bound" in r)
-            elif v.kind == "not_installed":
+            elif v.kind == ValKind.NOT_INSTALLED:
                 ok = False
         except RecursionError:
             ok = False
@@ -130,7 +131,7 @@ class Side:
         node = self.store.node(v.module.path, v.qual)
         s = UpSym(dotted, v.kind, f"{v.module.name}.{v.qual}", v.module.name, v.qual, v.module.path, v.line, node,
                   owner=v.owner)
-        if v.kind == "function":
+        if v.kind == ValKind.FUNCTION:
             s.sig = A.signature(node)
             s.body = A.body_hash(node)
             s.trivial = A.is_trivial(node)
@@ -175,7 +176,7 @@ class Side:
                 if ref is None or not ref.cls:
                     continue
                 up_part = None
-                if uv is not None and uv.kind == "class" and uv.module is not None:
+                if uv is not None and uv.kind == ValKind.CLASS and uv.module is not None:
                     try:
                         uref, _ = reg.part(uv, meth)
                         up_part = uref.cls
@@ -232,7 +233,7 @@ class Side:
                         if "." in q:
                             continue
                         for bv in self.ws.resolver.class_bases(m, q):
-                            if bv.kind == "class" and bv.module is not None:
+                            if bv.kind == ValKind.CLASS and bv.module is not None:
                                 idx.setdefault(f"{bv.module.name}.{bv.qual}", []).append(f"{m.name}.{q}")
         self._memo[key] = idx
         return idx
