@@ -603,7 +603,7 @@ class Engine:
     def apply_patch(self, v: Val) -> Val:
         if v.kind in ("function", "class") and v.module is not None and not v.module.workspace:
             try:
-                p = self.ws.resolver.patched(v)
+                p = self.ws.query.patched(v)
             except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
                 p = None
             if p is not None:
@@ -693,8 +693,8 @@ class Engine:
         if self._global_deps is None:
             with _Recorder(self.ws.index) as (hard, soft):
                 try:
-                    _ = self.ws.resolver.profile.info
-                    self.ws.resolver.patches()
+                    _ = self.ws.query.platform_info()
+                    self.ws.query.patches()
                 except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
                     self.errors.append(f"profile/patches: {type(e).__name__}: {e}")
                 from . import checks_upstream
@@ -1035,7 +1035,7 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
         print(f"[prefetch] workspace {time.perf_counter() - t0:.2f}s", file=sys.stderr)
     # 2. the C++ index (modules whose checks need it earlier are checked again after the signal)
     try:
-        ws.resolver.ops.cpp()
+        ws.query.cpp_index()
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
         pass
     ws.cache.flush()  # the parent reads the C++ index back from the cache once signalled
@@ -1065,7 +1065,7 @@ def _prefetch_child(ws, wfd: int) -> None:  # pragma: no cover - runs in a forke
             if top in tops or top in ("torch", "typing", "os", "sys", "__future__"):
                 continue
             counts[name] = counts.get(name, 0) + 1
-    stdlib = getattr(ws.resolver, "stdlib", frozenset())
+    stdlib = ws.query.stdlib()
     for name in sorted(counts, key=lambda n: (-counts[n], n)):
         if name.split(".", 1)[0] in stdlib:
             continue
