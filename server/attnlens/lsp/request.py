@@ -9,7 +9,7 @@ data (Markdown, :class:`~attnlens.lsp.convert.Span` ranges in LSP units, the rec
 on the worker (:meth:`Request.positions`), against the text the analysis reads.
 
 Done for hover, definition and implementation; the other features' worker functions still take the
-server object (see docs/editors.md, "Threading").
+server object (docs/editors.md, "Where the server's state lives").
 """
 
 from __future__ import annotations
