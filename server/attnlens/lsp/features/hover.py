@@ -29,13 +29,14 @@ def register(ls: AttnLensServer) -> None:
     @ls.feature(T.TEXT_DOCUMENT_HOVER)
     async def hover(params: T.HoverParams) -> T.Hover | None:
         uri = params.text_document.uri
-        req = ls.request(uri, params.position)
-        if req is None:
-            return None
-        key = (uri, req.version, ls.epoch, req.line, req.character)
-        hit = ls.hover_cache.get(key)
+        pos = params.position
+        key = (uri, ls.doc_version(uri), ls.epoch, pos.line, pos.character)
+        hit = ls.hover_cache.get(key)  # the hot path: an answer from the loop thread, nothing else built
         if hit is not None:
             return None if hit is _NOTHING else hit
+        req = ls.request(uri, pos)
+        if req is None:
+            return None
         budget = req.settings.hover_budget_ms / 1000.0
         answer = await ls.call(compute, req, budget)
         if answer is None:
