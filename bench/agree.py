@@ -65,8 +65,8 @@ def definition_positions(ws) -> list:
     from types import SimpleNamespace
 
     out = []
-    for mod in ws.index.workspace_modules():
-        text = (ws.index.source_text(mod.path) or "").split("\n")
+    for mod in ws.query.workspace_modules():
+        text = (ws.query.source_text(mod.path) or "").split("\n")
         for q, d in list(mod.summary.functions.items()) + list(mod.summary.classes.items()):
             ln = text[d.line - 1] if 0 < d.line <= len(text) else ""
             col = ln.find(d.name, ln.find("def ") + 1 if "def " in ln else ln.find("class ") + 1)
@@ -89,9 +89,9 @@ def compare(root: str, python: str, sites, cache: str, hover_budget_s: float = 0
         d = cli_trace(root, python, cache, s.path, s.line, s.col)
         d_at = a.def_at(s.path, s.line, s.col)
         if d_at is not None:  # a `def` / `class` name: the hover's and implementation's door (trace_symbol)
-            chain = a.ws.trace_symbol(d_at.dotted, budget_s=hover_budget_s)
+            chain = a.q.trace_symbol(d_at.dotted, budget_s=hover_budget_s)
             if chain.partial:
-                chain = a.ws.trace_symbol(d_at.dotted)
+                chain = a.q.trace_symbol(d_at.dotted)
         else:
             r = a.resolve(s.path, s.line, s.col, hover_budget_s)
             chain = r.chain if r is not None else None

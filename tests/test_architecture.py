@@ -25,7 +25,7 @@ def _lint(server_dir: Path) -> subprocess.CompletedProcess:
 def test_contracts_are_kept():
     r = _lint(REPO / "server")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert "7 kept, 0 broken" in r.stdout
+    assert "8 kept, 0 broken" in r.stdout
 
 
 def _lint_with_wrong_import(tmp_path, module: str, statement: str) -> subprocess.CompletedProcess:
@@ -118,6 +118,84 @@ def test_the_helpers_use_exactly_the_lookup_interface():
     assigned = {t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
     missing = sorted(m for m in members if not callable(getattr(Resolver, m, None)) and m not in assigned)
     assert missing == []
+
+
+def test_the_lsp_importing_the_resolver_breaks_the_query_contract(tmp_path):
+    """The editor asks the core through attnlens.query only: a feature module that imports a module behind
+    that door fails the `lsp-cli-through-query` contract (and only that one)."""
+    r = _lint_with_wrong_import(tmp_path, "lsp/features/hover.py", "from ...resolver import Resolver")
+    assert r.returncode != 0
+    assert "The editor and the CLI ask the analysis core through attnlens.query only BROKEN" in r.stdout
+    assert "attnlens.lsp.features.hover -> attnlens.resolver" in r.stdout
+    assert "7 kept, 1 broken" in r.stdout
+
+
+# the analysis core: what lies behind attnlens.query (and the query itself)
+_CORE = {"model", "pyindex", "pyrecover", "index", "cache", "target", "profile", "resolver", "selection", "customops",
+         "patches", "torchops", "cppindex", "elfscan", "registry", "callindex", "envflags", "workspace", "query",
+         "render", "gcpolicy"}
+
+# reads of `.resolver` off a workspace that are left outside the core, per file (a ratchet: the count may
+# only go down). They hand the resolver to code that evaluates with its own primitives (lookup_name,
+# class_attr, attr, guard_value, resolve_dotted with the caller's Walk, the op registry's cpp_pending
+# handshake): the rules' RuleContext.r and the checks that build on it, opvariants, the upgrade mapping
+# (Registry.part) and inventory, one fix whose line also compares an import kind. Moving them behind
+# Query follows the Val/Walk move out of resolver.py (issue 12).
+_RESOLVER_READS_LEFT = {
+    "rules/checks_loading.py": 2, "rules/checks_platform.py": 1, "rules/checks_upstream.py": 1,
+    "rules/api.py": 1, "rules/classes.py": 1, "rules/engine.py": 3, "rules/opvariants.py": 3,
+    "upgrade/fixes.py": 1, "upgrade/inventory.py": 1, "upgrade/mapping.py": 2,
+}
+
+
+def _outside_the_core():
+    import ast
+
+    base = REPO / "server" / "attnlens"
+    for py in sorted(base.rglob("*.py")):
+        rel = py.relative_to(base)
+        if len(rel.parts) == 1 and py.stem in _CORE:
+            continue
+        yield rel.as_posix(), ast.parse(py.read_text(encoding="utf-8"), str(py))
+
+
+def _reads_off_a_workspace(tree, attr: str) -> list[int]:
+    """Lines where ``<something>.<attr>`` is read and the something is not ``self``/``cls``."""
+    import ast
+
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == attr
+            and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))]
+
+
+def test_no_module_outside_the_core_reads_the_resolver_off_a_workspace():
+    """Issue 12: modules outside the core ask through ``ws.query``; none reads ``ws.resolver`` (an AST scan of
+    the package). The language server and the CLI read it nowhere; the rules and the upgrade code only
+    where ``_RESOLVER_READS_LEFT`` says (new reads fail here)."""
+    over = []
+    for rel, tree in _outside_the_core():
+        lines = _reads_off_a_workspace(tree, "resolver")
+        allowed = 0 if rel.startswith("lsp/") or rel == "cli.py" else _RESOLVER_READS_LEFT.get(rel, 0)
+        if len(lines) > allowed:
+            over.append(f"{rel}: {len(lines)} reads of .resolver (allowed {allowed}) at lines {lines}")
+    assert over == []
+
+
+def test_the_lsp_and_the_cli_read_no_index_off_a_workspace():
+    """Documents, modules and the call index go through the query too: no ``ws.index`` / ``a.ws.index`` in
+    the language server or the CLI (``.index`` read off anything named ``ws``/``workspace``)."""
+    import ast
+
+    found = []
+    for rel, tree in _outside_the_core():
+        if not (rel.startswith("lsp/") or rel == "cli.py"):
+            continue
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Attribute) and n.attr in ("index", "resolver"):
+                v = n.value
+                name = v.id if isinstance(v, ast.Name) else v.attr if isinstance(v, ast.Attribute) else ""
+                if name in ("ws", "workspace", "q", "query"):
+                    found.append(f"{rel}:{n.lineno} {ast.unparse(n)}")
+    assert found == []
 
 
 # private state of the core that other modules reached into (issue 12); each has a public accessor now

@@ -1,4 +1,7 @@
-"""``attnlens`` command line: the same analysis as the language server, headless."""
+"""``attnlens`` command line: the same analysis as the language server, headless.
+
+Every question goes through the workspace's :class:`~attnlens.query.Query`, the door the language
+server uses too (``.importlinter``: the CLI imports no analysis module behind it)."""
 
 from __future__ import annotations
 
@@ -21,21 +24,20 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_subject_argument(p)
 
 
-def _workspace(args):
-    """The workspace of ``--root`` for ``--subject`` (worktree, index, rev:REV, installed)."""
+def _query(args):
+    """The query of the workspace of ``--root`` for ``--subject`` (worktree, index, rev:REV, installed)."""
     from .upgrade.subjects import workspace_for_subject
 
-    ws = workspace_for_subject(args)
-    ws.allow_fork = True  # the CLI is single-threaded: forked prefetch workers are safe here
-    ws.index.allow_fork = True
-    return ws
+    q = workspace_for_subject(args).query
+    q.allow_fork()  # the CLI is single-threaded: forked prefetch workers are safe here
+    return q
 
 
-def _subject(ws) -> dict:
-    s = getattr(ws, "subject", None)
+def _subject(q) -> dict:
+    s = q.subject
     if s is None:
-        return {"kind": "worktree", "path": str(ws.root)}
-    return {"kind": s.kind, "path": str(s.path), "description": getattr(s, "description", "")}
+        return {"kind": "worktree", "path": str(q.root)}
+    return {"kind": s.kind, "path": str(s.path), "description": s.description}
 
 
 def _parse_position(spec: str) -> tuple[str, int, int]:
@@ -50,21 +52,21 @@ def _parse_position(spec: str) -> tuple[str, int, int]:
 
 
 def cmd_trace(args) -> int:
-    ws = _workspace(args)
+    q = _query(args)
     path, line, col = _parse_position(args.position)
     path = os.path.abspath(path)
-    subj = getattr(ws, "subject", None)
+    subj = q.subject
     root = os.path.realpath(args.root or os.getcwd())
     if subj is not None and subj.kind != "worktree" and os.path.realpath(path).startswith(root + os.sep):
         # the position names a worktree file: read the same file of the subject's snapshot
-        path = os.path.join(str(ws.root), os.path.relpath(os.path.realpath(path), root))
+        path = os.path.join(str(q.root), os.path.relpath(os.path.realpath(path), root))
     if not os.path.isfile(path):
         print(f"attnlens: no such file: {path}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    chain = ws.trace_at(path, line, max(col - 1, 0))
+    chain = q.trace_at(path, line, max(col - 1, 0))
     dt = time.perf_counter() - t0
-    ws.close()
+    q.close()
     if chain is None:
         msg = f"nothing to trace at {path}:{line}:{col} (not a name or call, or not a Python module of the workspace)"
         if args.json:
@@ -75,67 +77,66 @@ def cmd_trace(args) -> int:
     if args.json:
         d = chain.to_json()
         d["elapsed_ms"] = round(dt * 1000, 3)
-        d["subject"] = _subject(ws)
+        d["subject"] = _subject(q)
         print(json.dumps(d, indent=1))
     else:
-        from .envflags import platform_defaults
         from .render import chain_text
 
-        print(chain_text(chain, platform_defaults(ws.resolver)))
+        print(chain_text(chain, q.platform_defaults()))
         if args.timing:
             print(f"(resolved in {dt * 1000:.2f} ms)")
     return 0
 
 
 def cmd_backends(args) -> int:
-    ws = _workspace(args)
+    q = _query(args)
     t0 = time.perf_counter()
     if not args.no_cache:
-        ws.resolver.ops.prefetch_cpp()
-    entries = ws.backends(with_call_sites=not args.no_call_sites, include_custom_ops=args.custom_ops)
+        q.prefetch_cpp()
+    entries = q.backends(with_call_sites=not args.no_call_sites, include_custom_ops=args.custom_ops)
     dt = time.perf_counter() - t0
-    ws.close()
+    q.close()
     if args.json:
-        print(json.dumps([dict(e.to_json(), subject=_subject(ws)) for e in entries], indent=1))
+        print(json.dumps([dict(e.to_json(), subject=_subject(q)) for e in entries], indent=1))
     else:
         from .render import backends_table
 
-        print(f"subject: {_subject(ws).get('description') or _subject(ws)['kind']}")
-        print(backends_table(entries, ws.root))
+        print(f"subject: {_subject(q).get('description') or _subject(q)['kind']}")
+        print(backends_table(entries, q.root))
         if args.timing:
             print(f"({len(entries)} entries in {dt:.3f} s)")
     return 0
 
 
 def cmd_sites(args) -> int:
-    ws = _workspace(args)
-    paths = [os.path.abspath(p) if os.path.exists(p) else os.path.join(str(ws.root), p) for p in args.paths] or None
-    key = ws.derived_key("sites", repr(sorted(paths or [])), "json" if args.json else "text")
-    out = ws.load_derived(key) if not args.no_cache else None
+    q = _query(args)
+    paths = [os.path.abspath(p) if os.path.exists(p) else os.path.join(str(q.root), p) for p in args.paths] or None
+    key = q.derived_key("sites", repr(sorted(paths or [])), "json" if args.json else "text")
+    out = q.load_derived(key) if not args.no_cache else None
     if out is None:
         if not args.no_cache:
-            ws.resolver.ops.prefetch_cpp()
-            ws.index.prefetch_summaries()  # a worker parses from the end of the module list
-        out = _sites_output(ws, ws.kernel_sites(paths), args.json)
+            q.prefetch_cpp()
+            q.prefetch_summaries()  # a worker parses from the end of the module list
+        out = _sites_output(q.root, q.kernel_sites(paths), args.json)
         # an output past 256 MB is cheaper to recompute than to keep (upstream vLLM's JSON is ~80-100 MB, ~2 min to make)
         if not args.no_cache and len(out) < 256 << 20:
-            ws.store_derived(key, out)
-    ws.close()
+            q.store_derived(key, out)
+    q.close()
     sys.stdout.write(out)
     return 0
 
 
-def _sites_output(ws, sites, as_json: bool) -> str:
+def _sites_output(root, sites, as_json: bool) -> str:
     import io
     from contextlib import redirect_stdout
 
     buf = io.StringIO()
     with redirect_stdout(buf):
-        _print_sites(ws, sites, as_json)
+        _print_sites(root, sites, as_json)
     return buf.getvalue()
 
 
-def _print_sites(ws, sites, as_json: bool) -> None:
+def _print_sites(root, sites, as_json: bool) -> None:
     if as_json:
         print(json.dumps([s.to_json() for s in sites], indent=1))
         return
@@ -150,7 +151,7 @@ def _print_sites(ws, sites, as_json: bool) -> None:
     all_dead = 0
     for s in sites:
         leaves = s.chain.leaves()
-        rel = os.path.relpath(s.path, ws.root)
+        rel = os.path.relpath(s.path, root)
         print(f"{rel}:{s.line}:{s.col + 1}  {s.call} -> {site_leaves_text(s.chain)}")
         counts["+".join(sorted({lf.final.kind for lf in leaves})) or "none"] += 1
         live = [lf for lf in leaves if lf.reachable is not False]
@@ -165,10 +166,10 @@ def _print_sites(ws, sites, as_json: bool) -> None:
 
 
 def cmd_profile(args) -> int:
-    ws = _workspace(args)
-    info = ws.resolver.profile.summary()
-    info["kernel_providers"] = [{"module": m, "guard": g, "status": s} for m, g, s in ws.resolver.ops.providers()]
-    info["target"] = ws.target.to_json() if not ws.target_error else {"error": ws.target_error}
+    q = _query(args)
+    info = q.platform_summary()
+    info["kernel_providers"] = [{"module": m, "guard": g, "status": s} for m, g, s in q.kernel_providers()]
+    info["target"] = q.target.to_json() if not q.target_error else {"error": q.target_error}
     print(json.dumps(info, indent=1))
     return 0
 

@@ -1,6 +1,8 @@
-"""One analysed workspace: index + resolver + registry, and position lookups.
+"""One analysed workspace: index + resolver + registry, their per-workspace memos, and position lookups.
 
-This is the API the CLI and the language server share. It has no LSP types:
+The questions the CLI, the language server, the rules and the upgrade code ask go through its
+:attr:`Workspace.query` (:class:`attnlens.query.Query`, one per workspace): outside the core, nothing
+reads the index or the resolver off a workspace (``tests/test_architecture.py``). No LSP types here:
 lines are 1-based, columns are 0-based code points.
 """
 
@@ -21,8 +23,9 @@ from .walk import ValKind, Walk
 
 
 @dataclass
-class Target:
-    """What sits under an editor position."""
+class CallRef:
+    """The call or name reference under a position: what a trace at that position follows (``call``: the
+    call site when the position is on one; else ``text``, the dotted name up to the segment under it)."""
 
     module: Module
     scope: str
@@ -45,11 +48,12 @@ class Workspace:
             except TargetError as e:
                 self.target_error = str(e)
                 target = TargetInfo(python=python or "", sys_path=[], error=str(e))
-        self.target = target
+        self.target = target  # the target interpreter (the only meaning of "target" here)
+        self.subject = None  # the review subject (upgrade.subjects) a snapshot workspace was built for
         self.index = Index(self.root, target, self.cache)
         self.resolver = Resolver(self.index)
         self.resolver.backend_impls = self._backend_impls
-        self.resolver.oot_replacements = self._oot_replacements
+        self.resolver.oot_replacements = self.oot_replacements
         self.resolver.enum_overrides = self._enum_overrides
         self._oot_memo: tuple | None = None
         self._overrides_memo: tuple | None = None
@@ -60,6 +64,16 @@ class Workspace:
         self._backends_memo = None
         self._backends_carry: dict = {}  # flags -> (registry inputs, entries): reused across generations
         self.allow_fork = False  # forked prefetch workers: only in single-threaded CLI processes
+        self._query = None
+
+    @property
+    def query(self):
+        """The questions this workspace answers (:class:`attnlens.query.Query`): one per workspace."""
+        if self._query is None:
+            from .query import Query
+
+            self._query = Query(self)
+        return self._query
 
     # -- registry ------------------------------------------------------------
     def backends(self, with_call_sites: bool = True, include_custom_ops: bool = False):
@@ -114,7 +128,7 @@ class Workspace:
             sigs.append((name, _registry_signature(m.summary, idx.source_text(m.path) or "")))
         return (idx.outside_generation, tuple(sigs))
 
-    def _oot_replacements(self) -> dict:
+    def oot_replacements(self) -> dict:
         """register_oot registrations by name, memoised per index generation."""
         gen = self.index.generation
         if self._oot_memo is not None and self._oot_memo[0] == gen:
@@ -200,7 +214,7 @@ class Workspace:
                     res = _failed_site(mod, cs, e)
                 if res is None:
                     continue
-                chain = self._selection_reachability(mod, cs.line, res.chain, never)
+                chain = self.mark_selection(mod, cs.line, res.chain, never)
                 if chain is not res.chain:
                     res = CallSiteResult(res.path, res.line, res.col, res.call, res.scope, chain)
                 out.append(res)
@@ -354,7 +368,7 @@ class Workspace:
             self._refs[key] = refs
         return refs
 
-    def target_at(self, path: str, line: int, col: int) -> Target | None:
+    def ref_at(self, path: str, line: int, col: int) -> CallRef | None:
         mod = self.index.module_for_path(path)
         if mod is None:
             return None
@@ -369,7 +383,7 @@ class Workspace:
         if best is not None:
             # anywhere inside a callee expression: the call is what is traced
             cs = best[1]
-            return Target(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
+            return CallRef(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
         ref_hit = None
         for r in self.refs_for(mod):
             if r.line == line and r.col <= col <= r.end_col:
@@ -387,10 +401,10 @@ class Workspace:
             call = None
             if best is not None and best[1].func == ref_hit.text and k == len(parts) and best[1].fline == line:
                 call = best[1]
-            return Target(mod, ref_hit.scope, text, line, ref_hit.col, ref_hit.seg_ends[k - 1], call)
+            return CallRef(mod, ref_hit.scope, text, line, ref_hit.col, ref_hit.seg_ends[k - 1], call)
         if best is not None:
             cs = best[1]
-            return Target(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
+            return CallRef(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
         # anywhere inside a call's parentheses: the innermost call
         inner = None
         for cs in s.calls:
@@ -400,26 +414,26 @@ class Workspace:
                     inner = (span, cs)
         if inner is not None:
             cs = inner[1]
-            return Target(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
+            return CallRef(mod, cs.scope, cs.func, cs.line, cs.fcol, cs.fend_col, cs)
         return None
 
     def trace_at(self, path: str, line: int, col: int, budget_s: float | None = None, cancel=None) -> M.Chain | None:
-        t = self.target_at(path, line, col)
-        if t is None:
+        ref = self.ref_at(path, line, col)
+        if ref is None:
             d = self.def_at(path, line, col)
             if d is None:
                 return None
             return self.trace_symbol(d, budget_s, cancel)
-        return self.trace_target(t, budget_s, cancel)
+        return self.trace_ref(ref, budget_s, cancel)
 
-    def trace_target(self, t: Target, budget_s: float | None = None, cancel=None) -> M.Chain:
-        if t.call is not None:
-            chain = self.resolver.trace_call(t.module, t.call, budget_s, cancel)
+    def trace_ref(self, ref: CallRef, budget_s: float | None = None, cancel=None) -> M.Chain:
+        if ref.call is not None:
+            chain = self.resolver.trace_call(ref.module, ref.call, budget_s, cancel)
         else:
-            chain = self.resolver.trace_text(t.module, t.scope, t.text, t.line, budget_s, col=t.col, cancel=cancel)
-        return self._selection_reachability(t.module, t.line, chain)
+            chain = self.resolver.trace_text(ref.module, ref.scope, ref.text, ref.line, budget_s, col=ref.col, cancel=cancel)
+        return self.mark_selection(ref.module, ref.line, chain)
 
-    def _selection_reachability(self, mod: Module, line: int, chain: M.Chain, never: dict | None = None) -> M.Chain:
+    def mark_selection(self, mod: Module, line: int, chain: M.Chain, never: dict | None = None) -> M.Chain:
         """The chain of code inside a class vLLM never instantiates on this platform, marked dead (a new chain)."""
         if not mod.workspace:
             return chain

@@ -127,14 +127,13 @@ def test_hover_sections_extension_point_and_partial_label():
 
     chain = M.Chain([M.Hop("call", "/w/a.py", 3, "f", col=4)], M.Final(M.UNRESOLVED, None, None, "f", reason="budget"),
                     None, partial=True)
-    ctx = hover.HoverContext(analysis=None, path="/w/a.py", line=3, col=4, chain=chain)
-    hover.register_section("test-evidence", lambda c: f"**evidence** for `{c.chain.final.symbol}`", order=50)
-    hover.register_section("test-broken", lambda c: 1 / 0, order=60)
-    try:
-        text = hover.render(ctx)
-    finally:
-        hover.unregister_section("test-evidence")
-        hover.unregister_section("test-broken")
+    sections = hover.HoverSections()  # one server's sections: the built-in ones, then the features'
+    sections.register("test-evidence", lambda c: f"**evidence** for `{c.chain.final.symbol}`", order=50)
+    sections.register("test-broken", lambda c: 1 / 0, order=60)
+    ctx = hover.HoverContext(analysis=None, path="/w/a.py", line=3, col=4, chain=chain, sections=sections.snapshot())
+    text = hover.render(ctx)
     assert "partial answer" in text and "**evidence** for `f`" in text
     assert text.index("partial answer") < text.index("**evidence**")  # order respected
-    assert "test-evidence" not in hover.sections()
+    sections.unregister("test-evidence")
+    assert "test-evidence" not in sections.names() and "chain" in sections.names()
+    assert "test-broken" not in hover.HoverSections().names()  # another server's sections are its own

@@ -1,4 +1,8 @@
-"""The AttnLens language server (pygls 2): thin adapters over :class:`attnlens.workspace.Workspace`.
+"""The AttnLens language server (pygls 2): thin adapters over :class:`attnlens.query.Query`.
+
+Every question of the analysis core goes through the workspace's query (``Analysis.q``); nothing
+here imports the resolver, registry, index or other core modules behind it (the ``lsp-cli-through-query``
+contract in ``.importlinter``).
 
 Layout
 ------
@@ -8,7 +12,8 @@ Layout
 ``analysis.py``      what features ask of the core, plus the server's caches (no LSP types);
                      ``calls.py`` (call hierarchy, call-site index) and ``symbol_table.py``
                      are mixed in; ``records.py`` holds the plain records they return
-``hover.py``         hover *sections*: an ordered list of providers (extension point)
+``hover.py``         hover *sections*: an ordered list of providers per server (extension point)
+``request.py``       the frozen request a worker function gets (settings, encoding, document version)
 ``convert.py``       URIs and positions at the edge (UTF-16/UTF-8/UTF-32 <-> code points)
 ``config.py``        typed settings with defaults; invalid values warn and fall back
 ``worker.py``        the single analysis thread (priorities, cancellation) and debouncing

@@ -1,10 +1,13 @@
 """What the LSP features ask of the analysis core, with the server's caches.
 
-Everything here runs on the worker thread (see ``worker.py``) and returns
+The questions go through the workspace's :class:`~attnlens.query.Query` (``self.q``), the one door
+into the core. Everything here runs on the worker thread (see ``worker.py``) and returns
 plain data: core types (``Chain``, ``BackendEntry``) or the records of
 ``records.py``, with 1-based lines and code point columns. No lsprotocol
 types: the features convert at the edge. Call hierarchy (``calls.py``) and
-the symbol table (``symbol_table.py``) are mixed in.
+the symbol table (``symbol_table.py``) are mixed in. An :class:`Analysis` also holds the
+server's per-workspace state that lives on the worker thread (kernel call sites in progress,
+the installed-kernel symbols, the rules errors already logged): nothing of it is a module global.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import logging
 import time
 from typing import Any, Callable, Iterator
 
-from ..callindex import CallIndex
 from ..gcpolicy import freeze_young
 from ..workspace import Workspace
 from .calls import CallsMixin
@@ -30,7 +32,8 @@ class Analysis(CallsMixin, SymbolsMixin):
     """The server's view of one :class:`Workspace` (worker thread only)."""
 
     def __init__(self, ws: Workspace, index_budget_s: float = 0.25):
-        self.ws = ws
+        self.ws = ws  # only handed to the rules, upgrade and runtime entry points (they take a workspace)
+        self.q = ws.query  # every question of the core
         self._chains: LRU = LRU(4096)
         self._lines: LRU = LRU(64)
         self._backends: tuple[int, list] | None = None
@@ -38,22 +41,27 @@ class Analysis(CallsMixin, SymbolsMixin):
         self._symbols: tuple[int, list[Sym]] | None = None
         self.fix_offers: LRU = LRU(256)  # (finding id, path, generation, drift report) -> quick-fix offer (fixes.py)
         self.index_budget_s = index_budget_s
-        self.calls = CallIndex(ws.index, ws.resolver, index_budget_s)  # incoming calls (calls.py)
+        self.calls = self.q.call_index(index_budget_s)  # incoming calls (calls.py)
         # "has the running request given up?" (the server sets Worker.should_yield): a cancelled hover's
         # trace stops at its next check instead of holding the analysis thread for its whole budget
         self.cancel: Callable[[], bool] | None = None
         self.callsites_on_demand = False  # set by callsites_deferred: the index waits for a request
+        # per-workspace state of the features (worker thread), formerly module globals
+        self.site_progress: dict = {}  # path -> kernels._Progress: the file's kernel call sites, a few at a time
+        self.last_sites: dict = {}  # path -> the file's last complete kernel call sites (kernels.provisional_sites)
+        self.installed_symbols: dict = {}  # package folders -> kernel symbols of installed packages (installed.py)
+        self.reported_errors: set[str] = set()  # rules engine errors already logged (once each)
 
     # -- basics ----------------------------------------------------------------
     @property
     def generation(self) -> int:
-        return self.ws.index.generation
+        return self.q.generation
 
     def lines(self, path: str) -> list[str]:
         key = (path, self.generation)
         got = self._lines.get(key)
         if got is None:
-            got = split_lines(self.ws.index.source_text(path) or "")
+            got = split_lines(self.q.source_text(path) or "")
             self._lines.put(key, got)
         return got
 
@@ -62,22 +70,22 @@ class Analysis(CallsMixin, SymbolsMixin):
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
     def module(self, path: str):
-        return self.ws.index.module_for_path(path)
+        return self.q.module_for_path(path)
 
     # -- positions -------------------------------------------------------------
     def resolve(self, path: str, line: int, col: int, budget_s: float | None = None) -> Resolved | None:
-        """The target under (line, col) and its chain, from the chain cache when possible."""
-        t = self.ws.target_at(path, line, col)
-        if t is None:
+        """The call or name under (line, col) and its chain, from the chain cache when possible."""
+        ref = self.q.ref_at(path, line, col)
+        if ref is None:
             return None
-        call = (t.call.line, t.call.col) if t.call is not None else None
-        key = (path, self.generation, t.line, t.col, t.end_col, t.text, call)
+        call = (ref.call.line, ref.call.col) if ref.call is not None else None
+        key = (path, self.generation, ref.line, ref.col, ref.end_col, ref.text, call)
         chain = self._chains.get(key)
         if chain is None or (chain.partial and budget_s is None):
-            chain = self.ws.trace_target(t, budget_s, self.cancel)
+            chain = self.q.trace_ref(ref, budget_s, self.cancel)
             if not (chain.partial and self.cancel is not None and self.cancel()):  # never keep a cancelled one
                 self._chains.put(key, chain)
-        return Resolved(t, chain)
+        return Resolved(ref, chain)
 
     def def_at(self, path: str, line: int, col: int) -> DefRef | None:
         """The class/function whose *name* is at (line, col)."""
@@ -108,7 +116,7 @@ class Analysis(CallsMixin, SymbolsMixin):
         return None
 
     def defref(self, module: str, qual: str) -> DefRef | None:
-        mod = self.ws.index.module(module)
+        mod = self.q.module(module)
         if mod is None:
             return None
         s = mod.summary
@@ -152,7 +160,7 @@ class Analysis(CallsMixin, SymbolsMixin):
         gen = self.generation
         if self._backends is not None and (self._backends[0] == gen or allow_stale):
             return self._backends[1]
-        entries = self.ws.backends(with_call_sites=True, include_custom_ops=True)
+        entries = self.q.backends(with_call_sites=True, include_custom_ops=True)
         self._backends = (gen, entries)
         return entries
 
@@ -182,61 +190,57 @@ class Analysis(CallsMixin, SymbolsMixin):
         """Warm everything requests need; yields (message, percentage) per step. Each step holds
         the one analysis thread for about ``STEP_BUDGET_S``: a request or a diagnostics run that
         arrives meanwhile waits at most that long."""
-        names = sorted(self.ws.index.ws_files)
+        names = self.q.workspace_module_names()
         n = len(names) or 1
         t0 = time.perf_counter()
         for i, name in enumerate(names, 1):
-            self.ws.index.module(name)
+            self.q.module(name)
             if i == len(names) or time.perf_counter() - t0 >= STEP_BUDGET_S:
                 freeze_young()  # summaries live as long as the index: keep full collections off them
                 yield f"{i}/{n} modules", int(60 * i / n)
                 t0 = time.perf_counter()
-        self.ws.index.stop_prefetch()  # the summary helper, if one runs: every module is here
+        self.q.stop_prefetch()  # the summary helper, if one runs: every module is here
         try:
-            self.ws.resolver.profile.summary()
+            self.q.platform_summary()
         except Exception:  # noqa: BLE001
             log.warning("platform profile failed", exc_info=True)
         yield "platform profile", 65
-        ops = getattr(self.ws.resolver, "ops", None)
-        if ops is not None:
-            try:
-                for done in ops.cpp_warm_steps(STEP_BUDGET_S):  # a few files per step
-                    yield f"C++ files: {done}", 70
-            except Exception:  # noqa: BLE001
-                log.warning("C++ index failed", exc_info=True)
+        try:
+            for done in self.q.cpp_warm_steps(STEP_BUDGET_S):  # a few files per step
+                yield f"C++ files: {done}", 70
+        except Exception:  # noqa: BLE001
+            log.warning("C++ index failed", exc_info=True)
         yield "C++ registrations", 75
         try:
-            from ..registry import Registry
-
-            for n in Registry(self.ws.resolver).warm_steps(STEP_BUDGET_S):  # call-site chains a few at a time
+            for n in self.q.registry_warm_steps(STEP_BUDGET_S):  # call-site chains a few at a time
                 yield f"backends: {n}, tracing their call sites", 80
             self.backends()
-            self.ws.never_selected()  # reachability follows selection: ready before the hovers need it
+            self.q.never_selected()  # reachability follows selection: ready before the hovers need it
         except Exception:  # noqa: BLE001
             log.warning("backend registry failed", exc_info=True)
         yield "backends", 90
         self.symbols()
         yield "symbols", 100
-        self.ws.index.flush()
+        self.q.flush()
 
     def callsites_deferred(self, max_modules: int) -> bool:
         """Leave the call-site index to the first request that needs it (incoming calls) when the
         workspace has more than ``max_modules`` modules."""
-        self.callsites_on_demand = len(self.ws.index.ws_files) > max_modules
+        self.callsites_on_demand = len(self.q.workspace_files()) > max_modules
         return self.callsites_on_demand
 
     # -- status ----------------------------------------------------------------
     def status(self) -> dict:
-        ws = self.ws
+        q = self.q
         try:
-            platform = ws.resolver.profile.summary()
+            platform = q.platform_summary()
         except Exception as e:  # noqa: BLE001
             platform = {"error": f"{type(e).__name__}: {e}"}
         return {
-            "root": str(ws.root),
-            "targetPython": ws.target.python,
-            "targetError": ws.target_error,
-            "indexedModules": len(ws.index.ws_files),
+            "root": str(q.root),
+            "targetPython": q.target.python,
+            "targetError": q.target_error,
+            "indexedModules": len(q.workspace_files()),
             "generation": self.generation,
             "platform": platform,
             "backends": len(self._backends[1]) if self._backends else None,

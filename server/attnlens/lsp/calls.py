@@ -1,4 +1,4 @@
-"""Call hierarchy over chains; incoming calls from the reverse call index (``attnlens.callindex``).
+"""Call hierarchy over chains; incoming calls from the reverse call index (``Query.call_index``).
 
 Mixed into :class:`~attnlens.lsp.analysis.Analysis`; worker thread only.
 """
@@ -11,7 +11,6 @@ import time
 from typing import Any, Iterator
 
 from .. import model as M
-from ..callindex import CallRec
 from .records import DefRef, Item
 
 log = logging.getLogger(__name__)
@@ -94,13 +93,11 @@ class CallsMixin:
         return [self.item_for_def(d)] if d is not None else []
 
     def _kernel_calls(self, mod, quals: list[str]) -> Iterator[tuple[Any, M.Chain]]:
-        from ..registry import Registry
-
-        reg = Registry(self.ws.resolver)
+        trace = self.q.kernel_tracer()
         for q in quals:
             for cs in mod.summary.calls_in(q):
                 try:
-                    res = reg.kernel_call(mod, cs)
+                    res = trace(mod, cs)
                 except Exception:  # noqa: BLE001 - one bad site must not hide the others
                     log.warning("tracing %s:%s failed", mod.path, cs.line, exc_info=True)
                     continue
@@ -110,7 +107,7 @@ class CallsMixin:
     def outgoing(self, data: dict) -> list[tuple[Item, list[tuple[int, int, int]]]]:
         groups: dict[tuple, tuple[Item, list]] = {}
         if data.get("t") == "def":
-            mod = self.ws.index.module(data["module"])
+            mod = self.q.module(data["module"])
             if mod is None:
                 return []
             s = mod.summary
@@ -128,7 +125,7 @@ class CallsMixin:
                     if (cs.fline, cs.fcol, cs.fend_col) not in spans:
                         spans.append((cs.fline, cs.fcol, cs.fend_col))
         elif data.get("t") == "final" and data.get("kind") == M.TORCH_OP:
-            chain = self.ws.trace_symbol(data["symbol"])
+            chain = self.q.trace_symbol(data["symbol"])
             regs = [r for lf in chain.leaves() if lf.final.kind == M.TORCH_OP for r in lf.final.registrations]
             for r in regs:
                 if r.function_path and r.function_line:
@@ -186,9 +183,10 @@ class CallsMixin:
         n = len(self.lines(mod.path)) or 1
         return Item(mod.name, "module", mod.path, mod.path, 1, 0, 0, 1, n, {"t": "module", "module": mod.name, "path": mod.path})
 
-    def _caller_item(self, rec: CallRec) -> Item:
+    def _caller_item(self, rec) -> Item:
+        """The caller of a call index record (``callindex.CallRec``)."""
         name = self.calls.module_name(rec.path)
-        if name is not None and not self.ws.index.is_loaded(name):
+        if name is not None and not self.q.is_loaded(name):
             # an edited buffer nobody has summarised yet: the caller named from the record (its
             # function, at the call), instead of building the summary (a pasted buffer: 0.3-2 s)
             short = rec.scope.rpartition(".")[2] or name

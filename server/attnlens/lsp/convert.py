@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import quote, unquote
 
@@ -97,6 +98,24 @@ def link(path: str, line: int | None) -> str:
     return f"{path_to_uri(path)}#L{line or 1}"
 
 
+@dataclass(frozen=True)
+class Span:
+    """A range of one file in LSP units (0-based lines, columns in the negotiated encoding), as plain data:
+    what a worker function returns; the handler makes the lsprotocol object (:meth:`range`, :meth:`location`)."""
+
+    path: str
+    line: int
+    character: int
+    end_line: int
+    end_character: int
+
+    def range(self) -> T.Range:
+        return T.Range(T.Position(self.line, self.character), T.Position(self.end_line, self.end_character))
+
+    def location(self) -> T.Location:
+        return T.Location(path_to_uri(self.path), self.range())
+
+
 class Positions:
     """Core positions (1-based line, code point col) <-> LSP positions.
 
@@ -110,22 +129,36 @@ class Positions:
         self.encoding = encoding
 
     def to_core(self, path: str, pos: T.Position) -> tuple[int, int]:
-        text = self.line_text(path, pos.line + 1)
-        return pos.line + 1, to_code_points(text, pos.character, self.encoding)
+        return self.to_core_at(path, pos.line, pos.character)
 
-    def position(self, path: str, line1: int, col: int) -> T.Position:
+    def to_core_at(self, path: str, line0: int, character: int) -> tuple[int, int]:
+        """An LSP position given as numbers (0-based line, column in the encoding) -> core (line, col)."""
+        text = self.line_text(path, line0 + 1)
+        return line0 + 1, to_code_points(text, character, self.encoding)
+
+    def _units(self, path: str, line1: int, col: int) -> tuple[int, int]:
         line0 = max(line1 - 1, 0)
         if col <= 0:
-            return T.Position(line0, 0)
-        return T.Position(line0, from_code_points(self.line_text(path, line1), col, self.encoding))
+            return line0, 0
+        return line0, from_code_points(self.line_text(path, line1), col, self.encoding)
 
-    def range(self, path: str, line1: int, col: int, end_line1: int | None = None, end_col: int | None = None) -> T.Range:
-        start = self.position(path, line1, col)
+    def position(self, path: str, line1: int, col: int) -> T.Position:
+        return T.Position(*self._units(path, line1, col))
+
+    def span(self, path: str, line1: int, col: int, end_line1: int | None = None, end_col: int | None = None) -> Span:
+        """The core range as a :class:`Span` (plain data, LSP units)."""
         if end_line1 is None:
             end_line1 = line1
         if end_col is None:
             end_col = col
-        return T.Range(start, self.position(path, end_line1, end_col))
+        return Span(path, *self._units(path, line1, col), *self._units(path, end_line1, end_col))
+
+    def location_span(self, path: str, line1: int, col: int = 0, end_col: int | None = None) -> Span:
+        """:meth:`location` as a :class:`Span`."""
+        return self.span(path, line1, col, line1, end_col if end_col is not None else col)
+
+    def range(self, path: str, line1: int, col: int, end_line1: int | None = None, end_col: int | None = None) -> T.Range:
+        return self.span(path, line1, col, end_line1, end_col).range()
 
     def line_range(self, path: str, line1: int, end_line1: int | None = None) -> T.Range:
         """From the start of ``line1`` to the end of ``end_line1``."""
@@ -135,7 +168,7 @@ class Positions:
         return T.Range(T.Position(max(line1 - 1, 0), 0), T.Position(max(end_line1 - 1, 0), end))
 
     def location(self, path: str, line1: int, col: int = 0, end_col: int | None = None) -> T.Location:
-        return T.Location(path_to_uri(path), self.range(path, line1, col, line1, end_col if end_col is not None else col))
+        return self.location_span(path, line1, col, end_col).location()
 
 
 def name_span(line_text: str, name: str, start: int = 0) -> tuple[int, int]:

@@ -3,9 +3,10 @@
 A section provider gets a :class:`HoverContext` (worker thread, read-only use
 of the analysis) and returns Markdown or None. Built-in sections: the chain
 (the verdict, the final Python function's signature, the folded chain) and the
-backend registry entry. Other parts of AttnLens (contract facts, probe
-evidence) add theirs with :func:`register_section`; a failing provider is
-logged and skipped, never breaking the hover.
+backend registry entry. The sections are per server (:class:`HoverSections`,
+``AttnLensServer.hover_sections``): other parts of AttnLens (navigation hints,
+probe evidence, drift) add theirs to the server's when they register their
+feature; a failing provider is logged and skipped, never breaking the hover.
 
 A hover exists only when there is something kernel-related to say
 (``HoverContext.relevant``): a chain with a kernel, op, dummy or missing
@@ -50,6 +51,7 @@ class HoverContext:
     signature: str | None = None  # Markdown of the final Python function (signature, first docstring line)
     copy_args: dict | None = None  # arguments of the Copy as Markdown link (None: no link)
     class_kernels: object = None  # lens.Counts of a hovered class's kernel call sites
+    sections: tuple | None = None  # (order, name, provider) to render (None: the built-in sections)
     _related: tuple | None = field(default=None, repr=False)  # (chain, kernel_related(chain))
 
     def link(self, path: str, line: int | None) -> str:
@@ -75,35 +77,44 @@ def kernel_related(chain: M.Chain) -> bool:
     """A chain worth a hover: a partial one (the rest is coming), one with a kernel, op, dummy or missing package
     among its leaves, one that `attnlens sites` counts as a kernel call site (a name missing from the kernel code
     it imports from included), or one stopped by a file that cannot be read."""
-    from ..registry import is_kernel_chain
+    from ..query import is_kernel_chain
 
     return chain.partial or has_kernel_story(chain) or is_kernel_chain(chain) or unreadable_code(chain)
 
 
 Section = Callable[[HoverContext], "str | None"]
-_SECTIONS: list[tuple[int, str, Section]] = []
 
 
-def register_section(name: str, provider: Section, order: int = 100) -> None:
-    """Add (or replace) a hover section; lower ``order`` renders first."""
-    unregister_section(name)
-    _SECTIONS.append((order, name, provider))
-    _SECTIONS.sort(key=lambda t: (t[0], t[1]))
+class HoverSections:
+    """The ordered hover sections of one server (the built-in ones to start with)."""
 
+    def __init__(self, builtin: bool = True) -> None:
+        self._items: tuple[tuple[int, str, Section], ...] = ()
+        if builtin:
+            for name, provider, order in BUILTIN_SECTIONS:
+                self.register(name, provider, order)
 
-def unregister_section(name: str) -> None:
-    _SECTIONS[:] = [s for s in _SECTIONS if s[1] != name]
+    def register(self, name: str, provider: Section, order: int = 100) -> None:
+        """Add (or replace) a section; lower ``order`` renders first."""
+        items = [s for s in self._items if s[1] != name] + [(order, name, provider)]
+        self._items = tuple(sorted(items, key=lambda t: (t[0], t[1])))
 
+    def unregister(self, name: str) -> None:
+        self._items = tuple(s for s in self._items if s[1] != name)
 
-def sections() -> list[str]:
-    return [name for _, name, _ in _SECTIONS]
+    def names(self) -> list[str]:
+        return [name for _, name, _ in self._items]
+
+    def snapshot(self) -> tuple:
+        """The sections as they are now (an immutable tuple: what a worker job renders)."""
+        return self._items
 
 
 def render(ctx: HoverContext) -> str | None:
     if not ctx.relevant():
         return None
     parts = []
-    for _, name, provider in list(_SECTIONS):
+    for _, name, provider in ctx.sections if ctx.sections is not None else HoverSections().snapshot():
         try:
             text = provider(ctx)
         except Exception:  # noqa: BLE001 - one section must not break the hover
@@ -218,7 +229,5 @@ def notes_section(ctx: HoverContext) -> str | None:
     return "\n".join(f"*{md_escape(n)}*" for n in ctx.notes) if ctx.notes else None
 
 
-register_section("chain", chain_section, order=10)
-register_section("backend", backend_section, order=20)
-register_section("upstream", upstream_section, order=30)
-register_section("notes", notes_section, order=1000)
+BUILTIN_SECTIONS = (("chain", chain_section, 10), ("backend", backend_section, 20), ("upstream", upstream_section, 30),
+                    ("notes", notes_section, 1000))

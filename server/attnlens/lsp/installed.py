@@ -6,7 +6,8 @@ are read as bytes and searched with a few patterns (``@triton.jit`` / ``@triton.
 ``@triton.heuristics`` / ``@jit`` over a ``def``, ``direct_register_custom_op(...)``,
 ``@torch.library.custom_op("ns::name")``): no summary is built or kept, so a search over upstream
 vLLM (2,200 files) costs a tenth of a second once and no memory beyond the symbols.
-Memoised per set of package folders; installed files are not watched (a restart re-reads them).
+Memoised per set of package folders on the server's :class:`~attnlens.lsp.analysis.Analysis`;
+installed files are not watched (a restart, which builds a new analysis, re-reads them).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 
-from ..index import iter_py_bytes
 from .records import Sym
 
 _PREFILTER = (b"jit", b"direct_register_custom_op(", b"library.custom_op")
@@ -65,38 +65,20 @@ def scan_file(path: str, data: bytes, module: str, package: str) -> list[Sym]:
     return out
 
 
-def package_folders(ws) -> list[tuple[str, str]]:
-    """(top-level name, folder) of the installed packages whose kernels workspace symbols should find."""
-    tops: dict[str, str] = {}
-    names = {m.name.split(".")[0] for m in ws.index.loaded_modules() if not m.workspace}
-    ops = getattr(ws.resolver, "ops", None)
-    try:
-        names |= {t.split(".")[0] for t, _g, _s in (ops.providers() if ops is not None else [])}
-    except Exception:  # noqa: BLE001 - providers are a nicety here
-        pass
-    for top in sorted(names):
-        loc = ws.index.locate(top)
-        if loc is None or loc.kind != "py" or not loc.is_package or ws.index.is_workspace_path(loc.path):
-            continue
-        tops[top] = os.path.dirname(loc.path)
-    return sorted(tops.items())
-
-
-_MEMO: dict = {}
-
-
-def installed_kernels(ws) -> list[Sym]:
-    """Every kernel symbol of the installed packages :func:`package_folders` names (memoised)."""
-    folders = tuple(package_folders(ws))
-    hit = _MEMO.get(folders)
+def installed_kernels(a) -> list[Sym]:
+    """Every kernel symbol of the installed packages ``Query.installed_kernel_packages`` names (memoised
+    in ``a.installed_symbols``, per set of package folders)."""
+    q, memo = a.q, a.installed_symbols
+    folders = tuple(q.installed_kernel_packages())
+    hit = memo.get(folders)
     if hit is not None:
         return hit
     out: list[Sym] = []
     for top, folder in folders:
-        for path, data in iter_py_bytes(folder, SKIP_DIRS):
+        for path, data in q.installed_sources(folder, SKIP_DIRS):
             if any(p in data for p in _PREFILTER):
                 out.extend(scan_file(path, data, _module_name(path, folder, top), top))
-    if len(_MEMO) > 8:
-        _MEMO.clear()
-    _MEMO[folders] = out
+    if len(memo) > 8:
+        memo.clear()
+    memo[folders] = out
     return out

@@ -1,11 +1,13 @@
 """Kernel call sites counted and grouped: what code lens, inlay hints, class hovers and the Kernels tree show.
 
 Per file, the kernel call sites come from the same machinery as ``attnlens sites``
-(``Registry.kernel_call``, whose chains the resolver's site memo keeps until a
-file they went through changes, then the platform's selection), computed a few
+(``Query.kernel_tracer``, whose chains the resolver's site memo keeps until a
+file they went through changes, then ``Query.mark_selection``), computed a few
 sites at a time (:func:`file_sites` with a budget) so that a hover is never
-queued behind a whole file. Per backend, they are the registry entry's call
-sites (``Workspace.backends``, computed at indexing). A *target* is a distinct
+queued behind a whole file; the work in progress and the last complete sites of
+each file live on the :class:`~attnlens.lsp.analysis.Analysis` (``site_progress``,
+``last_sites``). Per backend, they are the registry entry's call sites
+(``Query.backends``, computed at indexing). A *target* (:class:`Target`) is a distinct
 leaf (same kind, name and definition) and carries the call sites that reach it.
 
 Worker thread only; plain data (no LSP types).
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import os
 import time
-import weakref
 from dataclasses import dataclass, field
 
 from .. import model as M
@@ -139,17 +140,13 @@ class _Progress:
     done: bool = False
 
 
-_FILES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Analysis -> {path: _Progress}
-_LAST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Analysis -> {path: the last complete sites}
-
-
 def file_sites(a, path: str, budget_s: float | None = None) -> list[Site] | None:
     """The kernel call sites of ``path`` (the same as ``attnlens sites`` on that file), or None when
     ``budget_s`` ran out first (call again: the work done is kept). Memoised per index generation."""
     mod = a.module(path)
     if mod is None:
         return []
-    memo = _FILES.setdefault(a, {})
+    memo = a.site_progress
     gen = a.generation
     p = memo.get(path)
     if p is None or p.generation != gen or p.sha != mod.summary.sha:
@@ -158,10 +155,8 @@ def file_sites(a, path: str, budget_s: float | None = None) -> list[Site] | None
         p = memo[path] = _Progress(gen, mod.summary.sha)
     if p.done:
         return p.sites
-    from ..registry import Registry
-
-    reg = Registry(a.ws.resolver)
-    never = a.ws.never_selected()
+    trace = a.q.kernel_tracer()
+    never = a.q.never_selected()
     deadline = None if budget_s is None else time.perf_counter() + budget_s
     calls = mod.summary.calls
     while p.next_call < len(calls):
@@ -170,15 +165,15 @@ def file_sites(a, path: str, budget_s: float | None = None) -> list[Site] | None
         cs = calls[p.next_call]
         p.next_call += 1
         try:
-            res = reg.kernel_call(mod, cs)
+            res = trace(mod, cs)
         except Exception:  # noqa: BLE001 - one site's failure never loses the others
             continue
         if res is None:
             continue
-        chain = a.ws._selection_reachability(mod, cs.line, res.chain, never)  # as `attnlens sites` does
+        chain = a.q.mark_selection(mod, cs.line, res.chain, never)  # as `attnlens sites` does
         p.sites.append(Site(mod.path, cs.line, cs.col, cs.end_line, cs.end_col, cs.scope, res.call, chain))
     p.done = True
-    _LAST.setdefault(a, {})[path] = p.sites
+    a.last_sites[path] = p.sites
     return p.sites
 
 
@@ -190,7 +185,7 @@ def provisional_sites(a, path: str) -> list[Site] | None:
     """While a file's sites are being traced again after an edit: its last complete sites, moved to where the
     same calls are now (same function, same callee text, same occurrence); calls that are new have none yet.
     None when the file was never complete."""
-    last = _LAST.get(a, {}).get(path)
+    last = a.last_sites.get(path)
     mod = a.module(path)
     if last is None or mod is None:
         return None
@@ -214,7 +209,7 @@ def provisional_sites(a, path: str) -> list[Site] | None:
 def complete_sites(a, path: str) -> list[Site] | None:
     """The file's sites when they are complete for this index generation (no work done here)."""
     mod = a.module(path)
-    p = _FILES.get(a, {}).get(path)
+    p = a.site_progress.get(path)
     if mod is None:
         return []
     if p is not None and p.done and p.generation == a.generation and p.sha == mod.summary.sha:

@@ -6,7 +6,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from .. import model as M
-from ..workspace import Target
+from ..workspace import CallRef
 
 TRITON_DECORATORS = ("triton.jit", "jit", "triton.autotune", "triton.heuristics", "autotune", "heuristics")
 
@@ -52,7 +52,9 @@ class DefRef:
 
 @dataclass
 class Resolved:
-    target: Target
+    """The call or name under a position and its chain."""
+
+    ref: CallRef
     chain: M.Chain
 
 

@@ -1,10 +1,16 @@
 """The AttnLens language server object: session state plus feature wiring.
 
 State ownership (see ``__init__``): the event loop thread owns settings,
-open documents, the exact-position hover cache and the edit *epoch*; the
-worker thread owns the :class:`~attnlens.lsp.analysis.Analysis` (index,
-resolver, chain/backend/symbol caches). Handlers are async adapters:
-convert positions, ``await self.call(...)`` on the worker, convert back.
+open documents, the exact-position hover cache, the edit *epoch* and the
+session state of the features (hover sections, probe verdicts, the files
+the workspace check published, the files being traced again); the
+worker thread owns the :class:`~attnlens.lsp.analysis.Analysis` (the
+workspace's query, chain/backend/symbol caches, kernel call sites in
+progress). Every piece of state is on one of these two objects, none is a
+module global: two servers in one process share nothing
+(``tests/lsp/test_sessions.py``). Handlers are async adapters: take a frozen
+:class:`~attnlens.lsp.request.Request` (:meth:`AttnLensServer.request`),
+``await self.call(...)`` on the worker, convert the plain answer back.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from .analysis import LRU, Analysis
 from .capabilities import ClientCaps
 from .config import Settings
 from .convert import UTF16, Positions, uri_to_path
+from .hover import HoverSections
+from .request import Request
 from .worker import IDLE, NOW, SOON, Debouncer, Worker
 
 log = logging.getLogger("attnlens.lsp")
@@ -104,6 +112,11 @@ class AttnLensServer(LanguageServer):
         self.warned: set[str] = set()
         self.last_request = 0.0  # monotonic time of the last request that reached the worker
         self.settings_listeners: list[Callable[[Settings, Settings], None]] = []  # (old, new) after a change
+        # session state of the features (loop thread)
+        self.hover_sections = HoverSections()  # features add theirs when they register (hover.py)
+        self.probe_diagnostics: dict[str, list] = {}  # uri -> diagnostics of the probe runs started there
+        self.workspace_checked_uris: set[str] = set()  # the URIs the workspace check published
+        self.retracing: set[str] = set()  # paths whose kernel call sites are traced again in the background (lens)
 
     # -- transport: pygls' loops with a reader that survives malformed frames (jsonrpc.py) --
     def _start_io_async(self, stdin=None, stdout=None) -> None:
@@ -141,6 +154,14 @@ class AttnLensServer(LanguageServer):
         if path is None or path not in self.open_docs:
             return None
         return self.workspace.get_text_document(uri).version
+
+    def request(self, uri: str, pos: T.Position) -> Request | None:
+        """The frozen view of a request at ``pos`` that a worker function gets (None: not a file we analyse)."""
+        path = uri_to_path(uri)
+        if path is None:
+            return None
+        return Request(uri, path, self.doc_version(uri), pos.line, pos.character, self.encoding, self.settings,
+                       self.caps.markdown_hover, self.hover_sections.snapshot())
 
     # -- the worker --------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, priority: int | None = None, backoff: bool = True) -> Any:
@@ -299,7 +320,7 @@ class AttnLensServer(LanguageServer):
 
         def close():
             if self.analysis is not None:
-                self.analysis.ws.close()
+                self.analysis.q.close()
 
         try:
             self.worker.submit(close).result(timeout=5)

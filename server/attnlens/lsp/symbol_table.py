@@ -19,7 +19,7 @@ class SymbolsMixin:
         if self._symbols is not None and self._symbols[0] == gen:
             return self._symbols[1]
         out: list[Sym] = []
-        for mod in self.ws.index.workspace_modules():
+        for mod in self.q.workspace_modules():
             s = mod.summary
             for q, c in s.classes.items():
                 role = self.role_of(f"{mod.name}.{q}")
@@ -52,27 +52,7 @@ class SymbolsMixin:
         return out
 
     def _cpp_ops(self) -> list[Sym]:
-        ops = getattr(self.ws.resolver, "ops", None)
-        cpp = getattr(ops, "cpp", None)
-        if cpp is None:
-            return []
-        try:
-            idx = cpp()
-            names = idx.ops() if hasattr(idx, "ops") else []
-        except Exception:  # noqa: BLE001 - the C++ index is optional
-            log.debug("C++ index unavailable", exc_info=True)
-            return []
-        out = []
-        for op in names:
-            try:
-                info = idx.op(op)
-            except Exception:  # noqa: BLE001
-                continue
-            where = (info.defs or info.impls) if info is not None else None
-            if where:
-                w = where[0]
-                out.append(Sym(op, "op", "torch op (C++)", w.path, w.line, 0, getattr(info, "schema", None) or ""))
-        return out
+        return [Sym(op, "op", "torch op (C++)", path, line, 0, schema) for op, path, line, schema in self.q.cpp_op_symbols()]
 
     def outline(self, path: str) -> list[tuple[DefRef, list]]:
         """Classes/functions of a file as a tree: [(DefRef, children)]."""

@@ -589,9 +589,9 @@ def op_schemas(engine, ns: str, op: str) -> list:
         from ..cppindex import parse_schema
 
         out = []
-        ops = engine.ws.resolver.ops
+        cpp_op = engine.ws.query.cpp_op
         try:  # while the CLI's worker builds the C++ index this raises CppNotReady: checked again later
-            info = ops.cpp().op(f"{ns}::{op}")
+            info = cpp_op(f"{ns}::{op}")
         except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
             info = None
         if info is not None:

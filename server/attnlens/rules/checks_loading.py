@@ -294,7 +294,7 @@ def build_artifacts(engine) -> dict:
                 targets.update(m.group(1) for m in _CMAKE_TARGET.finditer(text))
         native = False
         try:
-            native = bool(engine.ws.resolver.ops.cpp_files())
+            native = bool(engine.ws.query.cpp_files())
         except AttributeError:
             pass
         if not native:
@@ -321,7 +321,7 @@ def is_build_artifact(engine, name: str) -> bool:
         if info["native"] and last.startswith("_") and _EXT_LIKE.search(last.lstrip("_")):
             return True
     try:
-        provs = engine.ws.resolver.ops.providers()
+        provs = engine.ws.query.kernel_providers()
     except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
         provs = []
     return any(m == name or name.startswith(m + ".") for m, _g, _s in provs)
@@ -662,7 +662,7 @@ def _consumers(engine) -> list:
                 kind = "MLA prefill backend" if e.kind == "mla_prefill" else "backend"
                 out.append((kind, e.name, mod, f"{os.path.basename(e.path or '')}:{e.line}"))
         try:
-            oot = ws.resolver.oot_replacements() if ws.resolver.oot_replacements else {}
+            oot = ws.query.oot_replacements()
         except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
             oot = {}
         for name, reg in sorted(oot.items()):
@@ -703,7 +703,7 @@ def _consumers(engine) -> list:
                 for lazy in _entry_lazy_imports(engine, mod, func):
                     out.append(("entry point", f"{ep} ({group})", lazy, "pyproject.toml"))
         try:
-            for cv in ws.resolver.profile.info.classes:
+            for cv in ws.query.platform_info().classes:
                 if cv.module is not None and cv.module.workspace:
                     out.append(("platform", cv.qual, cv.module.name, f"{os.path.basename(cv.module.path)}:{cv.line}"))
         except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input

@@ -366,7 +366,7 @@ class Engine:
     def apply_patch(self, v: Val) -> Val:
         if v.kind in (ValKind.FUNCTION, ValKind.CLASS) and v.module is not None and not v.module.workspace:
             try:
-                p = self.ws.resolver.patched(v)
+                p = self.ws.query.patched(v)
             except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
                 p = None
             if p is not None:
@@ -456,8 +456,8 @@ class Engine:
         if self._global_deps is None:
             with _Recorder(self.ws.index) as (hard, soft):
                 try:
-                    _ = self.ws.resolver.profile.info
-                    self.ws.resolver.patches()
+                    _ = self.ws.query.platform_info()
+                    self.ws.query.patches()
                 except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
                     self.errors.append(f"profile/patches: {type(e).__name__}: {e}")
                 load_checks()
@@ -821,7 +821,7 @@ def _prefetch_child(ws, wfd: int, stop=None) -> None:  # pragma: no cover - runs
             if loc is not None and loc.kind == "py":
                 idx.module(name)
 
-    stdlib = getattr(ws.resolver, "stdlib", frozenset())
+    stdlib = ws.query.stdlib()
     # 1. workspace summaries and rule facts (one parse each) from the end of the module list, while the
     #    parent summarises from the front (the patches read every workspace module), until we meet
     met = 0
@@ -841,7 +841,7 @@ def _prefetch_child(ws, wfd: int, stop=None) -> None:  # pragma: no cover - runs
         print(f"[prefetch] workspace {time.perf_counter() - t0:.2f}s", file=sys.stderr)
     # 2. the C++ index (modules whose checks need it earlier are checked again after the signal)
     try:
-        ws.resolver.ops.cpp()
+        ws.query.cpp_index()
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
         pass
     ws.cache.flush()  # the parent reads the C++ index back from the cache once signalled

@@ -169,7 +169,7 @@ def cmd_inventory(args) -> int:
     new = _resolve(args.new, ws, args) if args.new and args.new != "installed" else None
     if not args.no_cache:
         try:
-            ws.resolver.ops.prefetch_cpp()
+            ws.query.prefetch_cpp()
         except Exception:
             pass
     inv = build_inventory(ws, globs=args.scope or None, old=old, new=new, rules=not args.no_rules)

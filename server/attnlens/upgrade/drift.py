@@ -387,7 +387,7 @@ class Drift:
             return {}
         out: dict = {}
         try:
-            mro = side.ws.resolver.mro(m, qual)
+            mro = side.ws.query.mro(m, qual)
         except RecursionError:
             return out
         for cv in mro:
@@ -445,12 +445,12 @@ class Drift:
             m = side.module(counterpart.module)
             if m is None:
                 return out, None
-            mro = side.ws.resolver.mro(m, counterpart.qual)
+            mro = side.ws.query.mro(m, counterpart.qual)
         else:
             m = side.module(modname)
             if m is None or q not in m.summary.classes:
                 return out, None
-            mro = side.ws.resolver.mro(m, q)
+            mro = side.ws.query.mro(m, q)
         for cv in mro:
             if cv.module is None or cv.cls is None or cv.module.workspace:
                 continue
@@ -476,7 +476,7 @@ class Drift:
         plugin_defs: set = set()
         inherits_counterpart = False
         if pm is not None and q in pm.summary.classes:
-            for cv in self.new.ws.resolver.mro(pm, q):
+            for cv in self.new.ws.query.mro(pm, q):
                 if cv.module is None or cv.cls is None:
                     continue
                 if cv.module.workspace:
@@ -537,7 +537,7 @@ class Drift:
         m = self.new.module(n.module)
         if m is None:
             return new_methods.get(name)
-        for cv in self.new.ws.resolver.mro(m, n.qual)[1:]:
+        for cv in self.new.ws.query.mro(m, n.qual)[1:]:
             if cv.module is not None and cv.cls is not None and name in cv.cls.methods:
                 return f"{cv.module.name}.{cv.qual}"
         return new_methods.get(name)
@@ -606,7 +606,7 @@ class Drift:
         pm = side.module(modname)
         if pm is None or cq not in pm.summary.classes:
             return None
-        for cv in side.ws.resolver.mro(pm, cq)[1:]:
+        for cv in side.ws.query.mro(pm, cq)[1:]:
             if cv.module is None or cv.cls is None or cv.module.workspace:
                 continue
             if name in cv.cls.methods:
@@ -976,7 +976,7 @@ class Drift:
     def _patch_items(self, scope_mods: set) -> list[DriftItem]:
         out = []
         try:
-            table = self.ws.resolver.patches()
+            table = self.ws.query.patches()
         except Exception as e:
             self.errors.append(f"patches: {type(e).__name__}: {e}")
             return out

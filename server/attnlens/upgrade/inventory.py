@@ -487,7 +487,7 @@ class InventoryBuilder:
 
     def _inherits(self, m, q: str, up_dotted: str) -> bool:
         try:
-            for cv in self.ws.resolver.mro(m, q)[1:]:
+            for cv in self.ws.query.mro(m, q)[1:]:
                 if cv.module is not None and f"{cv.module.name}.{cv.qual}" == up_dotted:
                     return True
         except RecursionError:

@@ -90,7 +90,7 @@ class Side:
             return self._memo[dotted]
         out = None
         try:
-            v = self.ws.resolver.resolve_symbol(dotted)
+            v = self.ws.query.resolve_symbol(dotted)
         except RecursionError:
             v = None
         if v is not None and v.module is not None and not v.module.workspace:
@@ -113,7 +113,7 @@ class Side:
             return self._memo[key]
         ok = False
         try:
-            v = self.ws.resolver.resolve_symbol(dotted)
+            v = self.ws.query.resolve_symbol(dotted)
             if v.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.MODULE, ValKind.NAMESPACE, ValKind.INSTANCE,
                           ValKind.EXT_MODULE, ValKind.EXT_ATTR, ValKind.TORCH_OP, ValKind.PLATFORM):
                 ok = True
@@ -170,7 +170,7 @@ class Side:
             out.setdefault(e.cls, (role, e.name, up))
             if e.kind == "custom_op":
                 continue
-            uv = self.ws.resolver.resolve_symbol(up) if up else None
+            uv = self.ws.query.resolve_symbol(up) if up else None
             for attr, meth in (("impl", "get_impl_cls"), ("builder", "get_builder_cls")):
                 ref = getattr(e, attr, None)
                 if ref is None or not ref.cls:
@@ -232,7 +232,7 @@ class Side:
                     for q, c in m.summary.classes.items():
                         if "." in q:
                             continue
-                        for bv in self.ws.resolver.class_bases(m, q):
+                        for bv in self.ws.query.class_bases(m, q):
                             if bv.kind == ValKind.CLASS and bv.module is not None:
                                 idx.setdefault(f"{bv.module.name}.{bv.qual}", []).append(f"{m.name}.{q}")
         self._memo[key] = idx
@@ -371,7 +371,7 @@ def class_counterpart(side: Side, plugin_ws, modname: str, qual: str, cfg) -> Co
     pm = plugin_ws.index.module(modname)
     if pm is not None and qual in pm.summary.classes:
         names = {qual.split(".")[-1], *strip_prefix(qual.split(".")[-1], cfg.class_prefixes)}
-        for b in plugin_ws.resolver.class_bases(pm, qual):
+        for b in plugin_ws.query.class_bases(pm, qual):
             if b.kind == "class" and b.module is not None and not b.module.workspace:
                 bd = f"{b.module.name}.{b.qual}"
                 if (umod and b.module.name == umod) or b.qual.split(".")[-1] in names:

@@ -92,11 +92,11 @@ def to_lsp(a: Analysis, ls: AttnLensServer, it: Item) -> T.CallHierarchyItem:
 def _prepare(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
     line, col = ls.positions(a).to_core(path, pos)
     items = [it for it in a.prepare(path, line, col, HOVER_BUDGET_S) if it.path]
-    t = a.ws.target_at(path, line, col) if a.def_at(path, line, col) is None else None
-    if t is not None and t.call is not None:  # on a call: the items are what it reaches, named after the callee
+    ref = a.q.ref_at(path, line, col) if a.def_at(path, line, col) is None else None
+    if ref is not None and ref.call is not None:  # on a call: the items are what it reaches, named after the callee
         enc = a.enclosing_def(path, line)
         mine = (enc.path, enc.line) if enc is not None else None
-        items = [it if (it.path, it.line) == mine else _called(it, [t.text.rpartition(".")[2]]) for it in items]
+        items = [it if (it.path, it.line) == mine else _called(it, [ref.text.rpartition(".")[2]]) for it in items]
     return [to_lsp(a, ls, it) for it in items]
 
 

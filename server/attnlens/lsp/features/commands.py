@@ -63,7 +63,7 @@ def register(ls: AttnLensServer) -> None:
         from .lifecycle import start_workspace
 
         await start_workspace(ls)
-        return {"restarted": True, "root": str(ls.analysis.ws.root) if ls.analysis else None}
+        return {"restarted": True, "root": str(ls.analysis.q.root) if ls.analysis else None}
 
     @ls.command(RUN_PROBE)
     async def run_probe(*args: Any) -> Any:
@@ -210,7 +210,7 @@ def _optional(module: str, command: str):
 
 def _context(a: Analysis) -> dict:
     """Plain values a runtime call may need (never the analysis objects: other thread)."""
-    return {"python": a.ws.target.python, "cache": a.ws.cache, "root": str(a.ws.root)}
+    return {"python": a.q.target.python, "cache": a.q.cache, "root": str(a.q.root)}
 
 
 def _call_with(fn, spec: dict, context: dict):

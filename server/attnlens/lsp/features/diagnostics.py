@@ -26,7 +26,6 @@ log = logging.getLogger("attnlens.lsp")
 
 SOURCE = "attnlens"
 SYNTAX_ERROR = "syntax-error"  # the code of a syntax error's diagnostic
-_reported: set[str] = set()  # engine errors already logged (once each)
 SEVERITY = {"error": T.DiagnosticSeverity.Error, "warning": T.DiagnosticSeverity.Warning,
             "info": T.DiagnosticSeverity.Information, "information": T.DiagnosticSeverity.Information,
             "hint": T.DiagnosticSeverity.Hint}
@@ -98,8 +97,8 @@ def _rule_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diag
         findings = rules.check_module(a.ws, path) or []
     except Exception as e:  # noqa: BLE001 - a rules bug must not take the server down
         key = f"{type(e).__name__}: {e}"
-        if key not in _reported:
-            _reported.add(key)
+        if key not in a.reported_errors:  # once each, per workspace
+            a.reported_errors.add(key)
             log.error("rules engine failed on %s: %s", path, key, exc_info=True)
         return []
     for f in findings:
@@ -243,7 +242,7 @@ def forget(ls: AttnLensServer, uri: str) -> None:
     ls.debouncer.cancel(("diagnostics", uri))
     if engine() is None:
         return
-    if uri in _checked(ls):
+    if uri in ls.workspace_checked_uris:
         # the workspace check published this file: keep its findings in the Problems panel, now for the
         # text on disk (the closed buffer's edits are gone)
         asyncio.ensure_future(_publish_from_disk(ls, uri))
@@ -252,14 +251,6 @@ def forget(ls: AttnLensServer, uri: str) -> None:
 
 
 CHECK_WORKSPACE = "attnlens.checkWorkspace"
-
-
-def _checked(ls: AttnLensServer) -> set:
-    """The URIs this server's workspace check published (state of the server, not of the module)."""
-    got = getattr(ls, "workspace_checked_uris", None)
-    if got is None:
-        got = ls.workspace_checked_uris = set()
-    return got
 
 
 async def _publish_from_disk(ls: AttnLensServer, uri: str) -> None:
@@ -278,8 +269,8 @@ async def check_workspace(ls: AttnLensServer) -> dict:
     rules = engine()
     if rules is None:
         return {"files": 0, "findings": 0, "error": "the rules engine is not available"}
-    files = await ls.call(lambda a: sorted(p for p in a.ws.index.ws_files.values() if p.endswith(".py")), priority=IDLE) or []
-    done = _checked(ls)
+    files = await ls.call(lambda a: sorted(p for p in a.q.workspace_files() if p.endswith(".py")), priority=IDLE) or []
+    done = ls.workspace_checked_uris
     n_findings = 0
     t0 = time.perf_counter()
     for path in files:

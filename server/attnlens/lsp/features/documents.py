@@ -17,10 +17,6 @@ from ..server import AttnLensServer
 
 log = logging.getLogger("attnlens.lsp")
 
-from ...cppindex import CPP_SUFFIXES as _CPP  # the C++ index's own list: a change it indexes invalidates it
-
-CPP_SUFFIXES = tuple(sorted(_CPP))
-
 
 def register(ls: AttnLensServer) -> None:
     @ls.feature(T.TEXT_DOCUMENT_DID_OPEN)
@@ -42,7 +38,7 @@ def register(ls: AttnLensServer) -> None:
             return
         text = ls.workspace.get_text_document(uri).source
         ls.overlaid.add(path)
-        ls.mutate(lambda a: a.ws.index.set_overlay(path, text))
+        ls.mutate(lambda a: a.q.set_overlay(path, text))
         _diagnostics_changed(ls, uri)
 
     @ls.feature(T.TEXT_DOCUMENT_DID_CLOSE)
@@ -54,7 +50,7 @@ def register(ls: AttnLensServer) -> None:
         ls.open_docs.pop(path, None)
         if path in ls.overlaid:
             ls.overlaid.discard(path)
-            ls.mutate(lambda a: a.ws.index.set_overlay(path, None))
+            ls.mutate(lambda a: a.q.set_overlay(path, None))
         from .diagnostics import forget
 
         forget(ls, uri)
@@ -68,23 +64,7 @@ def register(ls: AttnLensServer) -> None:
         paths = [p for p in (uri_to_path(c.uri) for c in params.changes) if p]
         if not paths:
             return
-        cpp = any(p.endswith(CPP_SUFFIXES) for p in paths)
-        py = [p for p in paths if p.endswith(".py")]
-
-        def apply(a):
-            if cpp:
-                ops = getattr(a.ws.resolver, "ops", None)
-                if ops is not None and hasattr(ops, "invalidate_cpp"):
-                    ops.invalidate_cpp()
-            if len(paths) > 32:
-                a.ws.index.refresh()
-                return
-            for p in py:
-                a.ws.index.invalidate(p)
-            if cpp and not py:
-                a.ws.index.invalidate(paths[0])  # bumps the generation: chains through C++ change
-
-        ls.mutate(apply)
+        ls.mutate(lambda a: a.q.files_changed(paths))
         from .diagnostics import refresh_all
 
         refresh_all(ls)
@@ -94,8 +74,8 @@ def _overlay_if_changed(ls: AttnLensServer, path: str, text: str) -> None:
     """Overlay an opened buffer only when it differs from the disk (no needless re-index)."""
 
     def apply(a):
-        if a.ws.index.source_text(path) != text:
-            a.ws.index.set_overlay(path, text)
+        if a.q.source_text(path) != text:
+            a.q.set_overlay(path, text)
             return True
         return False
 

@@ -136,7 +136,7 @@ def warm_offers(a: Analysis, path: str, diags: list[T.Diagnostic]) -> None:
     from ...upgrade.drift import memoised_report
 
     rep = memoised_report(a.ws)
-    text = a.ws.index.source_text(path) or ""
+    text = a.q.source_text(path) or ""
     for d in diags:
         _current_offer(a, _finding(d, path), text, rep)
 
@@ -150,7 +150,7 @@ def fix_actions(a: Analysis, ls, path: str, uri: str, rng: T.Range, diags: list[
     from ...upgrade.drift import memoised_report
 
     rep = memoised_report(a.ws)  # the report the drift diagnostics came from (never computed here)
-    text = a.ws.index.source_text(path) or ""
+    text = a.q.source_text(path) or ""
     lazy = resolves_edits(ls)
     out: list[T.CodeAction] = []
     seen = set()
@@ -193,7 +193,7 @@ def resolve_fix(a: Analysis, ls, action: T.CodeAction, path: str) -> tuple[T.Cod
     data = action.data
     uri = data["uri"]
     cur = dict(data["fix"], path=path)
-    text = a.ws.index.source_text(path) or ""
+    text = a.q.source_text(path) or ""
     offer, stale = _current_offer(a, cur, text, memoised_report(a.ws))
     if stale:
         return action, STALE_REASON

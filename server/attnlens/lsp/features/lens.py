@@ -28,7 +28,6 @@ from lsprotocol import types as T
 from pygls.exceptions import JsonRpcInvalidParams
 
 from ... import model as M
-from ...envflags import platform_defaults
 from ...render import chain_markdown, verdict_markdown, verdicts
 from ..analysis import Analysis
 from ..convert import link, path_to_uri, uri_to_path
@@ -102,14 +101,11 @@ async def sites_ready(ls: AttnLensServer, path: str) -> bool:
         if state is None:  # no workspace
             return False
         if state != "pending":
-            if state == "provisional" and path not in _FINISHING:
-                _FINISHING.add(path)
+            if state == "provisional" and path not in ls.retracing:
+                ls.retracing.add(path)
                 ls.spawn(_finish(ls, path))
             return True
     return False
-
-
-_FINISHING: set[str] = set()  # paths traced again in the background
 
 
 def _step(a: Analysis, path: str) -> str:
@@ -129,7 +125,7 @@ async def _finish(ls: AttnLensServer, path: str) -> None:
             if done is None or done:
                 break
     finally:
-        _FINISHING.discard(path)
+        ls.retracing.discard(path)
     caps = ls.client_capabilities.workspace if ls.client_capabilities else None
     if caps and caps.code_lens and caps.code_lens.refresh_support and ls.settings.code_lens:
         await _quiet(ls.workspace_code_lens_refresh_async(None))
@@ -256,7 +252,7 @@ def hint_tooltip(a: Analysis, path: str, line: int | None, col: int | None) -> s
     """The verdict of the call site a hint follows (Markdown), or None when it is gone."""
     for s in current_sites(a, path):
         if (s.line, s.col) == (line, col):
-            return "  \n".join(verdict_markdown(s.chain, link, platform_defaults(a.ws.resolver)))
+            return "  \n".join(verdict_markdown(s.chain, link, a.q.platform_defaults()))
     return None
 
 
@@ -276,7 +272,7 @@ def kernels_json(a: Analysis) -> list[dict]:
 def markdown_at(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position) -> dict | None:
     """The whole tree at a position (or a backend's summary on its class) as Markdown for pasting."""
     line, col = ls.positions(a).to_core(path, pos)
-    root = str(a.ws.root)
+    root = str(a.q.root)
 
     def rel(p: str, ln: int) -> str:
         r = os.path.relpath(p, root) if p.startswith(root + os.sep) else p.split("site-packages" + os.sep)[-1]
@@ -292,7 +288,7 @@ def markdown_at(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position) -> 
             return None
         return {"markdown": backend_summary(a, role, rel, max_targets=1000), "title": d.name}
     if d is not None:
-        chain = a.ws.trace_symbol(d.dotted)
+        chain = a.q.trace_symbol(d.dotted)
     else:
         r = a.resolve(path, line, col, None)
         chain = r.chain if r is not None else None
@@ -300,5 +296,5 @@ def markdown_at(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position) -> 
         return None
     where = f"{os.path.basename(path)}:{line}"
     title = f"### AttnLens: `{a.line_text(path, line).strip()[:80]}` ({where})"
-    return {"markdown": chain_markdown(chain, title=title, link=rel, defaults=platform_defaults(a.ws.resolver)),
+    return {"markdown": chain_markdown(chain, title=title, link=rel, defaults=a.q.platform_defaults()),
             "title": where}

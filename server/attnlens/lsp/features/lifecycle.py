@@ -125,7 +125,7 @@ async def start_workspace(ls: AttnLensServer) -> None:
 
     def build():
         if ls.analysis is not None:
-            ls.analysis.ws.close()
+            ls.analysis.q.close()
             ls.analysis = None
         if root is None or not os.path.isdir(root):
             why = f"root {root} is not a folder" if root else "open a folder or set attnlens.root"
@@ -134,10 +134,10 @@ async def start_workspace(ls: AttnLensServer) -> None:
             ws = _subject_workspace(root, s)
         else:
             ws = Workspace(root, python=s.target_python, cache_dir=s.cache_dir, use_cache=s.use_cache)
-        ls.analysis = Analysis(ws)
-        ws.index.start_summary_helper()  # a large cold workspace: a second process parses from the end
-        if ws.target_error:
-            return (f"AttnLens: target interpreter unusable ({ws.target_error}); analysing the workspace alone. "
+        ls.analysis = a = Analysis(ws)
+        a.q.start_summary_helper()  # a large cold workspace: a second process parses from the end
+        if a.q.target_error:
+            return (f"AttnLens: target interpreter unusable ({a.q.target_error}); analysing the workspace alone. "
                     f"Set `attnlens.targetPython` to the Python of the environment where vLLM is installed.")
         return None
 
@@ -170,7 +170,7 @@ async def index_workspace(ls: AttnLensServer, run: int) -> None:
         except Exception:  # noqa: BLE001 - no progress UI, still index
             token = None
     if token is not None:
-        root = str(ls.analysis.ws.root) if ls.analysis else ""
+        root = str(ls.analysis.q.root) if ls.analysis else ""
         ls.work_done_progress.begin(token, T.WorkDoneProgressBegin(title="AttnLens: indexing", percentage=0, message=root))
     end_message = "stopped"
     try:

@@ -10,6 +10,9 @@ chain's tree that can run on this platform (live or decided at run time); for
 a torch op, the C++ functions its registrations bind; for a not-installed
 leaf, the import statement that binds it. When every leaf is dead, the dead
 leaves' locations (better than nothing: the code the call would reach).
+
+The worker functions get a frozen :class:`~attnlens.lsp.request.Request` and return
+:class:`~attnlens.lsp.convert.Span` lists (plain data); the handlers make the ``Location`` objects.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from lsprotocol import types as T
 from ... import model as M
 from ...render import leaf_paths
 from ..analysis import Analysis, DefRef
-from ..convert import name_span, uri_to_path
-from ..hover import HoverContext, register_section
+from ..convert import Span, name_span
+from ..hover import HoverContext
+from ..request import Request
 from ..server import AttnLensServer
 
 NAV_BUDGET_S = 5.0
@@ -38,47 +42,53 @@ def _nav_hint(ctx: HoverContext) -> str | None:
 
 
 def register(ls: AttnLensServer) -> None:
-    register_section("navigation", _nav_hint, order=950)
+    ls.hover_sections.register("navigation", _nav_hint, order=950)
 
     @ls.feature(T.TEXT_DOCUMENT_DEFINITION)
     async def definition(params: T.DefinitionParams) -> list[T.Location] | None:
-        path = uri_to_path(params.text_document.uri)
-        if path is None:
+        req = ls.request(params.text_document.uri, params.position)
+        if req is None:
             return None
-        return await ls.call(_definition, ls, path, params.position)
+        return to_locations(await ls.call(_definition, req))
 
     @ls.feature(T.TEXT_DOCUMENT_IMPLEMENTATION)
     async def implementation(params: T.ImplementationParams) -> list[T.Location] | None:
-        path = uri_to_path(params.text_document.uri)
-        if path is None:
+        req = ls.request(params.text_document.uri, params.position)
+        if req is None:
             return None
-        return await ls.call(_implementation, ls, path, params.position)
+        return to_locations(await ls.call(_implementation, req))
 
 
-def _definition(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
-    conv = ls.positions(a)
-    line, col = conv.to_core(path, pos)
+def to_locations(spans: list[Span] | None) -> list[T.Location] | None:
+    """The lsprotocol locations of a worker's answer (the edge)."""
+    return [s.location() for s in spans] if spans else None
+
+
+def _definition(a: Analysis, req: Request) -> list[Span] | None:
+    conv = req.positions(a)
+    path = req.path
+    line, col = req.core_position(conv)
     d = a.def_at(path, line, col)
     if d is not None:
-        return [conv.location(d.path, d.line, d.col, d.end_col)]
+        return [conv.location_span(d.path, d.line, d.col, d.end_col)]
     r = a.resolve(path, line, col, NAV_BUDGET_S)
     if r is None:
         return None
-    return _locations(a, conv, definition_targets(a, r.chain))
+    return _spans(a, conv, definition_targets(a, r.chain))
 
 
-def _locations(a: Analysis, conv, targets: list) -> list[T.Location] | None:
-    """LSP locations of definition / implementation targets: a def's name, the bound name in an import
+def _spans(a: Analysis, conv, targets: list) -> list[Span] | None:
+    """Where definition / implementation targets are: a def's name, the bound name in an import
     statement, or a (path, line)."""
     out = []
     for t in targets:
         if isinstance(t, DefRef):
-            out.append(conv.location(t.path, t.line, t.col, t.end_col))
+            out.append(conv.location_span(t.path, t.line, t.col, t.end_col))
         elif isinstance(t, M.Hop):
             ln, c0, c1 = _name_in_statement(a, t)
-            out.append(conv.location(t.path, ln, c0, c1))
+            out.append(conv.location_span(t.path, ln, c0, c1))
         else:
-            out.append(conv.location(t[0], t[1]))
+            out.append(conv.location_span(t[0], t[1]))
     return out or None
 
 
@@ -189,15 +199,16 @@ def final_locations(final: M.Final) -> list[tuple[str, int]]:
     return out
 
 
-def _implementation(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
-    conv = ls.positions(a)
-    line, col = conv.to_core(path, pos)
+def _implementation(a: Analysis, req: Request) -> list[Span] | None:
+    conv = req.positions(a)
+    path = req.path
+    line, col = req.core_position(conv)
     d = a.def_at(path, line, col)
     if d is not None:
-        chain = a.ws.trace_symbol(d.dotted, budget_s=NAV_BUDGET_S)  # the same door as `attnlens trace`
+        chain = a.q.trace_symbol(d.dotted, budget_s=NAV_BUDGET_S)  # the same door as `attnlens trace`
     else:
         res = a.resolve(path, line, col, NAV_BUDGET_S)
         if res is None:
             return None
         chain = res.chain
-    return _locations(a, conv, leaf_locations(chain))
+    return _spans(a, conv, leaf_locations(chain))

@@ -32,7 +32,7 @@ from lsprotocol import types as T
 from ... import model as M
 from ..analysis import Analysis
 from ..convert import uri_to_path
-from ..hover import HoverContext, register_section
+from ..hover import HoverContext
 from ..server import AttnLensServer
 
 log = logging.getLogger("attnlens.lsp")
@@ -147,13 +147,12 @@ def _contract_probes(chain: M.Chain) -> list[str]:
         return []
 
 
-# ----------------------------------------------------------------------------- state
-
-_probe_diags: dict[str, list[T.Diagnostic]] = {}  # uri -> diagnostics from probe runs
+# ----------------------------------------------------------------------------- probe verdicts
 
 
 def record_probe(ls: AttnLensServer, spec: dict, result: Any) -> None:
-    """After ``attnlens.runProbe``: publish the verdict on the line it was started from."""
+    """After ``attnlens.runProbe``: publish the verdict on the line it was started from (kept in the server's
+    ``probe_diagnostics``)."""
     uri = spec.get("uri") if isinstance(spec, dict) else None
     if not isinstance(uri, str):
         ls.hover_cache.clear()
@@ -177,8 +176,8 @@ def record_probe(ls: AttnLensServer, spec: dict, result: Any) -> None:
         message=msg, severity=sev, source=PROBE_SOURCE, code=f"probe.{d.get('family', spec.get('family'))}",
         data={"evidence": d.get("id"), "verdict": verdict},
     )
-    kept = [x for x in _probe_diags.get(uri, []) if x.range.start.line != line]
-    _probe_diags[uri] = kept + [diag]
+    kept = [x for x in ls.probe_diagnostics.get(uri, []) if x.range.start.line != line]
+    ls.probe_diagnostics[uri] = kept + [diag]
     ls.hover_cache.clear()
     from . import diagnostics
 
@@ -192,7 +191,7 @@ def extra_diagnostics(a: Analysis, ls: AttnLensServer, path: str, uri: str | Non
     """Probe, drift and contract-file diagnostics of one file (worker thread)."""
     if path.endswith(".toml"):
         return _contract_diagnostics(a, path)
-    out = list(_probe_diags.get(uri or "", []))
+    out = list(ls.probe_diagnostics.get(uri or "", []))
     out.extend(_drift_diagnostics(a, ls, path))
     return out
 
@@ -206,9 +205,9 @@ def _contract_diagnostics(a: Analysis, path: str) -> list[T.Diagnostic]:
         from ...rules.contracts import load_contracts
     except Exception:  # noqa: BLE001 - rules part optional
         return []
-    text = a.ws.index.source_text(path)
+    text = a.q.source_text(path)
     try:
-        if text is not None and a.ws.index.overlay_text(path) is not None:
+        if text is not None and a.q.overlay_text(path) is not None:
             from ...rules.contracts import parse_contract_text
 
             _, errors = parse_contract_text(text, path)
@@ -268,7 +267,7 @@ def _evidence_section(ctx: HoverContext) -> str | None:
         from ...runtime import evidence as ev
     except Exception:  # noqa: BLE001
         return None
-    cache = ctx.analysis.ws.cache
+    cache = ctx.analysis.q.cache
     rec = None
     for t in {target, target.replace(":", ".")}:
         try:
@@ -422,8 +421,8 @@ def matrix_argv(spec: dict, context: dict) -> list[str]:
 
 
 def _matrix_context(a: Analysis) -> dict:
-    cache = a.ws.cache
-    return {"python": a.ws.target.python, "root": str(a.ws.root),
+    cache = a.q.cache
+    return {"python": a.q.target.python, "root": str(a.q.root),
             "cache_root": str(cache.folder.parent) if cache.enabled else None, "cache": cache}
 
 
@@ -468,8 +467,8 @@ async def run_matrix(spec: dict, context: dict, timeout: float = MATRIX_TIMEOUT_
 
 
 def register(ls: AttnLensServer) -> None:
-    register_section("evidence", _evidence_section, order=60)
-    register_section("drift", _drift_section, order=70)
+    ls.hover_sections.register("evidence", _evidence_section, order=60)
+    ls.hover_sections.register("drift", _drift_section, order=70)
 
     @ls.feature(T.TEXT_DOCUMENT_CODE_ACTION, T.CodeActionOptions(code_action_kinds=[T.CodeActionKind.QuickFix],
                                                                  resolve_provider=True))

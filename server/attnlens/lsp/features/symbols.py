@@ -35,7 +35,7 @@ def _workspace_symbols(a: Analysis, ls: AttnLensServer, query: str):
     if ls.settings.installed_symbols:  # Triton kernels and torch ops of site-packages (vllm, ...)
         from ..installed import installed_kernels
 
-        syms = syms + installed_kernels(a.ws)
+        syms = syms + installed_kernels(a)
     for s in match_symbols(syms, query, MAX_RESULTS):
         container = f"{s.container} — {s.detail}" if s.detail else s.container
         out.append(T.SymbolInformation(
