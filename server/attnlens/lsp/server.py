@@ -7,10 +7,12 @@ the workspace check published, the files being traced again); the
 worker thread owns the :class:`~attnlens.lsp.analysis.Analysis` (the
 workspace's query, chain/backend/symbol caches, kernel call sites in
 progress). Every piece of state is on one of these two objects, none is a
-module global: two servers in one process share nothing
-(``tests/lsp/test_sessions.py``). Handlers are async adapters: take a frozen
-:class:`~attnlens.lsp.request.Request` (:meth:`AttnLensServer.request`),
-``await self.call(...)`` on the worker, convert the plain answer back.
+module global of ``lsp/``: two servers in one process share nothing
+(``tests/lsp/test_two_servers.py``). Handlers are async adapters: convert
+positions, ``await self.call(...)`` on the worker, convert back. Hover,
+definition and implementation hand the worker a frozen
+:class:`~attnlens.lsp.request.Request` (:meth:`AttnLensServer.request`) and get
+plain data back; the other features' worker functions still receive the server.
 """
 
 from __future__ import annotations
