@@ -330,7 +330,7 @@ class Query:
     def resolve_dotted(self, mod: Module, scope: str, text: str, line: int | None = None):
         """``text`` (a dotted name as written in ``scope`` of ``mod``, at ``line``) to its value, in a walk
         of its own."""
-        from .resolver import Walk
+        from .walk import Walk
 
         return self.ws.resolver.resolve_dotted(mod, scope, text, Walk(), line=line)
 
