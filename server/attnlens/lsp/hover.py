@@ -191,7 +191,7 @@ def final_python_function(a: Analysis, chain: M.Chain) -> tuple[str, int] | None
         return f.path, f.line
     for i in range(len(lp.hops) - 1, 0, -1):  # hop 0 is the call under the cursor
         h = lp.hops[i]
-        if h.kind in ("call", "triton_launch") and h.path and h.line and h.path.endswith(".py"):
+        if h.kind in (M.HopKind.CALL, M.HopKind.TRITON_LAUNCH) and h.path and h.line and h.path.endswith(".py"):
             d = a.enclosing_def(h.path, h.line)
             if d is not None:
                 return d.path, d.line

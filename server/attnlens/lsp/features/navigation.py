@@ -104,9 +104,9 @@ def _python_defs(a: Analysis, lp) -> list[DefRef]:
     for i, h in enumerate(lp.hops):
         if not (h.path and h.line and h.path.endswith(".py")):
             continue
-        if h.kind in ("call", "wrapper", "autograd_apply", "triton_launch") and i > 0:  # hop 0: the call at the cursor
+        if h.kind in (M.HopKind.CALL, M.HopKind.WRAPPER, M.HopKind.AUTOGRAD_APPLY, M.HopKind.TRITON_LAUNCH) and i > 0:  # hop 0: the call at the cursor
             add(a.enclosing_def(h.path, h.line))
-        elif h.kind == "definition":
+        elif h.kind == M.HopKind.DEFINITION:
             add(a.defref_at_line(h.path, h.line))
     f = lp.final
     if f.kind in (M.PYTHON_FUNCTION, M.TRITON_KERNEL, M.PYTHON_CLASS, M.DUMMY) and f.path and f.line \
@@ -139,7 +139,7 @@ def definition_targets(a: Analysis, chain: M.Chain) -> list:
     return list(unique.values())
 
 
-IMPORT_HOPS = ("import", "conditional_import", "lazy_import", "reexport", "alias")
+IMPORT_HOPS = (M.HopKind.IMPORT, M.HopKind.CONDITIONAL_IMPORT, M.HopKind.LAZY_IMPORT, M.HopKind.REEXPORT, M.HopKind.ALIAS)
 
 
 def _name_in_statement(a: Analysis, h: M.Hop) -> tuple[int, int, int]:

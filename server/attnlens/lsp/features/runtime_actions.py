@@ -76,7 +76,7 @@ def probe_target(chain: M.Chain) -> str | None:
     if f.kind == M.NOT_INSTALLED:
         # the import names what would run on the user's machine (e.g. the vendor flash_attn)
         for h in reversed(chain.hops):
-            if h.kind == "not_installed" and "." in h.symbol:
+            if h.kind == M.HopKind.NOT_INSTALLED and "." in h.symbol:
                 mod, _, attr = h.symbol.rpartition(".")
                 return f"{mod}:{attr}"
         return None
