@@ -51,7 +51,7 @@ def cmd_check(args) -> int:
     from ..upgrade.subjects import workspace_for_subject
 
     ws = workspace_for_subject(args)  # --subject worktree|index|rev:REV|installed; prints target warnings
-    ws.allow_fork = ws.index.allow_fork = True  # single-threaded CLI
+    ws.query.allow_fork()  # single-threaded CLI
     _ = Workspace
     table = rules_table()
     select = _ids(args.select)

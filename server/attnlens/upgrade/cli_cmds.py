@@ -113,7 +113,7 @@ def cmd_drift(args) -> int:
     from .drift import FLAGGED, drift_report
 
     ws = workspace_for_subject(args)
-    ws.allow_fork = ws.index.allow_fork = True  # single-threaded CLI: forked prefetch is safe
+    ws.query.allow_fork()  # single-threaded CLI: forked prefetch is safe
     old = _resolve(args.old, ws, args)
     new = _resolve(args.new, ws, args) if args.new and args.new != "installed" else None
     rep = drift_report(ws, old, new, globs=args.scope or None, patches=args.patches)
@@ -164,7 +164,7 @@ def cmd_inventory(args) -> int:
     from .inventory import build_inventory, to_markdown
 
     ws = workspace_for_subject(args)
-    ws.allow_fork = ws.index.allow_fork = True  # single-threaded CLI: forked prefetch is safe
+    ws.query.allow_fork()  # single-threaded CLI: forked prefetch is safe
     old = _resolve(args.old, ws, args)
     new = _resolve(args.new, ws, args) if args.new and args.new != "installed" else None
     if not args.no_cache:
@@ -187,7 +187,7 @@ def cmd_fix(args) -> int:
     from .drift import drift_report
 
     ws = workspace_for_subject(args)
-    ws.allow_fork = ws.index.allow_fork = True
+    ws.query.allow_fork()
     subj = subject_of(ws)
     if args.apply and subj.kind != "worktree":
         print(f"attnlens: --apply writes to the working tree only; the subject is {subj.description} "
