@@ -815,8 +815,6 @@ def _prefetch_child(ws, wfd: int, stop=None) -> None:  # pragma: no cover - runs
         for name in names:
             if stopped():
                 return
-            if name.split(".", 1)[0] in stdlib:
-                continue
             loc = idx.locate(name)
             if loc is not None and loc.kind == "py":
                 idx.module(name)
@@ -913,8 +911,10 @@ def check_modules() -> tuple[str, ...]:
     return tuple(sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("checks_")))
 
 
+@functools.lru_cache(maxsize=1)
 def load_checks() -> None:
-    """Import every check module once (registers their rules and checks)."""
+    """Import every check module once (registers their rules and checks); later calls cost nothing (the
+    engine asks before every module it checks and every facts collection)."""
     import importlib
 
     for m in check_modules():
