@@ -628,6 +628,39 @@ class Index:
         """The module name a path is known under (workspace or installed), without locating anything."""
         return self._path_to_name.get(realpath(path)) or self._path_to_name.get(path)
 
+    def top_level_names(self, modname: str) -> frozenset | None:
+        """Names that module ``modname`` binds at column 0 (``def``, ``class``, ``NAME =`` / ``NAME:``,
+        ``import``, ``from ... import``), read without summarising it when it is not summarised yet: enough
+        to say that ``from modname import NAME`` loads. A name bound only inside a top-level ``if`` / ``try``
+        or through ``*`` / ``__getattr__`` is missing here, so only a hit is an answer (callers ask
+        :meth:`module` when it misses). None when it is not a readable Python module. The read is recorded
+        like a :meth:`module` read (:meth:`note_read`)."""
+        mod = self._modules.get(modname)
+        if mod is not None:
+            self.module(modname)  # recorded by the observers like any read
+            return frozenset(mod.summary.bindings)
+        loc = self.locate(modname)
+        if loc is None or loc.kind != "py":
+            return None
+        names = self.per_text(loc.path, "top_level_names", _top_level_names)
+        if names is None:
+            return None
+        sha = self.known_sha(loc.path)
+        if sha is None:
+            try:
+                st = os.stat(loc.path)
+                sha = hashlib.sha256(Path(loc.path).read_bytes()).hexdigest()
+            except OSError:
+                return None
+            self._sha_memo[loc.path] = ((st.st_mtime_ns, st.st_size), sha)
+            self._sha_memo_dirty = True
+        self.note_read(modname, sha)
+        return names
+
+    def note_read(self, name: str, sha: str | None) -> None:
+        """A module's content was read without :meth:`module` (:meth:`top_level_names`): dependency
+        observers (:meth:`observe`, the rules engine's recorder) shadow this to record it."""
+
     def peek(self, name: str):
         """:meth:`module` for bookkeeping, not an analysis read: dependency recorders that observe
         :meth:`module` (``observe``, the rules engine's) do not see it."""
@@ -639,14 +672,19 @@ class Index:
         (whether it iterated :meth:`workspace_modules`), for :meth:`replay`. Works under other observers
         (each call goes through to the one below)."""
         obs = _Observed(set(), False)
-        below_module, below_scan = self.module, self.workspace_modules
-        had = {k: k in self.__dict__ for k in ("module", "workspace_modules")}
+        below_module, below_scan, below_note = self.module, self.workspace_modules, self.note_read
+        had = {k: k in self.__dict__ for k in ("module", "workspace_modules", "note_read")}
         depth = [0]
 
         def module(name):
             if not depth[0]:
                 obs.names.add(name)
             return below_module(name)
+
+        def note_read(name, sha):
+            if not depth[0]:
+                obs.names.add(name)
+            below_note(name, sha)
 
         def workspace_modules():
             obs.scanned = True
@@ -661,11 +699,11 @@ class Index:
                     depth[0] -= 1
                 yield m
 
-        self.module, self.workspace_modules = module, workspace_modules
+        self.module, self.workspace_modules, self.note_read = module, workspace_modules, note_read
         try:
             yield obs
         finally:
-            for k, below in (("module", below_module), ("workspace_modules", below_scan)):
+            for k, below in (("module", below_module), ("workspace_modules", below_scan), ("note_read", below_note)):
                 if had[k]:
                     setattr(self, k, below)
                 else:
@@ -846,6 +884,31 @@ if __name__ == "__main__":  # pragma: no cover - the server's summary helper
     import sys
 
     sys.exit(_summary_helper(sys.argv[1]))
+
+
+_TOP_DEF = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)|^([A-Za-z_]\w*)[ \t]*(?::(?!=)|=(?!=))", re.M)
+_TOP_FROM = re.compile(r"^from[ \t]+[\w.]+[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+_TOP_IMPORT = re.compile(r"^import[ \t]+([^\n]*)", re.M)
+_ALIAS = re.compile(r"([\w.]+)(?:[ \t]+as[ \t]+(\w+))?")
+
+
+def _top_level_names(text: str | None) -> frozenset | None:
+    """:meth:`Index.top_level_names` of a text (a line scan, no parse: a name it misses costs the caller
+    a summary, a name inside a string at column 0 is the only thing it can get wrong)."""
+    if text is None:
+        return None
+    names = set()
+    for m in _TOP_DEF.finditer(text):
+        names.add(m.group(1) or m.group(2))
+    for m in _TOP_FROM.finditer(text):
+        for a in _ALIAS.finditer(m.group(1).split("#", 1)[0] if not m.group(1).startswith("(") else
+                                 re.sub(r"#[^\n]*", "", m.group(1))):
+            names.add(a.group(2) or a.group(1))
+    for m in _TOP_IMPORT.finditer(text):
+        for a in _ALIAS.finditer(m.group(1).split("#", 1)[0]):
+            names.add(a.group(2) or a.group(1).partition(".")[0])
+    names.discard("import")
+    return frozenset(names)
 
 
 @dataclass

@@ -19,13 +19,19 @@ AL120 = rule(Rule(
 ))
 
 
-def variant_findings(engine) -> list[dict]:
-    """Per plugin op function and fake: the upstream parameters it lacks (memoised per engine)."""
+def variant_findings(engine, mod) -> list[dict]:
+    """The upstream parameters each op function and fake registered in ``mod`` lacks (memoised per engine
+    and module). Per module, not for the whole workspace at once: the two checkers of a cold check each
+    pair only the registrations of the modules they check (it was 0.45 s computed in both)."""
 
     def compute():
         out = []
+        idx = engine.ws.index
+        if not idx.per_text(mod.path, ("contains", OV.REGISTER), lambda t: t is not None and OV.REGISTER in t):
+            return out
+        shared = engine.memo("op_variant_shared", lambda: ({}, None))
         try:
-            vs = OV.variants(engine.ws)
+            vs = OV.variants_in(engine.ws, mod, shared[0])
         except RecursionError:
             return out
         for v in vs:
@@ -38,12 +44,12 @@ def variant_findings(engine) -> list[dict]:
                 out.append({"variant": v, "which": which, "plugin_f": pf, "upstream_f": uf, "missing": lacks})
         return out
 
-    return engine.memo("op_variant_findings", compute)
+    return engine.memo(("op_variant_findings", mod.name), compute)
 
 
 @check("AL120")
 def custom_op_parameters(ctx):
-    for d in variant_findings(ctx.engine):
+    for d in variant_findings(ctx.engine, ctx.mod):
         v = d["variant"]
         if v.plugin.module.path != ctx.mod.path:
             continue

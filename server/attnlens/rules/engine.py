@@ -222,14 +222,19 @@ class _Recorder:
                     if m is not None:
                         yield m
 
+            def note_read(name, sha):
+                for h, _s in stack:
+                    h[name] = sha
+
             self.index.module = recording  # instance attributes shadow the methods
             self.index.workspace_modules = workspace_modules
+            self.index.note_read = note_read
         return hard, soft
 
     def __exit__(self, *exc):
         self.stack.pop()
         if not self.stack:
-            for attr in ("module", "workspace_modules"):
+            for attr in ("module", "workspace_modules", "note_read"):
                 try:
                     delattr(self.index, attr)
                 except AttributeError:

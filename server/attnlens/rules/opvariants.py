@@ -242,27 +242,39 @@ def _by_call_site_in(ws, reg: OpReg, memo: dict, needle: str, mods: list) -> OpR
 def variants(ws) -> list[Variant]:
     """Every workspace ``direct_register_custom_op`` registration paired with the upstream op it mirrors."""
     idx = ws.index
-    r = ws.resolver
-    out = []
     memo: dict = {}
     texts = _ws_texts(idx)
+    out = []
     for m, _text in _ws_modules_with(idx, REGISTER, texts):
-        if not m.workspace:
+        out.extend(variants_in(ws, m, memo, texts))
+    return out
+
+
+def variants_in(ws, m, memo: dict | None = None, texts: list | None = None) -> list[Variant]:
+    """The registrations of workspace module ``m`` paired with the upstream ops they mirror (what
+    :func:`variants` collects for one module: a check of one module needs no other module's pairs).
+    ``memo`` / ``texts``: the class-op memo and the workspace texts, shared by the callers that pair
+    several modules."""
+    if not m.workspace:
+        return []
+    memo = memo if memo is not None else {}
+    out = []
+    for reg in registrations_in(ws.resolver, m):
+        if not reg.func:
             continue
-        for reg in registrations_in(r, m):
-            if not reg.func:
-                continue
-            up = None
-            via = "name"
-            for cand in _name_candidates(reg):
-                up = upstream_registration(ws, reg.ns, cand)
-                if up is not None:
-                    break
-            if up is None:
-                up = _by_call_site(ws, reg, memo, texts)
-                via = "call_site"
-            if up is not None and up.module is not m:
-                out.append(Variant(reg, up, via))
+        up = None
+        via = "name"
+        for cand in _name_candidates(reg):
+            up = upstream_registration(ws, reg.ns, cand)
+            if up is not None:
+                break
+        if up is None:
+            if texts is None:
+                texts = _ws_texts(ws.index)
+            up = _by_call_site(ws, reg, memo, texts)
+            via = "call_site"
+        if up is not None and up.module is not m:
+            out.append(Variant(reg, up, via))
     return out
 
 
