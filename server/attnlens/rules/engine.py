@@ -288,6 +288,8 @@ class Engine:
             return
         import mmap
 
+        from .. import cppindex  # noqa: F401 - imported once before the fork (10-25 ms): the worker builds the C++ index, the checkers read it
+
         stop = mmap.mmap(-1, 1)  # set by the parent when two checkers take over (see _start_checker)
         try:
             rfd, wfd = os.pipe()

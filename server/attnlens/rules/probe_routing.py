@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 @functools.lru_cache(maxsize=1)
 def _families() -> tuple[dict, dict, object]:
     """(family -> keywords it passes, family -> names of the callables it drives, canonical_family)."""
-    from ..runtime.probes import canonical_family, families
+    from ..runtime.catalog import canonical_family, families
 
     kws, names = {}, {}
     for f in families():

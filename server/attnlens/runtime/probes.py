@@ -19,38 +19,13 @@ import functools
 import time
 from typing import Any, Mapping
 
-from ..agent import probes as _agent_probes
 from ..cache import Cache
 from . import environment as envmod
 from . import evidence as ev
 from .agent import AgentPool, default_pool
+from .catalog import FAMILY_ALIASES, canonical_family, families, family_names, get_family  # noqa: F401 - re-exported
 
 DEFAULT_TIMEOUT_S = 300.0
-
-
-def families() -> list[dict]:
-    """Catalog: name, title, component, upstream callables, calling convention, cases, options, tolerance."""
-    return _agent_probes.catalog()
-
-
-# names the contracts (and the issue text) use for the same families
-FAMILY_ALIASES = {"varlen_attention": "varlen", "decode_attention": "decode", "sparse_topk": "topk",
-                  "kv_write": "kv_cache_write", "merge_states": "lse_merge"}
-
-
-def canonical_family(name: str) -> str:
-    return FAMILY_ALIASES.get(name, name)
-
-
-def family_names() -> list[str]:
-    return list(_agent_probes.FAMILY_MODULES)
-
-
-def get_family(name: str) -> dict:
-    for f in families():
-        if f["name"] == name:
-            return f
-    raise KeyError(name)
 
 
 def _parse_device(device: str | None) -> str:
