@@ -294,9 +294,11 @@ class Index:
         text = self._overlays.get(realpath(path))
         if text is not None:
             # an unsaved buffer: reuse a cached summary of the same content, never store one
-            # (a pickle per keystroke would only fill the cache)
+            # (a pickle per keystroke would only fill the cache); a new one carries the buffer's
+            # references too (``Workspace.refs_for``: editor positions outside a call were a second
+            # summary of the same text after every edit)
             sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-            return self._cached_or_build(sha, text, path, store=False)
+            return self._cached_or_build(sha, text, path, store=False, refs=True)
         try:
             st = os.stat(path)
         except OSError:
@@ -325,12 +327,12 @@ class Index:
             return ModuleSummary(path=path, sha=sha, error="binary file, not Python source")
         return self._cached_or_build(sha, text, path)
 
-    def _cached_or_build(self, sha: str, text: str, path: str, store: bool = True) -> ModuleSummary:
+    def _cached_or_build(self, sha: str, text: str, path: str, store: bool = True, refs: bool = False) -> ModuleSummary:
         cached = self.cache.load_pickle("py", sha)
         if cached is not None:
             cached.path = path
             return cached
-        summ = summarize(text, path, sha)
+        summ = summarize(text, path, sha, refs=refs)
         if store:
             self.cache.store_pickle("py", sha, summ)
         return summ

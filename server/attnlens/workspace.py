@@ -359,6 +359,10 @@ class Workspace:
 
     # -- positions -------------------------------------------------------------
     def refs_for(self, mod: Module) -> list:
+        """Every name / attribute chain of ``mod`` with its range (editor positions outside a call). An open
+        buffer's summary carries them (``Index``); other modules are summarised again with references."""
+        if mod.summary.refs:
+            return mod.summary.refs
         text = self.index.source_text(mod.path) or ""
         key = (mod.path, hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest())
         refs = self._refs.get(key)
