@@ -182,3 +182,30 @@ def test_second_checker_gives_the_same_findings(tmp_path, monkeypatch):
     got = [(f.rule, f.path, f.line, f.message) for f in e.check_paths()]
     assert got == want and want
     assert e.stats.get("helper", 0) > 0 and e.stats["checked"] + e.stats["helper"] >= len(e.files_for(None))
+
+
+def test_a_check_stopped_between_checks_goes_on_where_it_stopped(tmp_path):
+    """An editor's check of a buffer stops between two checks when a request waits (``should_stop``) and the
+    next call for the same text resumes with the next check: after as many calls as there are checks, the
+    findings and dependencies equal an uninterrupted check's."""
+    from attnlens.rules import engine as E
+    from tests.helpers import EXAMPLE, example_ws
+
+    path = str(EXAMPLE / "mini_metax" / "attention" / "backends" / "flash_attn.py")
+    whole_ws = example_ws(tmp_path / "a")
+    whole = E.Engine(whole_ws, use_cache=False)
+    want = whole.check_module(path)
+    assert want  # the example's flash_attn backend has findings
+    ws = example_ws(tmp_path / "b")
+    eng = E.Engine(ws, use_cache=False)
+    calls, got = 0, None
+    while got is None:
+        calls += 1
+        try:
+            got = eng.check_module(path, should_stop=lambda: True)
+        except E.Interrupted:
+            pass
+        assert calls <= len(E.CHECKS)
+    assert calls == len(E.CHECKS) and eng.stats["interrupted"] == len(E.CHECKS) - 1
+    assert [f.to_json(ws.root) for f in got] == [f.to_json(whole_ws.root) for f in want]
+    assert eng.check_module(path, should_stop=lambda: False) == got

@@ -250,6 +250,11 @@ def _merge_deps(hard: dict, soft: dict) -> dict:
     return out
 
 
+class Interrupted(Exception):
+    """:meth:`Engine.check_module` stopped between two checks because its caller's ``should_stop`` said so;
+    the checks done are kept, and the next call for the same text goes on with the next one."""
+
+
 class Engine:
     def __init__(self, ws, contracts: ContractSet | None = None, use_cache: bool = True):
         self.ws = ws
@@ -261,6 +266,10 @@ class Engine:
         self.generation = ws.index.generation  # the index generation this engine's memos belong to
         self._memo: dict = {}  # shared lazily computed things (registry pairs, ...)
         self._buffer_findings: dict = {}  # module name -> findings of its open buffer (this generation)
+        # module name -> (summary sha, next check, context, hard deps, soft deps) of a check that stopped
+        # between two checks (:class:`Interrupted`): the next call for the same text goes on from there
+        self._resume: dict = {}
+        self._should_stop = None  # the caller's "stop at the next check" callable, for one check_module call
         self._sha_now: dict = {}
         self.errors: list[str] = []
         self.stats = {"cached": 0, "checked": 0}
@@ -505,9 +514,16 @@ class Engine:
                 return True
         return False
 
-    def check_module(self, path: str) -> list[Finding]:
+    def check_module(self, path: str, should_stop=None) -> list[Finding]:
+        """The findings of ``path``. ``should_stop``: a callable asked between two checks (after at least one
+        ran in this call); when it says so, :class:`Interrupted` is raised and the work done so far is kept
+        for the next call on the same text (an editor passes "a request is waiting")."""
         with self._lock:
-            return self._check_module(path)
+            self._should_stop = should_stop
+            try:
+                return self._check_module(path)
+            finally:
+                self._should_stop = None
 
     def _check_module_or_defer(self, path: str) -> list[Finding] | None:
         """Check a module; None when a check needed the C++ index before the prefetch worker
@@ -560,10 +576,22 @@ class Engine:
         return findings
 
     def _run(self, mod) -> tuple[list[Finding], dict]:
-        ctx = ModuleContext(self, mod)
+        held = self._resume.pop(mod.name, None)
+        if held is not None and held[0] == mod.summary.sha:
+            _sha, start, ctx, hard0, soft0 = held
+        else:
+            start, ctx, hard0, soft0 = 0, ModuleContext(self, mod), {}, {}
+        stop = self._should_stop
         with _Recorder(self.ws.index) as (hard, soft):
+            hard.update(hard0)
+            soft.update(soft0)
             ctx.hard_deps = hard
-            for fn, _ids in CHECKS:
+            for i in range(start, len(CHECKS)):
+                if stop is not None and i > start and stop():
+                    self._resume[mod.name] = (mod.summary.sha, i, ctx, dict(hard), dict(soft))
+                    self.stats["interrupted"] = self.stats.get("interrupted", 0) + 1
+                    raise Interrupted(f"{mod.name}: stopped before check {i + 1} of {len(CHECKS)}")
+                fn, _ids = CHECKS[i]
                 t0 = time.perf_counter()
                 try:
                     for _ in fn(ctx) or ():
@@ -892,16 +920,16 @@ def _engine_for(ws) -> Engine:
     return e
 
 
-def check_module(ws, path: str) -> list[Finding]:
-    return engine_for(ws).check_module(path)
+def check_module(ws, path: str, should_stop=None) -> list[Finding]:
+    return engine_for(ws).check_module(path, should_stop)
 
 
-def prepare_module(ws, path: str) -> None:
+def prepare_module(ws, path: str, should_stop=None) -> None:
     """Check ``path`` ahead of the request for its findings. An editor calls this shortly after the
     last keystroke, while the diagnostics debounce is still running; the check asked for when it ends
     finds the findings memoised (an open buffer's, for this index generation: an edit anywhere makes a
     new engine) or on disk (a file's, by content)."""
-    engine_for(ws).check_module(path)
+    engine_for(ws).check_module(path, should_stop)
 
 
 def check_paths(ws, paths: Iterable[str] | None = None) -> list[Finding]:
