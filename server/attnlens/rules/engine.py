@@ -36,7 +36,6 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
-from ..index import realpath
 from ..walk import Val, ValKind
 from . import facts as F
 from .api import (CHECKS, FACT_PREFILTERS, PREPARES, RULES, SEVERITIES, SEVERITY_RANK, Finding, ModuleContext, Rule,
@@ -425,7 +424,7 @@ class Engine:
         sha = None
         loc = idx.locate(name)
         if loc is not None and loc.kind == "py":
-            real = realpath(loc.path)
+            real = idx.realpath(loc.path)
             text = idx.overlay_text(real)
             if text is not None:
                 sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -656,15 +655,15 @@ class Engine:
             if target is None:
                 self.errors.append(f"{p}: no such file or folder")
                 continue
-            real = realpath(target)
+            real = idx.realpath(target)
             if os.path.isdir(real):
-                chosen.extend(f for f in all_files if realpath(f).startswith(real + os.sep))
+                chosen.extend(f for f in all_files if idx.realpath(f).startswith(real + os.sep))
             elif real.endswith(".py"):
-                chosen.append(real if real in {realpath(f) for f in all_files} else str(target))
+                chosen.append(real if real in {idx.realpath(f) for f in all_files} else str(target))
         seen = set()
         out = []
         for f in chosen:
-            r = realpath(f)
+            r = idx.realpath(f)
             if r not in seen:
                 seen.add(r)
                 out.append(f)
