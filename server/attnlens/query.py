@@ -69,6 +69,7 @@ class Query:
     def __init__(self, ws: "Workspace"):
         self.ws = ws  # handed to the rules and upgrade entry points, which take a workspace
         self._calls: "CallIndex | None" = None
+        self._defaults = None  # envflags.PlatformDefaults, made on the first platform_defaults()
 
     # -- the workspace ----------------------------------------------------------------------
     @property
@@ -109,6 +110,13 @@ class Query:
     def flush(self) -> None:
         """Write the index's pending cache entries."""
         self.ws.index.flush()
+
+    def state(self, owner: str) -> dict:
+        """The per-workspace state of ``owner`` (a module above the core: the rules engine of the current
+        index generation, the memoised drift report, ...), an empty dict on the first ask. It lives exactly
+        as long as the workspace, so two workspaces in one process share none of it: the place for what
+        would otherwise be a module-level memo keyed by the workspace."""
+        return self.ws.attached.setdefault(owner, {})
 
     # -- documents ----------------------------------------------------------------------------
     def source_text(self, path: str) -> str | None:
@@ -244,10 +252,13 @@ class Query:
         return self.ws.resolver.profile.info
 
     def platform_defaults(self):
-        """The env flags at their defaults (``envflags.PlatformDefaults``), for rendering verdicts."""
-        from .envflags import platform_defaults
+        """The env flags at their defaults (``envflags.PlatformDefaults``), for rendering verdicts; one per
+        workspace (it memoises per index generation itself)."""
+        if self._defaults is None:
+            from .envflags import PlatformDefaults
 
-        return platform_defaults(self.ws.resolver)
+            self._defaults = PlatformDefaults(self.ws.resolver)
+        return self._defaults
 
     def kernel_providers(self) -> list[tuple[str, str | None, str]]:
         """(module, guard, status) for each kernel module the platform imports."""

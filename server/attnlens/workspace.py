@@ -65,6 +65,9 @@ class Workspace:
         self._backends_carry: dict = {}  # flags -> (registry inputs, entries): reused across generations
         self.allow_fork = False  # forked prefetch workers: only in single-threaded CLI processes
         self._query = None
+        # the per-workspace state of the code above the core (the rules engine, the drift report, ...), by
+        # owner: it lives as long as this workspace and no other sees it (``Query.state``)
+        self.attached: dict[str, dict] = {}
 
     @property
     def query(self):

@@ -31,7 +31,6 @@ import sys
 import threading
 import time
 import traceback
-import weakref
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -870,22 +869,22 @@ def _prefetch_child(ws, wfd: int, stop=None) -> None:  # pragma: no cover - runs
         print(f"[prefetch] done {time.perf_counter() - t0:.2f}s{' (stopped)' if stopped() else ''}", file=sys.stderr)
 
 
-_ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 _ENGINES_LOCK = threading.Lock()
 
 
 def engine_for(ws) -> Engine:
+    """The engine of ``ws`` for its current index generation (a new one after any change). It is kept
+    in the workspace's own state (``Query.state``): two workspaces in one process share no engine."""
     with _ENGINES_LOCK:
         return _engine_for(ws)
 
 
 def _engine_for(ws) -> Engine:
-    e = _ENGINES.get(ws)
+    slot = ws.query.state(__name__)
+    e = slot.get("engine")
     if e is None or e.generation != ws.index.generation:
         e = Engine(ws)
-        _ENGINES[ws] = e
+        slot["engine"] = e
     return e
 
 
