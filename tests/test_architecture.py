@@ -136,15 +136,13 @@ _CORE = {"model", "pyindex", "pyrecover", "index", "cache", "target", "profile",
          "render", "gcpolicy"}
 
 # reads of `.resolver` off a workspace that are left outside the core, per file (a ratchet: the count may
-# only go down). They hand the resolver to code that evaluates with its own primitives (lookup_name,
-# class_attr, attr, guard_value, resolve_dotted with the caller's Walk, the op registry's cpp_pending
-# handshake): the rules' RuleContext.r and the checks that build on it, opvariants, the upgrade mapping
-# (Registry.part) and inventory, one fix whose line also compares an import kind. Moving them behind
-# Query follows the Val/Walk move out of resolver.py (issue 12).
-_RESOLVER_READS_LEFT = {
-    "rules/checks_loading.py": 2, "rules/checks_platform.py": 1, "rules/checks_upstream.py": 1,
-    "rules/api.py": 1, "rules/classes.py": 1, "rules/engine.py": 3, "rules/opvariants.py": 3,
-    "upgrade/fixes.py": 1, "upgrade/inventory.py": 1, "upgrade/mapping.py": 2,
+# only go down). None is left (issue 12): the rules and the upgrade code ask `ws.query`; the rule API's
+# `ModuleContext.r` gets the resolver's evaluation primitives from `Query.evaluator()` (see below).
+_RESOLVER_READS_LEFT: dict[str, int] = {}
+
+# who may take the resolver's evaluation primitives from the query (`.evaluator()`), and why
+_EVALUATOR_CALLERS = {
+    "rules/api.py": "ModuleContext.r: checks that walk values step by step with a Walk of their own",
 }
 
 
@@ -178,6 +176,20 @@ def test_no_module_outside_the_core_reads_the_resolver_off_a_workspace():
         if len(lines) > allowed:
             over.append(f"{rel}: {len(lines)} reads of .resolver (allowed {allowed}) at lines {lines}")
     assert over == []
+
+
+def test_only_the_rule_api_takes_the_evaluator():
+    """``Query.evaluator()`` hands out the resolver itself: one caller (the rule API's ``ModuleContext``)
+    takes it, and a new caller fails here (ask a question of the query instead)."""
+    import ast
+
+    callers = {}
+    for rel, tree in _outside_the_core():
+        n = sum(1 for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                and c.func.attr == "evaluator")
+        if n:
+            callers[rel] = n
+    assert callers == {rel: 1 for rel in _EVALUATOR_CALLERS}
 
 
 def test_the_lsp_and_the_cli_read_no_index_off_a_workspace():

@@ -183,12 +183,14 @@ def suppressed(lines: list[str], f: Finding) -> bool:
 
 
 class ModuleContext:
-    """What checks see: one workspace module plus cached helpers."""
+    """What checks see: one workspace module plus cached helpers. ``ctx.ws.query`` answers the workspace's
+    questions; ``ctx.r`` holds the resolver's evaluation primitives (``Query.evaluator``) for checks that walk
+    values step by step with a ``Walk`` of their own."""
 
     def __init__(self, engine: Engine, mod):
         self.engine = engine
         self.ws = engine.ws
-        self.r = engine.ws.resolver
+        self.r = engine.ws.query.evaluator()
         self.mod = mod
         self.s = mod.summary
         self.path = mod.path

@@ -305,7 +305,7 @@ class Engine:
         self._prefetch_fd = rfd
         self._prefetch_stop = stop
         # checks that need the C++ index before the worker stored it are retried at the end
-        self.ws.resolver.ops.cpp_pending = self.cpp_pending
+        self.ws.query.set_cpp_pending(self.cpp_pending)
 
     def cpp_pending(self) -> bool:
         """Is the worker still building the C++ index? (A non-blocking look at its pipe.)"""
@@ -339,8 +339,7 @@ class Engine:
         self._prefetch_fd = None
 
     def stop_prefetch(self) -> None:
-        if getattr(self.ws.resolver.ops, "cpp_pending", None) == self.cpp_pending:
-            self.ws.resolver.ops.cpp_pending = None
+        self.ws.query.clear_cpp_pending(self.cpp_pending)
         if self._prefetch_fd is not None:
             try:
                 os.close(self._prefetch_fd)
