@@ -485,7 +485,7 @@ class Workspace:
         self.cache.flush()
 
 
-_CODE_STAMP: list = []
+_CODE_STAMP: list = []  # the analyser's own code stamp: one per process, the same for every workspace
 
 
 def _code_stamp() -> str:
@@ -524,7 +524,9 @@ def _deps_fresh(stamps: list) -> bool:
     return True
 
 
-_REG_SIGS: dict = {}  # summary sha -> registry signature (content-addressed, bounded)
+# summary sha -> registry signature: a pure function of the module's content (the sha names the text the
+# summary was built from), bounded; kept across workspaces, which can only share a value for equal content
+_REG_SIGS: dict = {}
 _SELECTORS = ("get_attn_backend_cls", "prefill_backend")
 
 

@@ -300,7 +300,10 @@ class ModuleContext:
         return self.name_range(f.line, f.name, 0)
 
 
-_CONTENT_MEMO: dict = {}  # content-addressed results, shared by every engine (see content_memo)
+# content-addressed results, shared by every engine of every workspace (see content_memo): each key names the
+# content its value is computed from (a path and that file's content sha), so two workspaces can share a value
+# only for the same content; bounded by _CONTENT_MEMO_MAX
+_CONTENT_MEMO: dict = {}
 _CONTENT_MEMO_MAX = 50_000
 
 

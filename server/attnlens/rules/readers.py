@@ -67,7 +67,7 @@ def _collect_reads(fn, held: set, attrs, wanted: set, path: str, out: dict) -> N
             out.setdefault(node.attr, set()).add((path, node.lineno))
 
 
-_TREES: dict = {}
+_TREES: dict = {}  # (path, mtime_ns) -> parsed tree: the file's content at that stamp, bounded (64)
 
 
 def _parsed(path: str):
