@@ -136,15 +136,13 @@ _CORE = {"model", "pyindex", "pyrecover", "index", "cache", "target", "profile",
          "render", "gcpolicy"}
 
 # reads of `.resolver` off a workspace that are left outside the core, per file (a ratchet: the count may
-# only go down). They hand the resolver to code that evaluates with its own primitives (lookup_name,
-# class_attr, attr, guard_value, resolve_dotted with the caller's Walk, the op registry's cpp_pending
-# handshake): the rules' RuleContext.r and the checks that build on it, opvariants, the upgrade mapping
-# (Registry.part) and inventory, one fix whose line also compares an import kind. Moving them behind
-# Query follows the Val/Walk move out of resolver.py (issue 12).
-_RESOLVER_READS_LEFT = {
-    "rules/checks_loading.py": 2, "rules/checks_platform.py": 1, "rules/checks_upstream.py": 1,
-    "rules/api.py": 1, "rules/classes.py": 1, "rules/engine.py": 3, "rules/opvariants.py": 3,
-    "upgrade/fixes.py": 1, "upgrade/inventory.py": 1, "upgrade/mapping.py": 2,
+# only go down). None is left (issue 12): the rules and the upgrade code ask `ws.query`; the rule API's
+# `ModuleContext.r` gets the resolver's evaluation primitives from `Query.evaluator()` (see below).
+_RESOLVER_READS_LEFT: dict[str, int] = {}
+
+# who may take the resolver's evaluation primitives from the query (`.evaluator()`), and why
+_EVALUATOR_CALLERS = {
+    "rules/api.py": "ModuleContext.r: checks that walk values step by step with a Walk of their own",
 }
 
 
@@ -178,6 +176,20 @@ def test_no_module_outside_the_core_reads_the_resolver_off_a_workspace():
         if len(lines) > allowed:
             over.append(f"{rel}: {len(lines)} reads of .resolver (allowed {allowed}) at lines {lines}")
     assert over == []
+
+
+def test_only_the_rule_api_takes_the_evaluator():
+    """``Query.evaluator()`` hands out the resolver itself: one caller (the rule API's ``ModuleContext``)
+    takes it, and a new caller fails here (ask a question of the query instead)."""
+    import ast
+
+    callers = {}
+    for rel, tree in _outside_the_core():
+        n = sum(1 for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                and c.func.attr == "evaluator")
+        if n:
+            callers[rel] = n
+    assert callers == {rel: 1 for rel in _EVALUATOR_CALLERS}
 
 
 def test_the_lsp_and_the_cli_read_no_index_off_a_workspace():
@@ -223,3 +235,87 @@ def test_no_module_reaches_into_the_cores_private_state():
             if name:
                 found.append(f"{py.relative_to(REPO)}:{node.lineno} {name} (use {_PRIVATE[name]})")
     assert found == []
+
+
+# module-level memos and registries of the package, each with why it may be shared by every workspace of
+# the process (issue 12): a value that is a pure function of its key's content (file bytes, a content sha,
+# a text, a file's stamp standing for its content), bounded; a registry of declarations made at import; a
+# fact of the analyser's own code or of an interpreter. Per-workspace state lives on the workspace
+# (its Index, its Engine, `Query.state`) instead: two workspaces in one process share none of it.
+_MODULE_CACHES = {
+    "profile.py:_EP_MEMO": "(root, stamps of pyproject.toml/setup.cfg/setup.py) -> their entry points",
+    "profile.py:_GUARDS": "guard text -> parsed expression (bounded)",
+    "pyindex.py:parse_source()": "text -> its tolerant parse (lru_cache, 2)",
+    "render.py:_LEAF_PATHS": "a chain (identity-checked) -> its leaf paths (bounded)",
+    "rules/api.py:RULES": "the rules the check modules declare at import",
+    "rules/api.py:CHECKS": "the check functions the check modules declare at import",
+    "rules/api.py:PREPARES": "the shared preparation steps the check modules declare at import",
+    "rules/api.py:FACT_PREFILTERS": "the line patterns the check modules declare at import",
+    "rules/api.py:_CONTENT_MEMO": "keys name a path and its content sha (bounded)",
+    "rules/contracts.py:_HINTS": "a contract dataclass -> its type hints",
+    "rules/contracts.py:_PARSED": "(path, content sha) -> the parsed contracts (bounded)",
+    "rules/contracts.py:_SETS": "(root, contract files' stamps) -> the contract set (holds one)",
+    "rules/engine.py:_prefilter_of()": "the registered patterns -> one regex (lru_cache, 1)",
+    "rules/engine.py:overlay_facts": "buffer text -> its rule facts (lru_cache, 8)",
+    "rules/engine.py:_rules_code_hash()": "the rules' own code (lru_cache, 1)",
+    "rules/engine.py:check_modules()": "the package's check modules (lru_cache, 1)",
+    "rules/engine.py:load_checks()": "imports the check modules once (lru_cache, 1)",
+    "rules/opvariants.py:_REG_FACTS": "file bytes -> the op names it registers (bounded)",
+    "rules/probe_routing.py:_families()": "the probe families' static catalog (lru_cache, 1)",
+    "rules/readers.py:_TREES": "(path, mtime) -> parsed tree (bounded)",
+    "runtime/environment.py:_MEMO": "an interpreter's key -> its environment record, when the cache is off",
+    "runtime/evidence.py:_FOLDER_MEMO": "an evidence folder -> its records, per listing stamp",
+    "upgrade/astsyms.py:_HASHES": "an AST node (identity-checked) -> its hash (bounded)",
+    "upgrade/fixes.py:_TREES": "path -> (stamp, text, tree) of an upstream file (bounded)",
+    "upgrade/scope.py:_glob_re()": "glob text -> regex (lru_cache, 256)",
+    "workspace.py:_CODE_STAMP": "the analyser's own code stamp",
+    "workspace.py:_REG_SIGS": "summary content sha -> registry signature (bounded)",
+    "lsp/features/runtime_actions.py:_family_names()": "the probe families' static catalog (lru_cache, 1)",
+}
+
+
+def _module_level_caches() -> set[str]:
+    """``path:NAME`` of every module-level empty container (``{}``, ``[]``, ``dict()``, weak dictionaries ...)
+    and ``lru_cache``d function of the package (``path:name()`` for a decorated function)."""
+    import ast
+
+    containers = {"dict", "set", "list", "OrderedDict", "defaultdict", "deque", "Counter", "WeakKeyDictionary",
+                  "WeakValueDictionary", "WeakSet"}
+    decos = {"lru_cache", "cache"}
+
+    def name(f):
+        return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+
+    def cache_like(v) -> bool:
+        if isinstance(v, ast.Dict):
+            return not v.keys
+        if isinstance(v, (ast.List, ast.Set)):
+            return not v.elts
+        if isinstance(v, ast.Call):
+            if isinstance(v.func, ast.Call):
+                return name(v.func.func) in decos  # functools.lru_cache(maxsize=8)(fn)
+            return name(v.func) in decos or (name(v.func) in containers and not v.args and not v.keywords)
+        return False
+
+    base = REPO / "server" / "attnlens"
+    found = set()
+    for py in sorted(base.rglob("*.py")):
+        rel = py.relative_to(base).as_posix()
+        for n in ast.parse(py.read_text(encoding="utf-8"), str(py)).body:
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and cache_like(n.value):
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                    if isinstance(t, ast.Name):
+                        found.add(f"{rel}:{t.id}")
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    name(d.func if isinstance(d, ast.Call) else d) in decos for d in n.decorator_list):
+                found.add(f"{rel}:{n.name}()")
+    return found
+
+
+def test_module_level_caches_are_the_allowed_ones():
+    """A new module-level memo fails here: per-workspace state goes on the workspace (``Query.state``, the
+    Index, the Engine); a memo whose value is a pure function of its key's content may be listed in
+    ``_MODULE_CACHES`` with why. Entries that are gone are struck off (the language server's excepted)."""
+    found = _module_level_caches()
+    assert sorted(found - set(_MODULE_CACHES)) == []
+    assert sorted(k for k in set(_MODULE_CACHES) - found if not k.startswith("lsp/")) == []

@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from . import model as M
-from .index import realpath
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +83,12 @@ def call_key(cs) -> tuple:
     return (cs.fline, cs.fcol, cs.func)
 
 
-def record(path: str, cs, chain: M.Chain, module_paths: Callable[[str], Iterable[str]] | None = None) -> CallRec:
+def record(path: str, cs, chain: M.Chain, module_paths: Callable[[str], Iterable[str]] | None = None,
+           realpath: Callable[[str], str] = os.path.realpath) -> CallRec:
     """The record of call site ``cs`` of the module at ``path`` whose tree is ``chain``.
 
     ``module_paths(symbol)``: paths of the workspace modules a hop symbol names (a lookup there that
-    found nothing still depends on them)."""
+    found nothing still depends on them); ``realpath``: the index's memoised ``Index.realpath``."""
     f = chain.final
     single = chain.leaves()
     if len(single) == 1:
@@ -277,7 +278,7 @@ class CallIndex:
         changed = index.changed_since(self.generation) if self.generation >= 0 else None
         if changed is None:
             return sorted(n for n in index.ws_files if not index.is_loaded(n))
-        by_real = {realpath(p): n for n, p in index.ws_files.items()}
+        by_real = {index.realpath(p): n for n, p in index.ws_files.items()}
         return sorted(n for r in changed if (n := by_real.get(r)) is not None and not index.is_loaded(n))
 
     def module_name(self, path: str) -> str | None:
@@ -314,7 +315,7 @@ class CallIndex:
             self._snaps.clear()
             self._queue_all({})
             return
-        by_real = {realpath(p): n for n, p in names.items()}
+        by_real = {index.realpath(p): n for n, p in names.items()}
         urgent: dict[str, set | None] = {}
         global_change = bool(gone)
         for real in sorted(changed):
@@ -493,7 +494,7 @@ class CallIndex:
                         return False  # cut short: this site again next time
                     self.traces += 1
                     if chain is not None:
-                        recs[call_key(cs)] = record(mod.path, cs, chain, self._module_paths)
+                        recs[call_key(cs)] = record(mod.path, cs, chain, self._module_paths, self.index.realpath)
                         self._note_partial(name, call_key(cs), chain.partial and budget is not None)
                 todo.pop()
             self._install(name, mod, keys, recs)
@@ -547,7 +548,7 @@ class CallIndex:
 
     def _install(self, name: str, mod, keys, recs: dict) -> None:
         path = mod.path
-        real = realpath(path)
+        real = self.index.realpath(path)
         if real not in self._snaps:
             self._snaps[real] = snapshot(self.index.source_text(path) or "", mod.summary)
         old = self.by_path.setdefault(path, {})
@@ -561,7 +562,7 @@ class CallIndex:
             old[k] = r
             self._link(r)
             for p, _ln in r.waypoints:
-                rp = realpath(p)
+                rp = self.index.realpath(p)
                 if rp not in self._snaps and self.index.is_workspace_path(p):
                     m = self.index.module_for_path(p)
                     if m is not None:

@@ -25,7 +25,6 @@ is taken by default. Reachability itself never uses defaults: a flag can be set.
 from __future__ import annotations
 
 import ast
-import weakref
 from dataclasses import dataclass
 
 from .lookup import Lookup
@@ -411,14 +410,3 @@ class PlatformDefaults:
             except Exception:  # noqa: BLE001
                 self._provider = (gen, None)
         return self._provider[1]
-
-
-_DEFAULTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def platform_defaults(resolver: Lookup) -> PlatformDefaults:
-    """The one :class:`PlatformDefaults` of a resolver (its memo lives as long as the resolver)."""
-    d = _DEFAULTS.get(resolver)
-    if d is None:
-        d = _DEFAULTS[resolver] = PlatformDefaults(resolver)
-    return d

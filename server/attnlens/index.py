@@ -27,22 +27,7 @@ from .cache import Cache
 from .pyindex import ModuleSummary, decode_source, summarize
 from .target import TargetInfo
 
-_REALPATHS: dict[str, str] = {}
 _POS = struct.Struct("q")  # the shared position of workspace_modules (see Index.prefetch_summaries)
-
-
-def realpath(path) -> str:
-    """``os.path.realpath`` memoised: a cold check of the real checkout resolved 3,000 paths with
-    24,000 ``lstat`` calls (0.3 s of system time). Cleared by :meth:`Index.refresh`, which
-    re-scans the workspace after a change the watchers cannot describe."""
-    p = os.fspath(path)
-    r = _REALPATHS.get(p)
-    if r is None:
-        r = os.path.realpath(p)
-        if len(_REALPATHS) > 200_000:
-            _REALPATHS.clear()
-        _REALPATHS[p] = r
-    return r
 
 SKIP_DIRS = {
     ".git", ".hg", ".svn", "__pycache__", "node_modules", "build", "dist", ".tox", ".nox",
@@ -79,7 +64,8 @@ class Index:
 
     def __init__(self, root: Path, target: TargetInfo | None, cache: Cache | None = None,
                  extra_paths: Iterable[str] = ()):
-        self.root = Path(realpath(root))
+        self._realpaths: dict[str, str] = {}  # path -> os.path.realpath(path): see realpath
+        self.root = Path(self.realpath(root))
         self.target = target
         self.cache = cache or Cache(None)
         self._lock = threading.RLock()
@@ -114,6 +100,19 @@ class Index:
         self._text_memo_chars = 0
         self._per_text: dict = {}  # (key, real path) -> (text, value): see per_text
 
+    def realpath(self, path) -> str:
+        """``os.path.realpath`` memoised per index: a cold check of the real checkout resolved 3,000 paths
+        with 24,000 ``lstat`` calls (0.3 s of system time). Cleared by :meth:`refresh`, which re-scans the
+        workspace after a change the watchers cannot describe (another index's memo is left alone)."""
+        p = os.fspath(path)
+        r = self._realpaths.get(p)
+        if r is None:
+            r = os.path.realpath(p)
+            if len(self._realpaths) > 200_000:
+                self._realpaths.clear()
+            self._realpaths[p] = r
+        return r
+
     # -- workspace discovery ---------------------------------------------------
     def _find_workspace_roots(self) -> list[Path]:
         roots = [self.root]
@@ -144,7 +143,7 @@ class Index:
             if "." in name and name.rpartition(".")[0] in files and name not in files:
                 files[name] = real
         self.ws_files = files
-        self._ws_reals = {realpath(p) for p in files.values()} | set(files.values())
+        self._ws_reals = {self.realpath(p) for p in files.values()} | set(files.values())
         for name, path in files.items():
             self._path_to_name[path] = name
 
@@ -169,7 +168,7 @@ class Index:
         return self._fp
 
     def is_workspace_path(self, path: str) -> bool:
-        real = realpath(path)
+        real = self.realpath(path)
         # `_path_to_name` also learns installed modules (module_for_path of a site-packages file):
         # only the workspace's own files count here
         return real in self._ws_reals or any(
@@ -261,12 +260,12 @@ class Index:
                 summ = self._summary_for(loc.path)
                 if summ is not None:
                     mod = Module(modname, loc.path, summ, self.is_workspace_path(loc.path), loc.is_package)
-                    self._path_to_name.setdefault(realpath(loc.path), modname)
+                    self._path_to_name.setdefault(self.realpath(loc.path), modname)
             self._modules[modname] = mod
             return mod
 
     def module_for_path(self, path: str) -> Module | None:
-        real = realpath(path)
+        real = self.realpath(path)
         name = self._path_to_name.get(real) or self._path_to_name.get(path)
         if name is None:
             name = self._guess_name(real)
@@ -276,7 +275,7 @@ class Index:
 
     def _guess_name(self, real: str) -> str | None:
         for base in self.search_path:
-            b = realpath(base)
+            b = self.realpath(base)
             if real.startswith(b + os.sep):
                 rel = Path(real[len(b) + 1:]).with_suffix("")
                 parts = list(rel.parts)
@@ -285,13 +284,13 @@ class Index:
                 if parts and all(p.isidentifier() for p in parts):
                     name = ".".join(parts)
                     loc = self.locate(name)
-                    if loc is not None and realpath(loc.path) == real:
+                    if loc is not None and self.realpath(loc.path) == real:
                         self._path_to_name[real] = name
                         return name
         return None
 
     def _summary_for(self, path: str) -> ModuleSummary | None:
-        text = self._overlays.get(realpath(path))
+        text = self._overlays.get(self.realpath(path))
         if text is not None:
             # an unsaved buffer: reuse a cached summary of the same content, never store one
             # (a pickle per keystroke would only fill the cache); a new one carries the buffer's
@@ -505,7 +504,7 @@ class Index:
         """The text of ``path``: its open buffer, else the file (None for a binary, huge or special file).
         A file's text is kept while its stamp (mtime, size) stays, so asking again costs a ``stat`` and
         returns the *same* object (what :meth:`per_text` keys on); the memo is bounded by characters."""
-        real = realpath(path)
+        real = self.realpath(path)
         if real in self._overlays:
             return self._overlays[real]
         try:
@@ -544,7 +543,7 @@ class Index:
         it match a pattern, which keywords does it pass) that per-generation scans used to recompute
         for every file after each keystroke."""
         text = self.source_text(path)
-        k = (key, realpath(path))
+        k = (key, self.realpath(path))
         hit = self._per_text.get(k)
         if hit is not None and hit[0] is text:
             return hit[1]
@@ -558,7 +557,7 @@ class Index:
     def set_overlay(self, path: str, text: str | None) -> None:
         """Use ``text`` for ``path`` instead of the disk (None drops the overlay). A buffer whose
         file is not on disk becomes a module of its own (see :meth:`_add_virtual`)."""
-        real = realpath(path)
+        real = self.realpath(path)
         with self._lock:
             if text is None:
                 self._overlays.pop(real, None)
@@ -576,7 +575,7 @@ class Index:
         the workspace)."""
         name = None
         for base in self.search_path:
-            b = realpath(base)
+            b = self.realpath(base)
             if real.startswith(b + os.sep):
                 parts = list(Path(real[len(b) + 1:]).with_suffix("").parts)
                 if parts and parts[-1] == "__init__":
@@ -608,7 +607,7 @@ class Index:
 
     def overlay_text(self, path: str) -> str | None:
         """The open buffer's text for ``path`` (None when the disk's text is used)."""
-        return self._overlays.get(realpath(path))
+        return self._overlays.get(self.realpath(path))
 
     def known_sha(self, path: str) -> str | None:
         """The content sha remembered for ``path`` at its current stamp (mtime, size), without reading it;
@@ -628,7 +627,7 @@ class Index:
 
     def module_name_of(self, path: str) -> str | None:
         """The module name a path is known under (workspace or installed), without locating anything."""
-        return self._path_to_name.get(realpath(path)) or self._path_to_name.get(path)
+        return self._path_to_name.get(self.realpath(path)) or self._path_to_name.get(path)
 
     def top_level_names(self, modname: str) -> frozenset | None:
         """Names that module ``modname`` binds at column 0 (``def``, ``class``, ``NAME =`` / ``NAME:``,
@@ -741,7 +740,7 @@ class Index:
         return {p for g, p in self._changes if g > generation}
 
     def invalidate(self, path: str) -> None:
-        real = realpath(path)
+        real = self.realpath(path)
         with self._lock:
             self.generation += 1
             self._changes.append((self.generation, real))
@@ -773,7 +772,7 @@ class Index:
 
     def refresh(self) -> None:
         with self._lock:
-            _REALPATHS.clear()
+            self._realpaths.clear()
             self.generation += 1
             self._changes_floor = self.generation
             self.outside_generation = self.generation

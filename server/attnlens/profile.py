@@ -44,7 +44,7 @@ class PlatformInfo:
     error: str | None = None
 
 
-_EP_MEMO: dict = {}
+_EP_MEMO: dict = {}  # (root, stamps of its three build files) -> entry points: those files' content, per root
 
 
 def read_entry_points(root: Path) -> dict[str, dict[str, str]]:
@@ -625,7 +625,7 @@ class PlatformProfile:
         }
 
 
-_GUARDS: dict = {}
+_GUARDS: dict = {}  # guard text -> parsed expression: a pure function of the text, bounded (20,000)
 
 
 def _parse_guard(text: str):

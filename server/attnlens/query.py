@@ -15,18 +15,22 @@ Not thread-safe, like the objects behind it: the language server asks from its o
 Questions, by group:
 
 * the workspace: :attr:`root`, :attr:`target` (the target interpreter), :attr:`target_error`,
-  :attr:`cache`, :attr:`subject`, :attr:`generation`, :meth:`close`;
+  :attr:`cache`, :attr:`subject`, :attr:`generation`, :meth:`close`, :meth:`state` (the per-workspace state
+  of the code above the core);
 * documents: :meth:`source_text`, :meth:`overlay_text`, :meth:`set_overlay`, :meth:`files_changed`,
   :meth:`module_for_path`, :meth:`module`, :meth:`is_loaded`, :meth:`workspace_modules`,
   :meth:`workspace_files`, :meth:`installed_sources`, the prefetch and cache switches;
 * positions: :meth:`ref_at`, :meth:`def_at`, :meth:`trace_at`, :meth:`trace_ref`, :meth:`trace_symbol`;
 * backends and kernel call sites: :meth:`backends`, :meth:`never_selected`, :meth:`kernel_sites`,
   :meth:`kernel_tracer`, :meth:`mark_selection`, :meth:`registry_warm_steps`, the derived-result cache;
-* the platform and its ops: :meth:`platform_summary`, :meth:`platform_defaults`, :meth:`kernel_providers`,
-  :meth:`cpp_op_symbols`, :meth:`installed_kernel_packages` and the C++ index steps;
+* the platform and its ops: :meth:`platform_summary`, :meth:`platform_method_value`, :meth:`platform_defaults`,
+  :meth:`kernel_providers`, :meth:`cpp_op_symbols`, :meth:`installed_kernel_packages`, the C++ index steps and
+  its worker's handshake (:meth:`set_cpp_pending`), :meth:`library_ns`, :meth:`installed_modules_matching`;
 * call hierarchy: :meth:`call_index` (incoming calls), :meth:`kernel_tracer` (outgoing);
-* resolution (rules, upgrade): :meth:`resolve_symbol`, :meth:`resolve_dotted`, :meth:`mro`,
-  :meth:`class_bases`, :meth:`abs_module`, :meth:`patches`, :meth:`patched`, :meth:`stdlib` ...
+* resolution (rules, upgrade): :meth:`resolve_symbol`, :meth:`resolve_dotted`, :meth:`mro`, :meth:`class_attr`,
+  :meth:`class_bases`, :meth:`enclosing_class`, :meth:`abs_module`, :meth:`guard_value`, :meth:`backend_part`,
+  :meth:`patches`, :meth:`patched`, :meth:`stdlib` ...; :meth:`evaluator` for the rule API's step-by-step
+  evaluation only
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class Query:
     def __init__(self, ws: "Workspace"):
         self.ws = ws  # handed to the rules and upgrade entry points, which take a workspace
         self._calls: "CallIndex | None" = None
+        self._defaults = None  # envflags.PlatformDefaults, made on the first platform_defaults()
 
     # -- the workspace ----------------------------------------------------------------------
     @property
@@ -109,6 +114,13 @@ class Query:
     def flush(self) -> None:
         """Write the index's pending cache entries."""
         self.ws.index.flush()
+
+    def state(self, owner: str) -> dict:
+        """The per-workspace state of ``owner`` (a module above the core: the rules engine of the current
+        index generation, the memoised drift report, ...), an empty dict on the first ask. It lives exactly
+        as long as the workspace, so two workspaces in one process share none of it: the place for what
+        would otherwise be a module-level memo keyed by the workspace."""
+        return self.ws.attached.setdefault(owner, {})
 
     # -- documents ----------------------------------------------------------------------------
     def source_text(self, path: str) -> str | None:
@@ -243,11 +255,18 @@ class Query:
         """The platform profile's facts (``profile.PlatformInfo``: entry point, classes, enum)."""
         return self.ws.resolver.profile.info
 
-    def platform_defaults(self):
-        """The env flags at their defaults (``envflags.PlatformDefaults``), for rendering verdicts."""
-        from .envflags import platform_defaults
+    def platform_method_value(self, name: str, args: tuple = ()):
+        """The constant ``current_platform.<name>(*args)`` returns on this platform, or None when unknown."""
+        return self.ws.resolver.profile.method_value(name, args)
 
-        return platform_defaults(self.ws.resolver)
+    def platform_defaults(self):
+        """The env flags at their defaults (``envflags.PlatformDefaults``), for rendering verdicts; one per
+        workspace (it memoises per index generation itself)."""
+        if self._defaults is None:
+            from .envflags import PlatformDefaults
+
+            self._defaults = PlatformDefaults(self.ws.resolver)
+        return self._defaults
 
     def kernel_providers(self) -> list[tuple[str, str | None, str]]:
         """(module, guard, status) for each kernel module the platform imports."""
@@ -273,6 +292,28 @@ class Query:
     def cpp_files(self) -> list:
         """The workspace's C++ files the C++ index was built from (empty until it is built)."""
         return self.ws.resolver.ops.cpp_files()
+
+    def set_cpp_pending(self, pending: "Callable[[], bool]") -> None:
+        """A worker of the caller builds the C++ index: while ``pending()`` says it still does, asking for
+        the C++ index raises ``torchops.CppNotReady`` instead of building it a second time."""
+        self.ws.resolver.ops.cpp_pending = pending
+
+    def clear_cpp_pending(self, pending: "Callable[[], bool]") -> None:
+        """Drop the hook :meth:`set_cpp_pending` set, when it is still ``pending`` (the C++ index is built
+        here again when asked for)."""
+        ops = self.ws.resolver.ops
+        if getattr(ops, "cpp_pending", None) == pending:
+            ops.cpp_pending = None
+
+    def library_ns(self, mod: Module, scope: str, text: str) -> str | None:
+        """The op namespace of the ``torch.library.Library`` object ``text`` names in ``scope`` of ``mod``
+        (a ``target_lib=`` argument), or None."""
+        return self.ws.resolver.ops._library_ns(mod, scope, text)  # noqa: SLF001 - the registry's own reader
+
+    def installed_modules_matching(self, ns: str, match: "Callable[[bytes], bool]") -> list:
+        """Installed modules (of the packages an op of ``ns`` can come from) that use a Python
+        op-registration API and whose bytes satisfy ``match``: only these are summarised."""
+        return self.ws.resolver.ops.installed_modules_matching(ns, match)
 
     def cpp_op_symbols(self) -> list[tuple[str, str, int, str]]:
         """(op, path, line, schema) of every op the C++ index defines or implements (its first site);
@@ -344,6 +385,37 @@ class Query:
     def abs_module(self, mod: Module, target: str, level: int) -> str | None:
         """The absolute module an import in ``mod`` names (``from ..x import y``: ``target`` x, ``level`` 2)."""
         return self.ws.resolver.abs_module(mod, target, level)
+
+    def class_attr(self, mod: Module, qual: str, name: str, instance: bool = False):
+        """The value of attribute ``name`` of class ``qual`` of ``mod`` (the first class of its MRO that
+        defines it), in a walk of its own; None when no class defines it."""
+        from .walk import Walk
+
+        return self.ws.resolver.class_attr(mod, qual, name, Walk(), instance=instance)
+
+    def enclosing_class(self, mod: Module, scope: str) -> str | None:
+        """The qualname of the class whose method ``scope`` (a function qualname of ``mod``) is, or None."""
+        return self.ws.resolver.enclosing_class(mod, scope)
+
+    def guard_value(self, mod: Module | None, guards: tuple, scope: str = "") -> bool | None:
+        """A summary's guards (``(kind, text, line)`` tuples) on this platform, combined as a chain's
+        reachability: False when one cannot hold (``if TYPE_CHECKING`` never does), None when one is decided
+        at run time, else True; ``try``/``except`` guards do not count."""
+        return self.ws.resolver.guard_value(mod, guards, scope)
+
+    def backend_part(self, cls, meth: str):
+        """(``registry.ClassRef``, class value or None) of what backend class ``cls`` (a class value)
+        returns from ``meth`` (``get_impl_cls``, ``get_builder_cls``), as ``attnlens backends`` reads it."""
+        from .registry import Registry
+
+        return Registry(self.ws.resolver).part(cls, meth)
+
+    def evaluator(self):
+        """The resolver's evaluation primitives (``lookup_name``, ``attr``, ``class_attr``, ``resolve_dotted``
+        with the caller's ``Walk``, ``trace_call``, ``guard_value``, the op registry ...), for the one caller that
+        walks values step by step: the rule API's ``ModuleContext.r`` (``rules/api.py``). Everything else asks
+        the questions of this class (``tests/test_architecture.py`` keeps it so)."""
+        return self.ws.resolver
 
     def patches(self) -> dict:
         """(upstream module, attribute path) -> (replacement value, path, line, decorator text)."""

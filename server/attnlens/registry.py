@@ -19,7 +19,6 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from . import model as M
-from .index import realpath
 from .model import HopKind
 from .pyindex import triton_decorated
 from .walk import Val, ValKind, Walk
@@ -433,10 +432,11 @@ class Registry:
                 if changed is not None and not (changed & touched):
                     return chain
         chain = self.r.trace_call(mod, cs, receiver=receiver)
-        touched = {realpath(h.path) for h in chain.hops if h.path}
+        real = index.realpath
+        touched = {real(h.path) for h in chain.hops if h.path}
         if chain.final.path:
-            touched.add(realpath(chain.final.path))
-        touched.add(realpath(mod.path))
+            touched.add(real(chain.final.path))
+        touched.add(real(mod.path))
         if len(memo) > 20000:
             memo.clear()
         memo[key] = (index.generation, mod.summary.sha, chain, touched)

@@ -200,7 +200,7 @@ class Defaults:
     """What the platform's default configuration (no environment flag set) decides:
     ``condition(text, path, line)`` evaluates a guard with the flags at their defaults; ``provider``
     is the kernel module the platform loads first by default (``envflags.DefaultProvider``).
-    ``envflags.platform_defaults(resolver)`` gives the real one; tests build this one by hand."""
+    ``Query.platform_defaults()`` gives the real one (one per workspace); tests build this one by hand."""
 
     condition: object = None  # Callable[[str, str | None, int | None], bool | None]
     provider: object = None

@@ -65,6 +65,9 @@ class Workspace:
         self._backends_carry: dict = {}  # flags -> (registry inputs, entries): reused across generations
         self.allow_fork = False  # forked prefetch workers: only in single-threaded CLI processes
         self._query = None
+        # the per-workspace state of the code above the core (the rules engine, the drift report, ...), by
+        # owner: it lives as long as this workspace and no other sees it (``Query.state``)
+        self.attached: dict[str, dict] = {}
 
     @property
     def query(self):
@@ -486,7 +489,7 @@ class Workspace:
         self.cache.flush()
 
 
-_CODE_STAMP: list = []
+_CODE_STAMP: list = []  # the analyser's own code stamp: one per process, the same for every workspace
 
 
 def _code_stamp() -> str:
@@ -525,7 +528,9 @@ def _deps_fresh(stamps: list) -> bool:
     return True
 
 
-_REG_SIGS: dict = {}  # summary sha -> registry signature (content-addressed, bounded)
+# summary sha -> registry signature: a pure function of the module's content (the sha names the text the
+# summary was built from), bounded; kept across workspaces, which can only share a value for equal content
+_REG_SIGS: dict = {}
 _SELECTORS = ("get_attn_backend_cls", "prefill_backend")
 
 

@@ -183,12 +183,14 @@ def suppressed(lines: list[str], f: Finding) -> bool:
 
 
 class ModuleContext:
-    """What checks see: one workspace module plus cached helpers."""
+    """What checks see: one workspace module plus cached helpers. ``ctx.ws.query`` answers the workspace's
+    questions; ``ctx.r`` holds the resolver's evaluation primitives (``Query.evaluator``) for checks that walk
+    values step by step with a ``Walk`` of their own."""
 
     def __init__(self, engine: Engine, mod):
         self.engine = engine
         self.ws = engine.ws
-        self.r = engine.ws.resolver
+        self.r = engine.ws.query.evaluator()
         self.mod = mod
         self.s = mod.summary
         self.path = mod.path
@@ -298,7 +300,10 @@ class ModuleContext:
         return self.name_range(f.line, f.name, 0)
 
 
-_CONTENT_MEMO: dict = {}  # content-addressed results, shared by every engine (see content_memo)
+# content-addressed results, shared by every engine of every workspace (see content_memo): each key names the
+# content its value is computed from (a path and that file's content sha), so two workspaces can share a value
+# only for the same content; bounded by _CONTENT_MEMO_MAX
+_CONTENT_MEMO: dict = {}
 _CONTENT_MEMO_MAX = 50_000
 
 

@@ -699,9 +699,7 @@ def _schema_of_record(ctx, where: str) -> str:
     configuration loads a precompiled provider instead, say which one and that it is not installed here."""
     if not where or not ctx.ws.index.is_workspace_path(where.rsplit(":", 1)[0]):
         return ""
-    from ..envflags import platform_defaults
-
-    prov = platform_defaults(ctx.r).provider
+    prov = ctx.ws.query.platform_defaults().provider
     if prov is None or prov.guard is None or "not installed" not in (prov.status or ""):
         return ""
     flag = prov.flags[0].text.rpartition(".")[2] if prov.flags else prov.guard

@@ -489,7 +489,7 @@ def _has_claim_text(ctx, f, cap: str) -> bool:
 def _backend_impl_kernels(ctx, cv: Val):
     from .checks_upstream import _part_class
 
-    iv = _part_class(ctx.r, cv, "get_impl_cls")
+    iv = _part_class(ctx.ws.query, cv, "get_impl_cls")
     ks = []
     if iv is not None and iv.module is not None and iv.module.workspace:
         ks = class_kernels(ctx, iv)

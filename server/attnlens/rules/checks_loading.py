@@ -577,7 +577,7 @@ def _import_graph(engine) -> dict:
 
     def compute():
         idx = engine.ws.index
-        r = engine.ws.resolver
+        query = engine.ws.query
         edges: dict = {}
         shas: dict = {}
         for name in sorted(idx.ws_files):
@@ -596,11 +596,11 @@ def _import_graph(engine) -> dict:
                         continue
                     if b.guards:
                         try:
-                            if r.guard_value(m, b.guards, "") is not True:
+                            if query.guard_value(m, b.guards, "") is not True:
                                 continue
                         except RecursionError:
                             continue
-                    t = r.abs_module(m, b.target or "", b.level)
+                    t = query.abs_module(m, b.target or "", b.level)
                     if not t:
                         continue
                     full = (b.alternatives[0] if b.kind == "import" and b.alternatives else t)
@@ -717,7 +717,7 @@ def _entry_lazy_imports(engine, mod: str, func: str) -> list[str]:
     """Workspace modules an entry-point function imports when it runs (its lazy imports and those
     of the same module's functions it calls)."""
     idx = engine.ws.index
-    r = engine.ws.resolver
+    query = engine.ws.query
     m = idx.module(mod)
     if m is None or not func:
         return []
@@ -735,7 +735,7 @@ def _entry_lazy_imports(engine, mod: str, func: str) -> list[str]:
         for bs in f.locals.values():
             for b in bs:
                 if b.kind in ("import", "from") and not any(g[0] in ("try", "except") for g in b.guards):
-                    t = r.abs_module(m, b.target or "", b.level)
+                    t = query.abs_module(m, b.target or "", b.level)
                     if t:
                         full = b.alternatives[0] if b.kind == "import" and b.alternatives else t
                         out.append(full if full in idx.ws_files else t)
@@ -1380,7 +1380,7 @@ def capability_entries(ctx):
             continue
         parts = []
         for meth in ("get_impl_cls", "get_builder_cls"):
-            pv = _part_class(ctx.r, cv, meth)
+            pv = _part_class(ctx.ws.query, cv, meth)
             if pv is not None and pv.module is not None and pv.module.workspace:
                 parts.append(pv)
         if not parts:

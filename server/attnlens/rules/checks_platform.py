@@ -62,15 +62,14 @@ def _guard_span(b) -> str:
 
 def _platform_facts(engine):
     def compute():
-        r = engine.ws.resolver
-        prof = r.profile
-        info = prof.info
+        query = engine.ws.query
+        info = query.platform_info()
         classes = list(info.classes)
         names = " / ".join(c.qual for c in classes) or "the platform"
         getters = []
         getter_none = bool(classes)
         for cv in classes:
-            fv = r.class_attr(cv.module, cv.qual, "get_device_capability", Walk())
+            fv = query.class_attr(cv.module, cv.qual, "get_device_capability")
             if fv is None or fv.func is None:
                 getter_none = False
                 continue
@@ -81,7 +80,7 @@ def _platform_facts(engine):
         ws_classes = set()
         for cv in classes:
             try:
-                for m in r.mro(cv.module, cv.qual):
+                for m in query.mro(cv.module, cv.qual):
                     if m.module is not None and m.module.workspace:
                         ws_classes.add((m.module.name, m.qual))
             except RecursionError:
@@ -89,7 +88,7 @@ def _platform_facts(engine):
         return {
             "names": names,
             "enum": info.enum,
-            "is_cuda": prof.method_value("is_cuda"),
+            "is_cuda": query.platform_method_value("is_cuda"),
             "getters": getters,
             "getter_none": getter_none,
             "ws_classes": ws_classes,

@@ -544,14 +544,15 @@ def override_signatures(ctx):
 # --------------------------------------------------------------------------- registry pairs (AL111, AL112)
 
 
-def _part_class(r, cv: Val, meth: str) -> Val | None:
-    fv = r.class_attr(cv.module, cv.qual, meth, Walk())
+def _part_class(query, cv: Val, meth: str) -> Val | None:
+    """The class backend class ``cv``'s ``meth`` (``get_impl_cls``, ...) returns (``query``: the workspace's)."""
+    fv = query.class_attr(cv.module, cv.qual, meth)
     if fv is None or fv.func is None or fv.module is None:
         return None
     f = fv.func
     for name in [x for x in f.returns if x]:
         try:
-            v = r.resolve_dotted(fv.module, f.qualname, name, Walk(), line=f.end_line)
+            v = query.resolve_dotted(fv.module, f.qualname, name, line=f.end_line)
         except RecursionError:
             continue
         if v.kind == ValKind.CLASS:
@@ -559,7 +560,7 @@ def _part_class(r, cv: Val, meth: str) -> Val | None:
     return None
 
 
-def _metadata_class(r, cv: Val, like: str | None = None) -> Val | None:
+def _metadata_class(cv: Val, like: str | None = None) -> Val | None:
     mod = cv.module
     cands = [(q, c) for q, c in mod.summary.classes.items() if c.is_dataclass and q.endswith("Metadata") and "Builder" not in q and "." not in q]
     if not cands:
@@ -580,7 +581,7 @@ def _metadata_class(r, cv: Val, like: str | None = None) -> Val | None:
 @prepare("registry")
 def registry_pairs(engine) -> list[dict]:
     def compute():
-        r = engine.ws.resolver
+        query = engine.ws.query
         out = []
         try:
             entries = engine.ws.backends(with_call_sites=False)
@@ -590,19 +591,19 @@ def registry_pairs(engine) -> list[dict]:
         for e in entries:
             if e.kind == "custom_op" or e.upstream is None or not e.upstream.cls:
                 continue
-            pv = r.resolve_symbol(e.cls)
-            uv = r.resolve_symbol(e.upstream.cls)
+            pv = query.resolve_symbol(e.cls)
+            uv = query.resolve_symbol(e.upstream.cls)
             if pv.kind != ValKind.CLASS or uv.kind != ValKind.CLASS or pv.module is None or not pv.module.workspace:
                 continue
             out.append({"kind": "backend", "plugin": pv, "upstream": uv, "entry": e.name})
             for meth, kind in (("get_impl_cls", "impl"), ("get_builder_cls", "builder")):
-                pp = _part_class(r, pv, meth)
-                up = _part_class(r, uv, meth)
+                pp = _part_class(query, pv, meth)
+                up = _part_class(query, uv, meth)
                 if pp is not None and up is not None and pp.module is not None and pp.module.workspace:
                     out.append({"kind": kind, "plugin": pp, "upstream": up, "entry": e.name})
-            pm = _metadata_class(r, pv)
+            pm = _metadata_class(pv)
             if pm is not None:
-                um = _metadata_class(r, uv, like=pm.qual)
+                um = _metadata_class(uv, like=pm.qual)
                 if um is not None:
                     out.append({"kind": "metadata", "plugin": pm, "upstream": um, "entry": e.name})
         return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from ..walk import Val, ValKind, Walk
+from ..walk import Val, ValKind
 from .api import content_memo
 
 TRIVIAL_BASES = {"object", "Generic", "typing.Generic", "ABC", "abc.ABC", "Protocol", "typing.Protocol"}
@@ -77,7 +77,7 @@ def class_bases(engine, cv: Val):
         if t in TRIVIAL_BASES:
             continue
         try:
-            v = engine.ws.resolver.resolve_dotted(mod, scope, t, Walk(), line=c.line)
+            v = engine.ws.query.resolve_dotted(mod, scope, t, line=c.line)
         except RecursionError:
             complete = False
             continue

@@ -486,7 +486,7 @@ class _Conv:
         return cls(**kwargs)
 
 
-_HINTS: dict = {}
+_HINTS: dict = {}  # dataclass -> its resolved type hints: the package's own classes
 
 
 def _hints(cls) -> dict:
@@ -660,7 +660,7 @@ def load_contracts(dirs: list[str | os.PathLike] | None = None, root: str | os.P
     return ContractSet(contracts, errors, files, h.hexdigest())
 
 
-_SETS: dict = {}
+_SETS: dict = {}  # (root, contract files' stamps) -> the default contract set: their content; holds one
 
 
 def _default_contracts(root) -> ContractSet:

@@ -31,12 +31,10 @@ import sys
 import threading
 import time
 import traceback
-import weakref
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
-from ..index import realpath
 from ..walk import Val, ValKind
 from . import facts as F
 from .api import (CHECKS, FACT_PREFILTERS, PREPARES, RULES, SEVERITIES, SEVERITY_RANK, Finding, ModuleContext, Rule,
@@ -318,7 +316,7 @@ class Engine:
         self._prefetch_fd = rfd
         self._prefetch_stop = stop
         # checks that need the C++ index before the worker stored it are retried at the end
-        self.ws.resolver.ops.cpp_pending = self.cpp_pending
+        self.ws.query.set_cpp_pending(self.cpp_pending)
 
     def cpp_pending(self) -> bool:
         """Is the worker still building the C++ index? (A non-blocking look at its pipe.)"""
@@ -352,8 +350,7 @@ class Engine:
         self._prefetch_fd = None
 
     def stop_prefetch(self) -> None:
-        if getattr(self.ws.resolver.ops, "cpp_pending", None) == self.cpp_pending:
-            self.ws.resolver.ops.cpp_pending = None
+        self.ws.query.clear_cpp_pending(self.cpp_pending)
         if self._prefetch_fd is not None:
             try:
                 os.close(self._prefetch_fd)
@@ -436,7 +433,7 @@ class Engine:
         sha = None
         loc = idx.locate(name)
         if loc is not None and loc.kind == "py":
-            real = realpath(loc.path)
+            real = idx.realpath(loc.path)
             text = idx.overlay_text(real)
             if text is not None:
                 sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -686,15 +683,15 @@ class Engine:
             if target is None:
                 self.errors.append(f"{p}: no such file or folder")
                 continue
-            real = realpath(target)
+            real = idx.realpath(target)
             if os.path.isdir(real):
-                chosen.extend(f for f in all_files if realpath(f).startswith(real + os.sep))
+                chosen.extend(f for f in all_files if idx.realpath(f).startswith(real + os.sep))
             elif real.endswith(".py"):
-                chosen.append(real if real in {realpath(f) for f in all_files} else str(target))
+                chosen.append(real if real in {idx.realpath(f) for f in all_files} else str(target))
         seen = set()
         out = []
         for f in chosen:
-            r = realpath(f)
+            r = idx.realpath(f)
             if r not in seen:
                 seen.add(r)
                 out.append(f)
@@ -901,22 +898,22 @@ def _prefetch_child(ws, wfd: int, stop=None) -> None:  # pragma: no cover - runs
         print(f"[prefetch] done {time.perf_counter() - t0:.2f}s{' (stopped)' if stopped() else ''}", file=sys.stderr)
 
 
-_ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 _ENGINES_LOCK = threading.Lock()
 
 
 def engine_for(ws) -> Engine:
+    """The engine of ``ws`` for its current index generation (a new one after any change). It is kept
+    in the workspace's own state (``Query.state``): two workspaces in one process share no engine."""
     with _ENGINES_LOCK:
         return _engine_for(ws)
 
 
 def _engine_for(ws) -> Engine:
-    e = _ENGINES.get(ws)
+    slot = ws.query.state(__name__)
+    e = slot.get("engine")
     if e is None or e.generation != ws.index.generation:
         e = Engine(ws)
-        _ENGINES[ws] = e
+        slot["engine"] = e
     return e
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..walk import ValKind, Walk
+from ..walk import ValKind
 
 _OPS_RE = re.compile(r"torch\.ops\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
 REGISTER = "direct_register_custom_op"
@@ -64,14 +64,14 @@ def _strip(text: str) -> str:
     return (text or "").strip().strip("'\"")
 
 
-def _local_function(r, m, scope: str, text: str) -> str:
+def _local_function(query, m, scope: str, text: str) -> str:
     """The qualname (in ``m``) of the function ``text`` names, '' when it is not a function of ``m``."""
     if not text:
         return ""
     if text in m.summary.functions and "." not in text:
         return text
     try:
-        v = r.resolve_dotted(m, scope, text, Walk())
+        v = query.resolve_dotted(m, scope, text)
     except (RecursionError, Exception):  # noqa: BLE001 - a registration that does not resolve is skipped
         return ""
     if v is not None and v.kind == ValKind.FUNCTION and v.module is not None and v.module.name == m.name:
@@ -79,8 +79,9 @@ def _local_function(r, m, scope: str, text: str) -> str:
     return ""
 
 
-def registrations_in(r, m, op: str | None = None) -> list[OpReg]:
-    """``direct_register_custom_op`` calls of module ``m`` (only those of ``op`` when given)."""
+def registrations_in(query, m, op: str | None = None) -> list[OpReg]:
+    """``direct_register_custom_op`` calls of module ``m`` (only those of ``op`` when given); ``query``: the
+    workspace's :class:`~attnlens.query.Query`."""
     out = []
     for cs in m.summary.calls:
         if cs.func.rpartition(".")[2] != REGISTER:
@@ -93,9 +94,9 @@ def registrations_in(r, m, op: str | None = None) -> list[OpReg]:
         fake = kw.get("fake_impl") or (cs.arg_texts[3] if len(cs.arg_texts) > 3 else "")
         ns = "vllm"
         if kw.get("target_lib"):
-            ns = r.ops._library_ns(m, cs.scope, kw["target_lib"]) or "?"
-        out.append(OpReg(ns, name, m, cs.line, _local_function(r, m, cs.scope, func),
-                         _local_function(r, m, cs.scope, fake) if fake and fake != "None" else ""))
+            ns = query.library_ns(m, cs.scope, kw["target_lib"]) or "?"
+        out.append(OpReg(ns, name, m, cs.line, _local_function(query, m, cs.scope, func),
+                         _local_function(query, m, cs.scope, fake) if fake and fake != "None" else ""))
     return out
 
 
@@ -133,7 +134,7 @@ def _upstream_registration(ws, ns: str, op: str) -> OpReg | None:
     summarised: most names asked about (a plugin op's name and its vendor-less forms, ``pre`` of
     ``mhc_pre``) are registered nowhere, and the every-API substring search of
     ``python_registrations_all`` summarised each module that merely contains them."""
-    r = ws.resolver
+    query = ws.query
     name = op.encode()
     word = re.compile(rb"(?<!\w)" + re.escape(name) + rb"(?!\w)")
 
@@ -144,13 +145,13 @@ def _upstream_registration(ws, ns: str, op: str) -> OpReg | None:
         return op in literal or (other and word.search(data) is not None)
 
     try:
-        mods = r.ops.installed_modules_matching(ns, match)
+        mods = query.installed_modules_matching(ns, match)
     except Exception:  # noqa: BLE001 - no registration found is an answer
         return None
     for m in mods:
         if m.workspace:
             continue
-        for o in registrations_in(r, m, op):
+        for o in registrations_in(query, m, op):
             if o.func and o.ns == ns:
                 return o
     return None
@@ -206,7 +207,7 @@ def _by_call_site(ws, reg: OpReg, memo: dict, texts: list | None = None) -> OpRe
 
 def _by_call_site_in(ws, reg: OpReg, memo: dict, needle: str, mods: list) -> OpReg | None:
     idx = ws.index
-    r = ws.resolver
+    query = ws.query
     cands: dict = {}
     for m, text in mods:
         lines = text.splitlines()
@@ -214,11 +215,11 @@ def _by_call_site_in(ws, reg: OpReg, memo: dict, needle: str, mods: list) -> OpR
             if not re.search(re.escape(needle) + r"\b", ln):
                 continue
             scope = m.summary.scope_at(i)
-            cq = r.enclosing_class(m, scope) if scope else None
+            cq = query.enclosing_class(m, scope) if scope else None
             if cq is None:
                 continue
             try:
-                mro = r.mro(m, cq)
+                mro = query.mro(m, cq)
             except RecursionError:
                 continue
             for cv in mro[1:]:
@@ -259,7 +260,7 @@ def variants_in(ws, m, memo: dict | None = None, texts: list | None = None) -> l
         return []
     memo = memo if memo is not None else {}
     out = []
-    for reg in registrations_in(ws.resolver, m):
+    for reg in registrations_in(ws.query, m):
         if not reg.func:
             continue
         up = None

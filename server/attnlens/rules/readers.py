@@ -19,8 +19,6 @@ import ast
 import os
 import re
 
-_MEMO: dict = {}
-
 
 def field_reads(ws, upath: str, cls: str, umod: str, names) -> dict[str, list[tuple[str, int]]]:
     """field -> every ``(path, line)`` reading ``.field`` in ``upath`` (the module defining class
@@ -34,11 +32,12 @@ def field_reads(ws, upath: str, cls: str, umod: str, names) -> dict[str, list[tu
     except OSError:
         stamp = 0
     key = (upath, stamp, cls, umod, names)
-    if key not in _MEMO:
-        if len(_MEMO) > 256:
-            _MEMO.clear()
-        _MEMO[key] = _scan(ws, upath, cls, umod, names)
-    return _MEMO[key]
+    memo = ws.query.state(__name__)  # the workspace's own: the scan locates packages on its target's path
+    if key not in memo:
+        if len(memo) > 256:
+            memo.clear()
+        memo[key] = _scan(ws, upath, cls, umod, names)
+    return memo[key]
 
 
 def reads_in(path: str, quals, cls: str, names) -> dict[str, list[tuple[str, int]]]:
@@ -68,7 +67,7 @@ def _collect_reads(fn, held: set, attrs, wanted: set, path: str, out: dict) -> N
             out.setdefault(node.attr, set()).add((path, node.lineno))
 
 
-_TREES: dict = {}
+_TREES: dict = {}  # (path, mtime_ns) -> parsed tree: the file's content at that stamp, bounded (64)
 
 
 def _parsed(path: str):

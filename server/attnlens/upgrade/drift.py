@@ -40,7 +40,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import weakref
 from dataclasses import asdict, dataclass, field
 
 from ..walk import ValKind
@@ -1099,8 +1098,7 @@ def drift_report(ws, old, new=None, globs=None, patches: str = "scope", cfg: Upg
         d.close()
 
 
-_MEMO: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_MEMO_LOCK = threading.Lock()
+_MEMO_LOCK = threading.Lock()  # the memo itself is the workspace's own (``Query.state``)
 
 
 def _resolve_old(ws, old):
@@ -1125,13 +1123,14 @@ def cached_report(ws, old=None) -> DriftReport | None:
     except Exception:
         return None
     key = (src.root, ws.index.generation)
+    memo = ws.query.state(__name__)
     with _MEMO_LOCK:
-        hit = _MEMO.get(ws)
+        hit = memo.get("report")
         if hit is not None and hit[0] == key:
             return hit[1]
     rep = drift_report(ws, src)
     with _MEMO_LOCK:
-        _MEMO[ws] = (key, rep)
+        memo["report"] = (key, rep)
     return rep
 
 
@@ -1139,7 +1138,7 @@ def memoised_report(ws) -> DriftReport | None:
     """The report :func:`cached_report` last memoised for ``ws`` (any generation), or None; never
     computes one (the editor's quick fixes use the report its drift diagnostics came from)."""
     with _MEMO_LOCK:
-        hit = _MEMO.get(ws)
+        hit = ws.query.state(__name__).get("report")
     return hit[1] if hit is not None else None
 
 

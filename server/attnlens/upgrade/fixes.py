@@ -222,7 +222,7 @@ def _offer_import(ws, f, data, drift) -> Offer | None:
                     if b.kind == "from" and b.attr == name and b.line == f["line"]), None)
     if binding is None:
         binding = next((b for bs in m.summary.bindings.values() for b in bs
-                        if b.kind == "from" and b.attr == name and ws.resolver.abs_module(m, b.target or "", b.level) == module), None)
+                        if b.kind == "from" and b.attr == name and ws.query.abs_module(m, b.target or "", b.level) == module), None)
     local = binding.name if binding is not None else name
     spec = {"module": module, "name": name, "local": local, "line": f["line"]}
     if repl:

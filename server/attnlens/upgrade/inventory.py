@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import model as M
 from ..pyindex import triton_decorated
-from ..walk import ValKind, Walk
+from ..walk import ValKind
 from . import astsyms as A
 from .config import load_config
 from .fixes import FIX_RULES as _FIX_RULES
@@ -345,7 +345,7 @@ class InventoryBuilder:
                 targets.setdefault(it.name, []).append((m.name, it.symbol[len(m.name) + 1:], it))
         if not targets:
             return
-        r = self.ws.resolver
+        query = self.ws.query
         for mod in self.ws.index.workspace_modules():
             s = mod.summary
             for cs in s.calls:
@@ -361,7 +361,7 @@ class InventoryBuilder:
                     continue
                 prefix = ".".join(parts[:hit[0] + 1])
                 try:
-                    v = r.resolve_dotted(mod, cs.scope, prefix, Walk(), line=cs.line)
+                    v = query.resolve_dotted(mod, cs.scope, prefix, line=cs.line)
                 except RecursionError:
                     continue
                 if v.module is None or v.kind not in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE):
@@ -377,7 +377,7 @@ class InventoryBuilder:
                 for b in bs:
                     if b.kind != "from" or (b.attr or "") not in targets:
                         continue
-                    target = r.abs_module(mod, b.target or "", b.level)
+                    target = query.abs_module(mod, b.target or "", b.level)
                     for tm, tq, it in targets[b.attr]:
                         if target == tm and tq == b.attr and mod.name != tm:
                             it.callers.append({"by": mod.name, "path": relpath(self.ws.root, mod.path), "line": b.line,

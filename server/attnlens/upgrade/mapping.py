@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..target import TargetInfo
-from ..walk import ValKind, Walk
+from ..walk import ValKind
 from . import astsyms as A
 
 _DEF_RE = re.compile(rb"^(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)|^class[ \t]+([A-Za-z_][A-Za-z0-9_]*)", re.M)
@@ -147,7 +147,7 @@ class Side:
         if m is None:
             return None
         try:
-            return self.ws.resolver.resolve_dotted(m, scope, text, Walk(), line=line)
+            return self.ws.query.resolve_dotted(m, scope, text, line=line)
         except RecursionError:
             return None
 
@@ -161,9 +161,7 @@ class Side:
             entries = self.ws.backends(with_call_sites=False, include_custom_ops=True)
         except Exception:
             entries = []
-        from ..registry import Registry
-
-        reg = Registry(self.ws.resolver)
+        query = self.ws.query
         for e in entries:
             up = e.upstream.cls if e.upstream is not None else None
             role = "custom_op" if e.kind == "custom_op" else "backend"
@@ -178,7 +176,7 @@ class Side:
                 up_part = None
                 if uv is not None and uv.kind == ValKind.CLASS and uv.module is not None:
                     try:
-                        uref, _ = reg.part(uv, meth)
+                        uref, _ = query.backend_part(uv, meth)
                         up_part = uref.cls
                     except Exception:
                         up_part = None
