@@ -319,3 +319,36 @@ def test_module_level_caches_are_the_allowed_ones():
     found = _module_level_caches()
     assert sorted(found - set(_MODULE_CACHES)) == []
     assert sorted(k for k in set(_MODULE_CACHES) - found if not k.startswith("lsp/")) == []
+
+
+def test_checks_read_only_the_evaluator_interface_on_ctx_r():
+    """What a check reads on the resolver it gets as ``ctx.r`` (or a local bound to it) is a member of
+    ``lookup.Evaluator``, the documented face of ``Query.evaluator()``; and the resolver has each member."""
+    import ast
+
+    from attnlens.lookup import Evaluator
+    from attnlens.resolver import Resolver
+
+    members = {n for c in Evaluator.__mro__ if c.__name__ in ("Evaluator", "Lookup")
+               for n in list(vars(c)) + list(getattr(c, "__annotations__", {})) if not n.startswith("_")}
+    used: dict[str, list] = {}
+    for py in sorted((REPO / "server" / "attnlens" / "rules").glob("*.py")):
+        tree = ast.parse(py.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            aliases = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign)
+                       and isinstance(n.value, ast.Attribute) and n.value.attr == "r"
+                       and isinstance(n.value.value, ast.Name) and n.value.value.id == "ctx"
+                       for t in n.targets if isinstance(t, ast.Name)}
+            for n in ast.walk(fn):
+                if not isinstance(n, ast.Attribute):
+                    continue
+                v = n.value
+                on_ctx_r = isinstance(v, ast.Attribute) and v.attr == "r" and isinstance(v.value, ast.Name) and v.value.id == "ctx"
+                on_alias = isinstance(v, ast.Name) and v.id in aliases
+                if on_ctx_r or on_alias:
+                    used.setdefault(n.attr, []).append(f"{py.name}:{n.lineno}")
+    assert used, "the scan found no reads at all: it is broken"
+    assert {k: v for k, v in used.items() if k not in members} == {}
+    assert all(hasattr(Resolver, m) or m in ("index", "profile", "ops", "stdlib", "rebind_cache") for m in members)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .index import Index, Module
-from .model import Final
+from .model import Chain, Final
 from .walk import Val, Walk
 
 
@@ -82,3 +82,19 @@ class Lookup(Protocol):
     def patched(self, v: Val) -> tuple | None: ...
 
     def follow(self, v: Val, w: Walk, launch: bool = False) -> Final: ...
+
+
+class Evaluator(Lookup, Protocol):
+    """The resolver as a check sees it (``ModuleContext.r``, from ``Query.evaluator()``): the helpers'
+    :class:`Lookup` and the few primitives a check that walks values step by step needs on top of it.
+    ``tests/test_architecture.py`` checks that the checks read nothing else on it."""
+
+    def lookup_name(self, mod: Module, scope: str, name: str, w: Walk, line: int | None = None) -> Val: ...
+
+    def abs_module(self, mod: Module, target: str, level: int) -> str | None: ...
+
+    def import_map(self) -> dict: ...
+
+    def patch_decorator(self, mod: Module, d) -> str | None: ...
+
+    def trace_call(self, mod: Module, cs, budget_s: float | None = None, cancel=None, receiver=None) -> Chain: ...

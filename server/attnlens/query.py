@@ -44,6 +44,7 @@ from . import model as M
 if TYPE_CHECKING:  # the heavier core modules are imported when a question needs them (CLI start-up)
     from .callindex import CallIndex
     from .index import Module
+    from .lookup import Evaluator
     from .registry import CallSiteResult
     from .workspace import CallRef, Workspace
 
@@ -410,11 +411,12 @@ class Query:
 
         return Registry(self.ws.resolver).part(cls, meth)
 
-    def evaluator(self):
+    def evaluator(self) -> "Evaluator":
         """The resolver's evaluation primitives (``lookup_name``, ``attr``, ``class_attr``, ``resolve_dotted``
         with the caller's ``Walk``, ``trace_call``, ``guard_value``, the op registry ...), for the one caller that
         walks values step by step: the rule API's ``ModuleContext.r`` (``rules/api.py``). Everything else asks
-        the questions of this class (``tests/test_architecture.py`` keeps it so)."""
+        the questions of this class (``tests/test_architecture.py`` keeps it so). Typed as
+        :class:`attnlens.lookup.Evaluator`: what the checks may read on it."""
         return self.ws.resolver
 
     def patches(self) -> dict:
