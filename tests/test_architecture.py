@@ -352,3 +352,32 @@ def test_checks_read_only_the_evaluator_interface_on_ctx_r():
     assert used, "the scan found no reads at all: it is broken"
     assert {k: v for k, v in used.items() if k not in members} == {}
     assert all(hasattr(Resolver, m) or m in ("index", "profile", "ops", "stdlib", "rebind_cache") for m in members)
+
+
+def test_central_classes_say_what_is_public():
+    """Each central class has a docstring naming its public entry points, and every ``name`` it quotes as a
+    member exists on the class (a renamed method makes the docstring fail here)."""
+    import re
+
+    from attnlens.index import Index
+    from attnlens.profile import PlatformProfile
+    from attnlens.query import Query
+    from attnlens.registry import Registry
+    from attnlens.resolver import Resolver
+    from attnlens.rules.engine import Engine
+    from attnlens.upgrade.drift import Drift
+    from attnlens.workspace import Workspace
+
+    wrong = {}
+    for cls in (Resolver, Index, Workspace, PlatformProfile, Registry, Engine, Drift, Query):
+        doc = cls.__doc__ or ""
+        quoted = set(re.findall(r"``([a-z_][a-z0-9_]*)(?:\(\))?``", doc))
+        members = {n for n in quoted if hasattr(cls, n)}
+        assert len(members) >= 2 or cls is Query, f"{cls.__name__}: the docstring names no public members"
+        # names that are neither members nor instance attributes set in __init__
+        init = getattr(cls, "__init__", None)
+        src = __import__("inspect").getsource(init) if init is not None and hasattr(init, "__code__") else ""
+        missing = sorted(n for n in quoted - members if f"self.{n}" not in src and n not in {"ws", "query"})
+        if missing:
+            wrong[cls.__name__] = missing
+    assert wrong == {}

@@ -57,6 +57,18 @@ class Location:
 
 
 class Index:
+    """The modules of one workspace and its target environment, each as a :class:`pyindex.ModuleSummary`.
+
+    Public: ``locate`` / ``module`` / ``module_for_path`` (a module by name or path, summarised once per
+    content and cached on disk by content sha), ``workspace_modules`` / ``workspace_modules_matching``
+    (whole-workspace scans), ``source_text`` / ``per_text`` (texts and per-text facts), ``set_overlay`` /
+    ``overlay_text`` (open editor buffers, which win over the disk), ``invalidate`` / ``refresh`` /
+    ``generation`` / ``changed_since`` (what changed), ``observe`` / ``replay`` / ``note_read`` (dependency
+    recording for memos), ``outside_memo`` (memos of installed code), ``realpath``. Prefetch workers
+    (``prefetch_summaries``, ``start_summary_helper``) change who summarises a file, never an answer.
+    Reached outside the core through :class:`attnlens.query.Query`; not thread-safe beyond ``module``'s lock.
+    """
+
     allow_fork = False  # forked prefetch workers: only in single-threaded CLI processes
     # below this many workspace modules a second process costs more than it saves
     # (ATTNLENS_PREFETCH_MIN_MODULES overrides it: tests and benchmarks force the worker on)

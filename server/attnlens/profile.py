@@ -113,6 +113,13 @@ def _read_entry_points(root: Path) -> dict[str, dict[str, str]]:
 
 
 class PlatformProfile:
+    """What the plugin's platform class answers, evaluated statically: ``info()`` (the platform classes and
+    their facts), ``current_platform`` (the value of ``vllm.platforms.current_platform``), ``method_value`` /
+    ``platform_attr`` (a platform method's or attribute's value) and ``evaluate`` (a guard's truth under the
+    platform: True, False or None when decided at run time). Owned by the resolver, which it sees as a
+    :class:`attnlens.lookup.Lookup`; outside the core reached through ``Query.platform_info`` and friends.
+    """
+
     def __init__(self, resolver: Lookup):
         self.r = resolver
         self._info: PlatformInfo | None = None

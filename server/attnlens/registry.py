@@ -110,6 +110,14 @@ def _str(text: str | None) -> str | None:
 
 
 class Registry:
+    """The plugin's backend registrations and what vLLM would select: ``entries`` (one
+    :class:`BackendEntry` per registered or selectable backend and custom op, with its parts, upstream
+    counterpart, selection conditions and whether its module loads), ``scan_registrations``,
+    ``broken_imports`` (the module-level imports that fail against the installed packages),
+    ``call_sites_of_class`` / ``kernel_call`` (the kernel call sites of a backend's classes). Built on a
+    resolver per request; outside the core reached through ``Query.backends`` / ``Query.kernel_sites``.
+    """
+
     def __init__(self, resolver):
         self.r = resolver
         self._registrar_params: dict = {}  # registrar dotted name -> its positional parameter names

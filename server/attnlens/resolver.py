@@ -58,6 +58,18 @@ TRIVIAL_ROOTS = frozenset({
 
 
 class Resolver:
+    """Static evaluation of plugin code against the installed vLLM: names, attributes and calls to
+    :class:`~attnlens.walk.Val` values, and calls to trees of hops ending in leaves (:class:`model.Chain`).
+
+    Core-internal. Outside the core it is reached only through :class:`attnlens.query.Query` (the CLI, the
+    language server, upgrade) and, for checks that walk values step by step, as ``ModuleContext.r`` typed
+    :class:`attnlens.lookup.Evaluator`; its helpers (profile, patches, torch ops, env flags) see it as
+    :class:`attnlens.lookup.Lookup`. The entry points are ``trace_call`` / ``trace_value`` / ``trace_text``
+    (a call or value to its tree), ``resolve_symbol`` / ``resolve_dotted`` / ``lookup_name`` (a name to a
+    value), ``class_attr`` / ``mro`` (classes) and ``guard_value`` / ``guard_text`` (conditions under the
+    platform profile). Its memos belong to one index generation; it is not thread-safe (one analysis thread).
+    """
+
     def __init__(self, index: Index, profile=None, ops=None):
         self.index = index
         self.profile = profile if profile is not None else PlatformProfile(self)

@@ -37,6 +37,15 @@ class CallRef:
 
 
 class Workspace:
+    """One analysed plugin checkout: its root, target interpreter (``target``), cache, :class:`Index` and
+    resolver, and the workspace-wide answers built on them (``backends``, ``kernel_sites``,
+    ``never_selected``, ``trace_at`` / ``trace_ref`` / ``trace_symbol``, ``def_at``, ``ref_at``).
+
+    Everything outside the core asks these questions through ``ws.query`` (:class:`attnlens.query.Query`,
+    the one door); ``Workspace`` itself is the core's object that owns the state (per-workspace memos live
+    here or on its index, ``Query.state``), so two workspaces in one process share nothing.
+    """
+
     def __init__(self, root: str | Path, python: str | None = None, cache_dir: str | Path | None = None,
                  use_cache: bool = True, target: TargetInfo | None = None):
         self.root = Path(os.path.realpath(root))

@@ -254,6 +254,14 @@ class Interrupted(Exception):
 
 
 class Engine:
+    """Runs the checks of the rule API (:mod:`.api`) over a workspace: ``check_module`` (one file, memoised
+    for an open buffer per index generation, on disk by content for files; stoppable between checks),
+    ``check_paths`` (many files, with a forked second checker in the CLI), ``global_deps`` (the shared state
+    every check starts from), the prefetch worker (``start_prefetch`` / ``join_prefetch`` / ``stop_prefetch``)
+    and the memos the checks share (``memo``, ``outside_memo``). Checks never import it (an import-linter
+    contract); one engine per workspace and index generation (:func:`engine_for`).
+    """
+
     def __init__(self, ws, contracts: ContractSet | None = None, use_cache: bool = True):
         self.ws = ws
         self.contracts = contracts if contracts is not None else load_contracts(root=ws.root)

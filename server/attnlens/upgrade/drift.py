@@ -239,6 +239,12 @@ def installed_source(ws, package: str = "vllm") -> UpstreamSource:
 
 
 class Drift:
+    """Upstream drift between two vLLM versions as it affects this plugin: ``run()`` compares what the plugin
+    uses, overrides, registers and mirrors (classes, signatures, hooks, metadata fields, custom ops) in the
+    old and the new upstream and returns the items of the report; ``close()`` releases the two upstream
+    workspaces. Reached through ``attnlens drift`` / ``attnlens upgrade`` and the editor's drift diagnostics.
+    """
+
     def __init__(self, ws, old: UpstreamSource, new: UpstreamSource | None = None, globs: list | None = None,
                  cfg: UpgradeConfig | None = None, patches: str = "scope"):
         self.ws = ws
