@@ -32,7 +32,7 @@ from .. import __version__
 from .analysis import LRU, Analysis
 from .capabilities import ClientCaps
 from .config import Settings
-from .convert import UTF16, Positions, uri_to_path
+from .convert import UTF16, uri_to_path
 from .hover import HoverSections
 from .request import Request, View
 from .worker import IDLE, NOW, SOON, Debouncer, Worker
@@ -215,10 +215,6 @@ class AttnLensServer(LanguageServer):
         finally:
             if priority < IDLE:  # quiet time counts from the answer: a slow request is activity too
                 self.last_request = time.monotonic()
-
-    def positions(self, a: Analysis) -> Positions:
-        """A position converter over the analysis' view of the text (worker thread)."""
-        return Positions(a.line_text, self.encoding)
 
     def mutate(self, fn: Callable[[Analysis], Any]) -> None:
         """Queue a change of the analysis state (in order with requests)."""
