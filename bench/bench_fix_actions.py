@@ -39,37 +39,33 @@ def main() -> int:
     from lsprotocol import types as T
 
     from attnlens.lsp.analysis import Analysis
+    from attnlens.lsp.capabilities import ClientCaps
     from attnlens.lsp.convert import Positions
     from attnlens.lsp.features.diagnostics import to_diagnostic
+    from attnlens.lsp.features.fixes import FixDocument
     from attnlens.lsp.features.runtime_actions import code_actions
+    from attnlens.lsp.request import Request
     from attnlens.rules.engine import check_module
     from attnlens.workspace import Workspace
 
-    class LS:
-        encoding = "utf-16"
-        client_capabilities = T.ClientCapabilities(text_document=T.TextDocumentClientCapabilities(
-            code_action=T.CodeActionClientCapabilities(resolve_support=T.ClientCodeActionResolveOptions(
-                properties=["edit"])))) if args.resolve else T.ClientCapabilities()
-
-        def positions(self, a):
-            return Positions(a.line_text, self.encoding)
-
-        def doc_version(self, uri):
-            return 1
-
+    caps = ClientCaps.from_lsp(T.ClientCapabilities(text_document=T.TextDocumentClientCapabilities(
+        code_action=T.CodeActionClientCapabilities(resolve_support=T.ClientCodeActionResolveOptions(
+            properties=["edit"])))) if args.resolve else T.ClientCapabilities())
     ws = Workspace(args.root, python=args.python)
     path = os.path.realpath(os.path.join(args.root, args.file))
-    a, ls = Analysis(ws), LS()
+    a = Analysis(ws)
     f = next(f for f in check_module(ws, path) if f.rule == args.rule)
-    d = to_diagnostic(ls.positions(a), path, f)
+    d = to_diagnostic(Positions(a.line_text), path, f)  # plain (what the handler hands the worker)
     uri = "file://" + path
+    req = Request(uri, path, 1, d.span.line, d.span.character, caps=caps)  # what the handler takes on the loop
 
     def once(diags):
         t0 = time.perf_counter()
-        got = code_actions(a, ls, path, uri, d.range, diags)
+        sent = [x.to_lsp() for x in diags]
+        got = [act.to_lsp(sent) for act in code_actions(a, req, tuple(diags))]
         return (time.perf_counter() - t0) * 1000, got
 
-    code_actions(a, ls, path, uri, d.range, [])  # warm the chain under the cursor
+    code_actions(a, req, ())  # warm the chain under the cursor
     before = [once([])[0] for _ in range(args.n)]
     warm = None
     if args.resolve:  # the server computes the offers in the background once the diagnostics are sent
@@ -92,9 +88,9 @@ def main() -> int:
             times = []
             for _ in range(args.n + 1):
                 t0 = time.perf_counter()
-                done, why = resolve_fix(a, ls, todo[0], path)
+                _edit, why = resolve_fix(a, FixDocument(uri, 1, caps.document_changes), todo[0].title, todo[0].data,
+                                         path)
                 times.append((time.perf_counter() - t0) * 1000)
-                todo[0].edit = None
             line += f"; resolve first {times[0]:.1f} ms, resolve {statistics.median(times[1:]):.1f} ms ({why or 'edit'})"
     print(f"{line}; actions: {titles}; load {os.getloadavg()[0]:.2f}")
     ws.close()

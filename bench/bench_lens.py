@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 
 
 def main() -> int:
-    from bench_hover_shape import _LS, workspace_args
+    from bench_hover_shape import workspace_args
 
     ap = workspace_args(__doc__)
     ap.add_argument("files", nargs="+")
@@ -38,6 +38,7 @@ def main() -> int:
     from attnlens.lsp.analysis import Analysis
     from attnlens.lsp.features import lens as L
     from attnlens.lsp.kernels import file_sites
+    from attnlens.lsp.request import View
     from attnlens.workspace import Workspace
 
     root = Path(args.root).resolve()
@@ -45,7 +46,7 @@ def main() -> int:
     a = Analysis(ws)
     for _ in a.indexing_steps():  # what the server does before the first request
         pass
-    ls = _LS()
+    view = View()  # what the handlers hand the worker functions (request.py)
 
     def requests(path: str) -> tuple[float, float, int, int]:
         """(total s, longest job s, lenses, hints) of one code lens + inlay hint request pair, as the server
@@ -59,8 +60,8 @@ def main() -> int:
             if state != "pending":
                 break
         t = time.perf_counter()
-        lenses = L.lenses(a, ls, path)
-        hints = L.hints(a, ls, path, 1, 10**9)
+        lenses = [x.to_lsp() for x in L.lenses(a, view, path).lenses]
+        hints = [x.to_lsp() for x in L.hints(a, view, path, 1, 10**9)]
         longest = max(longest, time.perf_counter() - t)
         return time.perf_counter() - t0, longest, len(lenses), len(hints)
 

@@ -434,3 +434,26 @@ class Query:
     def stdlib(self) -> frozenset:
         """The target interpreter's standard-library module names."""
         return self.ws.resolver.stdlib
+
+    # -- for the language server (wt-lsp)
+    @staticmethod
+    def triton_kernel_decorated(decorators) -> bool:
+        """Is a def a Triton kernel by its decorators' text alone (no resolution: what the editor's outline and
+        symbols label "Triton kernel")? A bare ``@jit`` / ``@autotune`` / ``@heuristics`` (the core's names,
+        ``pyindex.triton_decorated``), or any decorator of the ``triton`` package (``@triton.jit``,
+        ``@triton.autotune(...)``); a name qualified by another package (``@cute.jit``) is not Triton's."""
+        from .pyindex import triton_decorated
+
+        return any(d.func.startswith("triton.") or ("." not in d.func and triton_decorated((d,))) for d in decorators)
+
+    @staticmethod
+    def triton_decorator_pattern():
+        """The decorator lines of a Triton kernel in a source file's bytes, for a scan that parses nothing (the
+        installed packages' symbols): ``@jit`` / ``@autotune`` / ``@heuristics`` (``pyindex.TRITON_JIT_NAMES`` /
+        ``TRITON_WRAPPERS``), bare or ``triton.``-qualified. A compiled ``re`` pattern (multi-line)."""
+        import re
+
+        from .pyindex import TRITON_JIT_NAMES, TRITON_WRAPPERS
+
+        names = b"|".join(re.escape(n.encode()) for n in TRITON_JIT_NAMES + TRITON_WRAPPERS)
+        return re.compile(rb"^[ \t]*@(?:triton\.)?(?:" + names + rb")\b", re.M)

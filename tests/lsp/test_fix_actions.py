@@ -7,25 +7,45 @@ from __future__ import annotations
 from lsprotocol import types as T
 
 from attnlens.lsp.analysis import Analysis
-from attnlens.lsp.convert import Positions
+from attnlens.lsp.answers import Diag
+from attnlens.lsp.capabilities import ClientCaps
+from attnlens.lsp.convert import Positions, uri_to_path
+from attnlens.lsp.features import runtime_actions as RA
 from attnlens.lsp.features.diagnostics import to_diagnostic
-from attnlens.lsp.features.runtime_actions import code_actions
+from attnlens.lsp.request import Request
 from attnlens.rules.engine import check_module
 from tests.upgrade import fix_fixtures as FF
 
 
 class _LS:
-    """What the code-action handlers use of the server."""
+    """What the code-action handlers read on the loop thread: the document's version and the client's
+    capabilities (a client that takes versioned documentChanges)."""
 
-    encoding = "utf-16"
-    client_capabilities = T.ClientCapabilities(workspace=T.WorkspaceClientCapabilities(
-        workspace_edit=T.WorkspaceEditClientCapabilities(document_changes=True)))
+    caps = ClientCaps.from_lsp(T.ClientCapabilities(workspace=T.WorkspaceClientCapabilities(
+        workspace_edit=T.WorkspaceEditClientCapabilities(document_changes=True))))
 
     def positions(self, a):
-        return Positions(a.line_text, self.encoding)
+        return Positions(a.line_text, "utf-16")
 
-    def doc_version(self, uri):
-        return 7
+    def request(self, uri: str, pos: T.Position) -> Request:
+        return Request(uri, uri_to_path(uri), 7, pos.line, pos.character, caps=self.caps)
+
+
+def code_actions(a, ls, path, uri, rng: T.Range, diags: list[T.Diagnostic]) -> list[T.CodeAction]:
+    """What the textDocument/codeAction handler does around the worker function (``RA.code_actions``)."""
+    got = RA.code_actions(a, ls.request(uri, rng.start), tuple(Diag.from_lsp(d, path) for d in diags))
+    return [x.to_lsp(diags) for x in got]
+
+
+def resolve_fix(a, ls, action: T.CodeAction, path: str) -> tuple[T.CodeAction, str | None]:
+    """What the codeAction/resolve handler does around the worker function (``fixes.resolve_fix``)."""
+    from attnlens.lsp.features.fixes import FixDocument, resolve_fix as worker
+
+    doc = FixDocument(action.data["uri"], 7, ls.caps.document_changes)
+    edit, why = worker(a, doc, action.title, action.data, path)
+    if edit is not None:
+        action.edit = edit.to_lsp()
+    return action, why
 
 
 def _apply(text: str, edit: T.TextEdit) -> str:
@@ -36,10 +56,9 @@ def _apply(text: str, edit: T.TextEdit) -> str:
     return before + edit.new_text + after
 
 
-def _diag(a, ls, path, rule):
+def _diag(a, ls, path, rule) -> T.Diagnostic:
     f = next(f for f in check_module(a.ws, path) if f.rule == rule)
-    d = to_diagnostic(ls.positions(a), path, f)
-    return d
+    return to_diagnostic(ls.positions(a), path, f).to_lsp()
 
 
 def test_quick_fix_is_a_versioned_workspace_edit_on_the_buffer(tmp_path):
@@ -92,10 +111,10 @@ def test_diagnostics_without_a_fix_add_no_action(tmp_path):
 class _ResolvingLS(_LS):
     """A client that fills in the edit through codeAction/resolve (VS Code)."""
 
-    client_capabilities = T.ClientCapabilities(
+    caps = ClientCaps.from_lsp(T.ClientCapabilities(
         workspace=T.WorkspaceClientCapabilities(workspace_edit=T.WorkspaceEditClientCapabilities(document_changes=True)),
         text_document=T.TextDocumentClientCapabilities(code_action=T.CodeActionClientCapabilities(
-            resolve_support=T.ClientCodeActionResolveOptions(properties=["edit"]))))
+            resolve_support=T.ClientCodeActionResolveOptions(properties=["edit"])))))
 
 
 def _roundtrip(action: T.CodeAction) -> T.CodeAction:
@@ -109,8 +128,6 @@ def _roundtrip(action: T.CodeAction) -> T.CodeAction:
 
 
 def test_resolving_client_gets_the_title_first_and_the_edit_on_resolve(tmp_path):
-    from attnlens.lsp.features.fixes import resolve_fix
-
     ws, _old, _new = FF.make(tmp_path)
     path = str(ws.root / "fixplug" / "attention" / "flash.py")
     a, ls = Analysis(ws), _ResolvingLS()

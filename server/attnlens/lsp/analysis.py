@@ -17,10 +17,11 @@ import time
 from typing import Any, Callable, Iterator
 
 from ..gcpolicy import freeze_young
+from ..query import Query
 from ..workspace import Workspace
 from .calls import CallsMixin
 from .convert import name_span, split_lines
-from .records import LRU, DefRef, Item, Resolved, Sym, is_triton  # noqa: F401 - re-exported
+from .records import LRU, DefRef, Item, Resolved, Sym  # noqa: F401 - re-exported
 from .symbol_table import SymbolsMixin, match_symbols  # noqa: F401 - re-exported
 
 STEP_BUDGET_S = 0.05  # background indexing: the work done between two yields
@@ -143,7 +144,7 @@ class Analysis(CallsMixin, SymbolsMixin):
 
     @staticmethod
     def _func_kind(f) -> str:
-        if is_triton(f.decorators):
+        if Query.triton_kernel_decorated(f.decorators):  # the core's Triton names (one implementation)
             return "triton"
         return "method" if f.class_name else "function"
 

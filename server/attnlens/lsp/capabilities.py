@@ -1,4 +1,8 @@
-"""Client capabilities, resolved once at initialize into flat booleans."""
+"""Client capabilities, resolved once at initialize into flat booleans.
+
+The :class:`ClientCaps` object is frozen and replaced, never changed: a handler hands it to a worker
+function inside its :class:`~attnlens.lsp.request.View` (the worker never reads the server's
+``client_capabilities``)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ class ClientCaps:
     markdown_hover: bool = True
     pull_diagnostics: bool = False
     diagnostic_refresh: bool = False
+    document_changes: bool = False  # takes versioned ``documentChanges`` in a WorkspaceEdit (a stale buffer rejects it)
+    resolve_edits: bool = False  # fills in a code action's ``edit`` through ``codeAction/resolve``
 
     @classmethod
     def from_lsp(cls, c: T.ClientCapabilities | None) -> "ClientCaps":
@@ -40,4 +46,6 @@ class ClientCaps:
             markdown_hover=formats is None or T.MarkupKind.Markdown in formats,
             pull_diagnostics=_get(c, "text_document.diagnostic") is not None,
             diagnostic_refresh=bool(_get(c, "workspace.diagnostics.refresh_support")),
+            document_changes=bool(_get(c, "workspace.workspace_edit.document_changes")),
+            resolve_edits="edit" in (_get(c, "text_document.code_action.resolve_support.properties") or []),
         )

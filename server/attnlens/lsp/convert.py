@@ -145,6 +145,10 @@ class Positions:
     def position(self, path: str, line1: int, col: int) -> T.Position:
         return T.Position(*self._units(path, line1, col))
 
+    def point(self, path: str, line1: int, col: int) -> tuple[int, int]:
+        """:meth:`position` as plain data: (0-based line, column in the encoding)."""
+        return self._units(path, line1, col)
+
     def span(self, path: str, line1: int, col: int, end_line1: int | None = None, end_col: int | None = None) -> Span:
         """The core range as a :class:`Span` (plain data, LSP units)."""
         if end_line1 is None:
@@ -160,12 +164,16 @@ class Positions:
     def range(self, path: str, line1: int, col: int, end_line1: int | None = None, end_col: int | None = None) -> T.Range:
         return self.span(path, line1, col, end_line1, end_col).range()
 
-    def line_range(self, path: str, line1: int, end_line1: int | None = None) -> T.Range:
-        """From the start of ``line1`` to the end of ``end_line1``."""
+    def line_span(self, path: str, line1: int, end_line1: int | None = None) -> Span:
+        """From the start of ``line1`` to the end of ``end_line1`` (a :class:`Span`)."""
         end_line1 = end_line1 or line1
         text = self.line_text(path, end_line1)
         end = from_code_points(text, len(text), self.encoding)
-        return T.Range(T.Position(max(line1 - 1, 0), 0), T.Position(max(end_line1 - 1, 0), end))
+        return Span(path, max(line1 - 1, 0), 0, max(end_line1 - 1, 0), end)
+
+    def line_range(self, path: str, line1: int, end_line1: int | None = None) -> T.Range:
+        """From the start of ``line1`` to the end of ``end_line1``."""
+        return self.line_span(path, line1, end_line1).range()
 
     def location(self, path: str, line1: int, col: int = 0, end_col: int | None = None) -> T.Location:
         return self.location_span(path, line1, col, end_col).location()

@@ -3,9 +3,10 @@
 The packages are those the workspace's chains reach (the top-level packages of the installed modules
 the index has loaded, ``vllm`` first of all) plus the kernel modules the platform imports. Their files
 are read as bytes and searched with a few patterns (``@triton.jit`` / ``@triton.autotune`` /
-``@triton.heuristics`` / ``@jit`` over a ``def``, ``direct_register_custom_op(...)``,
-``@torch.library.custom_op("ns::name")``): no summary is built or kept, so a search over upstream
-vLLM (2,200 files) costs a tenth of a second once and no memory beyond the symbols.
+``@triton.heuristics`` / ``@jit`` over a ``def``, the core's ``Query.triton_decorator_pattern``;
+``direct_register_custom_op(...)``, ``@torch.library.custom_op("ns::name")``): no summary is built
+or kept, so a search over upstream vLLM (2,200 files) costs a tenth of a second once and no memory
+beyond the symbols.
 Memoised per set of package folders on the server's :class:`~attnlens.lsp.analysis.Analysis`;
 installed files are not watched (a restart, which builds a new analysis, re-reads them).
 """
@@ -15,10 +16,10 @@ from __future__ import annotations
 import os
 import re
 
+from ..query import Query
 from .records import Sym
 
 _PREFILTER = (b"jit", b"direct_register_custom_op(", b"library.custom_op")
-_TRITON_DECO = re.compile(rb"^[ \t]*@(?:triton\.)?(?:jit|autotune|heuristics)\b", re.M)
 _DEF = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 _DRCO = re.compile(rb"\bdirect_register_custom_op\(")
 _OP_NAME = re.compile(rb"""op_name\s*=\s*['"](\w+)['"]|^\s*['"](\w+)['"]""")
@@ -36,11 +37,14 @@ def _line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
-def scan_file(path: str, data: bytes, module: str, package: str) -> list[Sym]:
-    """The kernels one installed file defines."""
+def scan_file(path: str, data: bytes, module: str, package: str, triton_deco=None) -> list[Sym]:
+    """The kernels one installed file defines. ``triton_deco``: the core's Triton decorator pattern
+    (``Query.triton_decorator_pattern``; asked here when not given)."""
     out: list[Sym] = []
     seen: set[int] = set()
-    for m in _TRITON_DECO.finditer(data):
+    if triton_deco is None:
+        triton_deco = Query.triton_decorator_pattern()
+    for m in triton_deco.finditer(data):
         d = _DEF.search(data, m.end())
         if d is None or d.start() in seen:
             continue
@@ -74,10 +78,11 @@ def installed_kernels(a) -> list[Sym]:
     if hit is not None:
         return hit
     out: list[Sym] = []
+    triton_deco = q.triton_decorator_pattern()
     for top, folder in folders:
         for path, data in q.installed_sources(folder, SKIP_DIRS):
             if any(p in data for p in _PREFILTER):
-                out.extend(scan_file(path, data, _module_name(path, folder, top), top))
+                out.extend(scan_file(path, data, _module_name(path, folder, top), top, triton_deco))
     if len(memo) > 8:
         memo.clear()
     memo[folders] = out

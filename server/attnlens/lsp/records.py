@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from .. import model as M
 from ..workspace import CallRef
 
-TRITON_DECORATORS = ("triton.jit", "jit", "triton.autotune", "triton.heuristics", "autotune", "heuristics")
-
 
 class LRU(OrderedDict):
     def __init__(self, size: int):
@@ -88,7 +86,3 @@ class Item:
 
     def key(self) -> tuple:
         return (self.path, self.line, self.name)
-
-
-def is_triton(decorators) -> bool:
-    return any(d.func in TRITON_DECORATORS or d.func.startswith("triton.") for d in decorators)

@@ -8,11 +8,12 @@ worker thread owns the :class:`~attnlens.lsp.analysis.Analysis` (the
 workspace's query, chain/backend/symbol caches, kernel call sites in
 progress). Every piece of state is on one of these two objects, none is a
 module global of ``lsp/``: two servers in one process share nothing
-(``tests/lsp/test_two_servers.py``). Handlers are async adapters: convert
-positions, ``await self.call(...)`` on the worker, convert back. Hover,
-definition and implementation hand the worker a frozen
-:class:`~attnlens.lsp.request.Request` (:meth:`AttnLensServer.request`) and get
-plain data back; the other features' worker functions still receive the server.
+(``tests/lsp/test_two_servers.py``). Handlers are async adapters: take a
+frozen snapshot of what the worker function needs of the loop thread
+(:class:`~attnlens.lsp.request.Request` at a position, :meth:`AttnLensServer.request`;
+:class:`~attnlens.lsp.request.View` otherwise, :meth:`AttnLensServer.view`),
+``await self.call(...)`` on the worker, and make the lsprotocol objects from
+the plain data it returns. No worker function receives the server.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from .. import __version__
 from .analysis import LRU, Analysis
 from .capabilities import ClientCaps
 from .config import Settings
-from .convert import UTF16, Positions, uri_to_path
+from .convert import UTF16, uri_to_path
 from .hover import HoverSections
-from .request import Request
+from .request import Request, View
 from .worker import IDLE, NOW, SOON, Debouncer, Worker
 
 log = logging.getLogger("attnlens.lsp")
@@ -163,7 +164,11 @@ class AttnLensServer(LanguageServer):
         if path is None:
             return None
         return Request(uri, path, self.doc_version(uri), pos.line, pos.character, self.encoding, self.settings,
-                       self.caps.markdown_hover, self.hover_sections.snapshot())
+                       self.caps.markdown_hover, self.hover_sections.snapshot(), self.caps)
+
+    def view(self) -> View:
+        """The frozen view a worker function over a file or the workspace gets: encoding, settings, capabilities."""
+        return View(self.encoding, self.settings, self.caps)
 
     # -- the worker --------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, priority: int | None = None, backoff: bool = True) -> Any:
@@ -172,8 +177,9 @@ class AttnLensServer(LanguageServer):
         ``backoff=False``: an IDLE job that starts without waiting for ``BACKOFF_S`` of quiet (it still
         queues behind every request): work the user is waiting for, scheduled after its own pause.
 
-        ``fn`` may build LSP objects: positions are converted on the worker with
-        :meth:`positions`, against the same text the analysis reads.
+        ``fn`` reads the analysis and the frozen snapshot it is given (:meth:`request`, :meth:`view`;
+        ``request.py``), never this object, and returns plain data: positions are converted on the worker,
+        against the same text the analysis reads, and the handler makes the lsprotocol objects.
         """
         if not self.ready.is_set():
             try:
@@ -209,10 +215,6 @@ class AttnLensServer(LanguageServer):
         finally:
             if priority < IDLE:  # quiet time counts from the answer: a slow request is activity too
                 self.last_request = time.monotonic()
-
-    def positions(self, a: Analysis) -> Positions:
-        """A position converter over the analysis' view of the text (worker thread)."""
-        return Positions(a.line_text, self.encoding)
 
     def mutate(self, fn: Callable[[Analysis], Any]) -> None:
         """Queue a change of the analysis state (in order with requests)."""

@@ -22,11 +22,13 @@ statement typed in a method, 1.6-2.5 s after a structural edit).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from lsprotocol import types as T
 
 from ..analysis import Analysis, Item
-from ..convert import path_to_uri, uri_to_path
+from ..convert import Span, path_to_uri, uri_to_path
+from ..request import Request, View
 from ..server import AttnLensServer
 from ..worker import SOON
 
@@ -48,17 +50,20 @@ KINDS = {
 def register(ls: AttnLensServer) -> None:
     @ls.feature(T.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY)
     async def prepare(params: T.CallHierarchyPrepareParams) -> list[T.CallHierarchyItem] | None:
-        path = uri_to_path(params.text_document.uri)
-        if path is None:
+        req = ls.request(params.text_document.uri, params.position)
+        if req is None:
             return None
-        return await ls.call(_prepare, ls, path, params.position) or None
+        got = await ls.call(_prepare, req)
+        return [it.to_lsp() for it in got] if got else None
 
     @ls.feature(T.CALL_HIERARCHY_OUTGOING_CALLS)
     async def outgoing(params: T.CallHierarchyOutgoingCallsParams) -> list[T.CallHierarchyOutgoingCall] | None:
         data = params.item.data if isinstance(params.item.data, dict) else None
         if data is None:
             return None
-        return await ls.call(_outgoing, ls, params.item, data, priority=SOON)
+        got = await ls.call(_outgoing, ls.view(), params.item.uri, data, priority=SOON)
+        return [T.CallHierarchyOutgoingCall(to=to.to_lsp(), from_ranges=[s.range() for s in spans])
+                for to, spans in got] if got is not None else None
 
     @ls.feature(T.CALL_HIERARCHY_INCOMING_CALLS)
     async def incoming(params: T.CallHierarchyIncomingCallsParams) -> list[T.CallHierarchyIncomingCall] | None:
@@ -66,7 +71,9 @@ def register(ls: AttnLensServer) -> None:
         if data is None:
             return None
         await catch_up(ls)
-        return await ls.call(_incoming, ls, data, priority=SOON)
+        got = await ls.call(_incoming, ls.view(), data, priority=SOON)
+        return [T.CallHierarchyIncomingCall(from_=caller.to_lsp(), from_ranges=[s.range() for s in spans])
+                for caller, spans in got] if got is not None else None
 
 
 async def catch_up(ls: AttnLensServer) -> None:
@@ -81,23 +88,42 @@ async def catch_up(ls: AttnLensServer) -> None:
             return
 
 
-def to_lsp(a: Analysis, ls: AttnLensServer, it: Item) -> T.CallHierarchyItem:
-    conv = ls.positions(a)
-    sel = conv.range(it.path, it.line, it.col, it.line, it.end_col)
-    full = conv.line_range(it.path, min(it.first_line, it.line), max(it.end_line, it.line))
-    return T.CallHierarchyItem(name=it.name, kind=KINDS.get(it.kind, T.SymbolKind.Function), uri=path_to_uri(it.path),
-                               range=full, selection_range=sel, detail=it.detail or None, data=it.data)
+@dataclass(frozen=True)
+class CallItem:
+    """A call hierarchy item as plain data (the handler makes the ``CallHierarchyItem``)."""
+
+    name: str
+    kind: T.SymbolKind
+    uri: str
+    span: Span  # the whole definition, whole lines
+    selection: Span  # its name
+    detail: str | None
+    data: dict
+
+    def to_lsp(self) -> T.CallHierarchyItem:
+        return T.CallHierarchyItem(name=self.name, kind=self.kind, uri=self.uri,
+                                   range=self.span.range(), selection_range=self.selection.range(),
+                                   detail=self.detail, data=self.data)
 
 
-def _prepare(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position):
-    line, col = ls.positions(a).to_core(path, pos)
+def call_item(conv, it: Item) -> CallItem:
+    sel = conv.span(it.path, it.line, it.col, it.line, it.end_col)
+    full = conv.line_span(it.path, min(it.first_line, it.line), max(it.end_line, it.line))
+    return CallItem(it.name, KINDS.get(it.kind, T.SymbolKind.Function), path_to_uri(it.path), full, sel,
+                    it.detail or None, it.data)
+
+
+def _prepare(a: Analysis, req: Request) -> list[CallItem]:
+    path = req.path
+    line, col = req.core_position(req.positions(a))
     items = [it for it in a.prepare(path, line, col, HOVER_BUDGET_S) if it.path]
     ref = a.q.ref_at(path, line, col) if a.def_at(path, line, col) is None else None
     if ref is not None and ref.call is not None:  # on a call: the items are what it reaches, named after the callee
         enc = a.enclosing_def(path, line)
         mine = (enc.path, enc.line) if enc is not None else None
         items = [it if (it.path, it.line) == mine else _called(it, [ref.text.rpartition(".")[2]]) for it in items]
-    return [to_lsp(a, ls, it) for it in items]
+    conv = req.positions(a)
+    return [call_item(conv, it) for it in items]
 
 
 def _called(it: Item, callees: list[str]) -> Item:
@@ -108,25 +134,24 @@ def _called(it: Item, callees: list[str]) -> Item:
     return dataclasses.replace(it, name=", ".join(names), detail=f"→ {it.name}" + (f" · {it.detail}" if it.detail else ""))
 
 
-def _ranges(a: Analysis, ls: AttnLensServer, path: str, spans) -> list[T.Range]:
-    conv = ls.positions(a)
-    return [conv.range(path, line, c0, line, c1) for line, c0, c1 in spans]
+def _ranges(conv, path: str, spans) -> tuple[Span, ...]:
+    return tuple(conv.span(path, line, c0, line, c1) for line, c0, c1 in spans)
 
 
-def _outgoing(a: Analysis, ls: AttnLensServer, item: T.CallHierarchyItem, data: dict):
-    caller = uri_to_path(item.uri) or data.get("path") or ""
+def _outgoing(a: Analysis, view: View, item_uri: str, data: dict) -> list[tuple[CallItem, tuple[Span, ...]]]:
+    """(callee, the ranges of its calls) of the item (``item_uri``, ``data``: the client's item)."""
+    conv = view.positions(a)
+    caller = uri_to_path(item_uri) or data.get("path") or ""
     out = []
     for target, spans in a.outgoing(data):
         if not target.path:
             continue
         callees = [a.line_text(caller, ln)[c0:c1].rpartition(".")[2] for ln, c0, c1 in spans]
-        out.append(T.CallHierarchyOutgoingCall(to=to_lsp(a, ls, _called(target, callees)),
-                                               from_ranges=_ranges(a, ls, caller, spans)))
+        out.append((call_item(conv, _called(target, callees)), _ranges(conv, caller, spans)))
     return out
 
 
-def _incoming(a: Analysis, ls: AttnLensServer, data: dict):
-    out = []
-    for caller, spans in a.incoming(data):
-        out.append(T.CallHierarchyIncomingCall(from_=to_lsp(a, ls, caller), from_ranges=_ranges(a, ls, caller.path, spans)))
-    return out
+def _incoming(a: Analysis, view: View, data: dict) -> list[tuple[CallItem, tuple[Span, ...]]]:
+    """(caller, the ranges of its calls) of the item (``data``: the client's item)."""
+    conv = view.positions(a)
+    return [(call_item(conv, caller), _ranges(conv, caller.path, spans)) for caller, spans in a.incoming(data)]

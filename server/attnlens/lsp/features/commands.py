@@ -17,7 +17,7 @@ from lsprotocol import types as T
 from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
 
 from ..analysis import Analysis
-from ..convert import uri_to_path
+from ..request import Request
 from ..server import AttnLensServer, optional_features
 
 log = logging.getLogger("attnlens.lsp")
@@ -42,10 +42,10 @@ def register(ls: AttnLensServer) -> None:
         if len(args) != 3 or not isinstance(args[0], str) or not all(isinstance(x, int) for x in args[1:]):
             raise JsonRpcInvalidParams(f"{TRACE} takes [uri, line, character] (0-based, LSP position encoding)")
         uri, line, char = args
-        path = uri_to_path(uri)
-        if path is None:
+        req = ls.request(uri, T.Position(line, char))
+        if req is None:
             raise JsonRpcInvalidParams(f"{TRACE}: not a file URI: {uri}")
-        return await ls.call(_trace, ls, path, T.Position(line, char))
+        return await ls.call(_trace, req)
 
     @ls.command(STATUS)
     async def status(*args: Any) -> dict:
@@ -195,9 +195,9 @@ class _Progress:
                 pass
 
 
-def _trace(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position) -> dict | None:
-    line, col = ls.positions(a).to_core(path, pos)
-    r = a.resolve(path, line, col, None)
+def _trace(a: Analysis, req: Request) -> dict | None:
+    line, col = req.core_position(req.positions(a))
+    r = a.resolve(req.path, line, col, None)
     return r.chain.to_json() if r is not None else None
 
 

@@ -18,7 +18,9 @@ from typing import Any
 from lsprotocol import types as T
 
 from ..analysis import Analysis
+from ..answers import Diag, Related, to_lsp_all
 from ..convert import path_to_uri, uri_to_path
+from ..request import View
 from ..server import AttnLensServer
 from ..worker import IDLE
 
@@ -55,43 +57,50 @@ def register(ls: AttnLensServer) -> None:
         result_id = f"{version}:{gen}"
         if params.previous_result_id == result_id:
             return T.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
-        items = [] if path is None or not ls.settings.diagnostics else await ls.call(check, ls, path, uri) or []
+        items = [] if path is None or not ls.settings.diagnostics else (
+            await ls.call(check, ls.view(), path, probe_verdicts(ls, uri)) or [])
         warm_fixes(ls, path, items)
-        return T.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
+        return T.RelatedFullDocumentDiagnosticReport(items=to_lsp_all(items), result_id=result_id)
 
 
-def check(a: Analysis, ls: AttnLensServer, path: str, uri: str | None = None) -> list[T.Diagnostic]:
-    """Every source's diagnostics of ``path``: syntax errors, rules, probe verdicts, upstream drift
-    (worker thread)."""
-    out = syntax_diagnostics(a, ls, path)
-    out.extend(_rule_diagnostics(a, ls, path))
+def check(a: Analysis, view: View, path: str, probe: tuple[Diag, ...] = ()) -> list[Diag]:
+    """Every source's diagnostics of ``path``: syntax errors, rules, probe verdicts (``probe``: the file's,
+    taken on the loop thread by :func:`probe_verdicts`), upstream drift (worker thread; plain data: the
+    handler makes the lsprotocol objects, :func:`~attnlens.lsp.answers.to_lsp_all`)."""
+    out = syntax_diagnostics(a, view, path)
+    out.extend(_rule_diagnostics(a, view, path))
     try:
         from .runtime_actions import extra_diagnostics
 
-        out.extend(extra_diagnostics(a, ls, path, uri))
+        out.extend(extra_diagnostics(a, view, path, probe))
     except Exception:  # noqa: BLE001 - extra sources are optional
         log.warning("extra diagnostics failed on %s", path, exc_info=True)
     return out
 
 
-def syntax_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
+def probe_verdicts(ls: AttnLensServer, uri: str | None) -> tuple[Diag, ...]:
+    """The probe verdicts published on ``uri`` (the server's ``probe_diagnostics``, kept by
+    ``runtime_actions.record_probe``) as plain diagnostics: loop thread, before the hop to :func:`check`."""
+    return tuple(Diag.from_lsp(d) for d in ls.probe_diagnostics.get(uri or "", []))
+
+
+def syntax_diagnostics(a: Analysis, view: View, path: str) -> list[Diag]:
     """The syntax errors of the analysed text (``ModuleSummary.syntax_errors``): the rest of the
     file is still analysed (``pyrecover``), so its other diagnostics stay."""
     mod = a.module(path) if path.endswith(".py") else None
     if mod is None or not mod.summary.syntax_errors:
         return []
-    conv = ls.positions(a)
-    return [T.Diagnostic(range=conv.range(path, i.line, i.col, i.end_line, i.end_col),
-                         message=f"SyntaxError: {i.message}", severity=T.DiagnosticSeverity.Error,
-                         source=SOURCE, code=SYNTAX_ERROR)
+    conv = view.positions(a)
+    return [Diag(conv.span(path, i.line, i.col, i.end_line, i.end_col), f"SyntaxError: {i.message}",
+                 T.DiagnosticSeverity.Error, SOURCE, SYNTAX_ERROR)
             for i in mod.summary.syntax_errors]
 
 
-def _rule_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
+def _rule_diagnostics(a: Analysis, view: View, path: str) -> list[Diag]:
     rules = engine()
     if rules is None or not path.endswith(".py"):
         return []
-    conv = ls.positions(a)
+    conv = view.positions(a)
     out = []
     try:
         findings = rules.check_module(a.ws, path) or []
@@ -112,20 +121,20 @@ def _rule_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diag
     return out
 
 
-def dead_code_hint(conv, path: str, f: Any) -> T.Diagnostic | None:
+def dead_code_hint(conv, path: str, f: Any) -> Diag | None:
     """Code a finding proves never runs on this platform (``data["dead_lines"]``): a hint with the
     ``Unnecessary`` tag, which editors render greyed out, like unreachable code."""
     span = (getattr(f, "data", None) or {}).get("dead_lines")
     if not span or len(span) != 2:
         return None
     first, last = int(span[0]), int(span[1])
-    return T.Diagnostic(range=conv.line_range(path, first, last),
-                        message=f"Never runs on this platform ({getattr(f, 'rule', '')}: line {getattr(f, 'line', '?')}).",
-                        severity=T.DiagnosticSeverity.Hint, source=SOURCE, code=getattr(f, "rule", None),
-                        tags=[T.DiagnosticTag.Unnecessary])
+    return Diag(conv.line_span(path, first, last),
+                f"Never runs on this platform ({getattr(f, 'rule', '')}: line {getattr(f, 'line', '?')}).",
+                T.DiagnosticSeverity.Hint, SOURCE, getattr(f, "rule", None), tags=(T.DiagnosticTag.Unnecessary,))
 
 
-def to_diagnostic(conv, path: str, f: Any) -> T.Diagnostic:
+def to_diagnostic(conv, path: str, f: Any) -> Diag:
+    """A rule finding as a plain diagnostic (``.to_lsp()`` makes the lsprotocol one)."""
     line = int(getattr(f, "line", 1) or 1)
     col = int(getattr(f, "col", 0) or 0)
     end_line = int(getattr(f, "end_line", None) or line)
@@ -137,22 +146,20 @@ def to_diagnostic(conv, path: str, f: Any) -> T.Diagnostic:
         try:
             rp = str(r.get("path") or path)
             rl = int(r.get("line", 1) or 1)
-            related.append(T.DiagnosticRelatedInformation(
-                location=T.Location(uri=path_to_uri(rp), range=conv.range(rp, rl, int(r.get("col", 0) or 0),
-                                                                          int(r.get("end_line") or rl), r.get("end_col"))),
-                message=str(r.get("message", ""))))
+            related.append(Related(path_to_uri(rp), conv.span(rp, rl, int(r.get("col", 0) or 0),
+                                                              int(r.get("end_line") or rl), r.get("end_col")),
+                                   str(r.get("message", ""))))
         except Exception:  # noqa: BLE001 - a related location that cannot be converted is dropped, not the finding
             log.debug("cannot convert related location %r", r, exc_info=True)
-    href = rule_href(code)
-    return T.Diagnostic(
-        range=conv.range(path, line, col, end_line, end_col),
-        message=str(getattr(f, "message", "")),
-        severity=SEVERITY.get(str(getattr(f, "severity", "warning")).lower(), T.DiagnosticSeverity.Warning),
-        source=SOURCE,
-        code=code,
-        code_description=T.CodeDescription(href=href) if href else None,
-        related_information=related or None,
-        tags=[T.DiagnosticTag.Unnecessary] if getattr(f, "unnecessary", False) else None,
+    return Diag(
+        conv.span(path, line, col, end_line, end_col),
+        str(getattr(f, "message", "")),
+        SEVERITY.get(str(getattr(f, "severity", "warning")).lower(), T.DiagnosticSeverity.Warning),
+        SOURCE,
+        code,
+        href=rule_href(code),
+        related=tuple(related) or None,
+        tags=(T.DiagnosticTag.Unnecessary,) if getattr(f, "unnecessary", False) else None,
         data=getattr(f, "data", None),
     )
 
@@ -217,18 +224,19 @@ async def publish(ls: AttnLensServer, uri: str) -> None:
         return check(a, *args)
 
     # the debounce already waited for a quiet moment: run ahead of background indexing
-    items = await ls.call(timed, ls, path, uri)
+    items = await ls.call(timed, ls.view(), path, probe_verdicts(ls, uri))
     if log.isEnabledFor(logging.DEBUG) and started:
         t1 = time.perf_counter()
         log.debug("diagnostics %s v%s: %.1f ms (%.1f ms waiting for the worker)", os.path.basename(path), version,
                   (t1 - t0) * 1000, (started[0] - t0) * 1000)
     if items is None or ls.doc_version(uri) != version:
         return  # superseded by a newer edit: its own run publishes
-    ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=items, version=version))
+    ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=to_lsp_all(items),
+                                                                    version=version))
     warm_fixes(ls, path, items)
 
 
-def warm_fixes(ls: AttnLensServer, path: str | None, items: list[T.Diagnostic]) -> None:
+def warm_fixes(ls: AttnLensServer, path: str | None, items: list[Diag]) -> None:
     """In the background: the quick-fix offers of the diagnostics just sent (``fixes.warm_offers``)."""
     from .fixes import fixable_diagnostics, warm_offers
 
@@ -257,9 +265,9 @@ async def _publish_from_disk(ls: AttnLensServer, uri: str) -> None:
     path = uri_to_path(uri)
     if path is None:
         return
-    items = await ls.call(check, ls, path, uri, priority=IDLE)
+    items = await ls.call(check, ls.view(), path, probe_verdicts(ls, uri), priority=IDLE)
     if items is not None and ls.doc_version(uri) is None:
-        ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=items))
+        ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=to_lsp_all(items)))
 
 
 async def check_workspace(ls: AttnLensServer) -> dict:
@@ -277,12 +285,12 @@ async def check_workspace(ls: AttnLensServer) -> dict:
         uri = path_to_uri(path)
         if ls.doc_version(uri) is not None:
             continue  # open: its buffer's diagnostics are current
-        items = await ls.call(check, ls, path, uri, priority=IDLE)
+        items = await ls.call(check, ls.view(), path, probe_verdicts(ls, uri), priority=IDLE)
         if items is None:
             continue
         done.add(uri)
         n_findings += len(items)
-        ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=items))
+        ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=to_lsp_all(items)))
     return {"files": len(files), "findings": n_findings, "seconds": round(time.perf_counter() - t0, 3)}
 
 

@@ -14,23 +14,48 @@ their titles only (the offer: plain analysis, memoised, well under a millisecond
 edit is computed with libcst when the user picks one (:func:`resolve_fix`: the finding is checked
 against the buffer again). A client that does not resolve gets the edit in the first answer.
 libcst is imported only when an edit is computed.
+
+The worker functions read the loop thread's state only through a :class:`FixDocument` (the document's URI
+and version, the client's ``documentChanges`` capability, the position encoding) taken before the hop, and
+answer plain :class:`~attnlens.lsp.answers.Action` / :class:`~attnlens.lsp.answers.FileEdit` records; the
+handlers (``runtime_actions.register``) make the lsprotocol objects.
 """
 
 from __future__ import annotations
 
 import logging
-
-from lsprotocol import types as T
+from dataclasses import dataclass
 
 from ...rules import ids as IDS
 from ..analysis import Analysis
+from ..answers import Action, Diag, FileEdit
+from ..convert import UTF16, Positions, Span
 
 log = logging.getLogger("attnlens.lsp")
 
 FIX_SOURCES = ("attnlens", "attnlens-drift")
 
 
-def _fixable(d: T.Diagnostic) -> bool:
+@dataclass(frozen=True)
+class FixDocument:
+    """What a quick fix's edit needs of the loop thread: the document's URI and version (None: not open), whether
+    the client takes versioned ``documentChanges``, and the position encoding. Taken before the worker hop."""
+
+    uri: str
+    version: int | None
+    document_changes: bool
+    encoding: str = UTF16
+
+    @classmethod
+    def of(cls, req) -> "FixDocument":
+        """From a :class:`~attnlens.lsp.request.Request` (its ``caps``)."""
+        return cls(req.uri, req.version, req.caps.document_changes, req.encoding)
+
+    def positions(self, a) -> Positions:
+        return Positions(a.line_text, self.encoding)
+
+
+def _fixable(d: Diag) -> bool:
     if d.source not in FIX_SOURCES or not isinstance(d.data, dict) or not isinstance(d.data.get("id"), str):
         return False  # the cheap tests first: most diagnostics of a request are not ours
     from ...upgrade.fixes import FIX_RULES
@@ -38,14 +63,14 @@ def _fixable(d: T.Diagnostic) -> bool:
     return str(d.code) in FIX_RULES
 
 
-def _finding(d: T.Diagnostic, path: str) -> dict:
+def _finding(d: Diag, path: str) -> dict:
     """The finding behind a diagnostic: its ``data`` carries the id and everything a fix needs."""
-    return {"id": d.data["id"], "rule": str(d.code), "path": path, "line": d.range.start.line + 1,
-            "end_line": d.range.end.line + 1, "message": d.message, "data": d.data}
+    return {"id": d.data["id"], "rule": str(d.code), "path": path, "line": d.span.line + 1,
+            "end_line": d.span.end_line + 1, "message": d.message, "data": d.data}
 
 
-def text_edit(ls, a: Analysis, path: str, old: str, new: str) -> T.TextEdit:
-    """One edit replacing the changed lines only (the rest of the buffer is not touched)."""
+def text_edit(conv, path: str, old: str, new: str) -> tuple[Span, str]:
+    """One edit replacing the changed lines only (the rest of the buffer is not touched): (its range, its text)."""
     p_lines, q_lines = old.split("\n"), new.split("\n")
     p = 0
     while p < min(len(p_lines), len(q_lines)) and p_lines[p] == q_lines[p]:
@@ -53,47 +78,25 @@ def text_edit(ls, a: Analysis, path: str, old: str, new: str) -> T.TextEdit:
     s = 0
     while s < min(len(p_lines), len(q_lines)) - p and p_lines[-1 - s] == q_lines[-1 - s]:
         s += 1
-    conv = ls.positions(a)
     if s >= 1:
-        rng = conv.range(path, p + 1, 0, len(p_lines) - s + 1, 0)
+        rng = conv.span(path, p + 1, 0, len(p_lines) - s + 1, 0)
         repl = "".join(x + "\n" for x in q_lines[p:len(q_lines) - s])
     else:
-        rng = conv.range(path, p + 1, 0, len(p_lines), len(p_lines[-1]))
+        rng = conv.span(path, p + 1, 0, len(p_lines), len(p_lines[-1]))
         repl = "\n".join(q_lines[p:])
-    return T.TextEdit(range=rng, new_text=repl)
+    return rng, repl
 
 
-def _workspace_edit(ls, a: Analysis, path: str, uri: str, old: str, new: str) -> T.WorkspaceEdit:
-    edit = text_edit(ls, a, path, old, new)
-    version = ls.doc_version(uri)
-    if version is not None and _document_changes(ls):
-        return T.WorkspaceEdit(document_changes=[T.TextDocumentEdit(
-            text_document=T.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=[edit])])
-    return T.WorkspaceEdit(changes={uri: [edit]})
+def _workspace_edit(conv, doc: FixDocument, path: str, old: str, new: str) -> FileEdit:
+    """The edit of ``doc``: versioned when the document is open and the client takes ``documentChanges``
+    (both read on the loop thread, in ``doc``)."""
+    rng, repl = text_edit(conv, path, old, new)
+    version = doc.version if doc.version is not None and doc.document_changes else None
+    return FileEdit(doc.uri, rng, repl, version)
 
 
-def _document_changes(ls) -> bool:
-    """Does the client take versioned ``documentChanges`` (then a stale buffer rejects the edit)?"""
-    try:
-        ws = getattr(ls.client_capabilities, "workspace", None)
-        we = getattr(ws, "workspace_edit", None) if ws is not None else None
-        return bool(getattr(we, "document_changes", False))
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _disabled(title: str, reason: str, d: T.Diagnostic | None) -> T.CodeAction:
-    return T.CodeAction(title=title, kind=T.CodeActionKind.QuickFix, diagnostics=[d] if d is not None else None,
-                        disabled=T.CodeActionDisabled(reason=reason))
-
-
-def resolves_edits(ls) -> bool:
-    """Does the client fill in a code action's ``edit`` through ``codeAction/resolve``?"""
-    try:
-        ca = ls.client_capabilities.text_document.code_action
-        return "edit" in (ca.resolve_support.properties or [])
-    except AttributeError:  # any part missing: no
-        return False
+def _disabled(title: str, reason: str, d: int | None) -> Action:
+    return Action(title, diagnostic=d, disabled=reason)
 
 
 STALE_TITLE = "Quick fix: the code changed since this finding was computed"
@@ -124,11 +127,11 @@ def _current_offer(a: Analysis, cur: dict, text: str, rep):
     return got
 
 
-def fixable_diagnostics(diags) -> list[T.Diagnostic]:
+def fixable_diagnostics(diags) -> list[Diag]:
     return [d for d in diags or [] if _fixable(d)]
 
 
-def warm_offers(a: Analysis, path: str, diags: list[T.Diagnostic]) -> None:
+def warm_offers(a: Analysis, path: str, diags: list[Diag]) -> None:
     """Compute (and memoise) the offers of the fixable diagnostics just published for ``path``, so that
     the light-bulb request finds them (worker thread, background priority; no libcst)."""
     if not diags:
@@ -141,69 +144,64 @@ def warm_offers(a: Analysis, path: str, diags: list[T.Diagnostic]) -> None:
         _current_offer(a, _finding(d, path), text, rep)
 
 
-def fix_actions(a: Analysis, ls, path: str, uri: str, rng: T.Range, diags: list[T.Diagnostic]) -> list[T.CodeAction]:
-    """Quick-fix actions for the fixable diagnostics among ``diags`` (worker thread); without their
-    edits when the client resolves them (:func:`resolve_fix`)."""
-    wanted = [d for d in diags or [] if _fixable(d)]
+def fix_actions(a: Analysis, doc: FixDocument, path: str, diags, lazy: bool) -> list[Action]:
+    """Quick-fix actions for the fixable diagnostics among ``diags`` (plain :class:`Diag`; each action names its
+    diagnostic by index), worker thread; without their edits when the client resolves them (``lazy``,
+    :func:`resolve_fix`)."""
+    wanted = [(i, d) for i, d in enumerate(diags or []) if _fixable(d)]
     if not wanted:
         return []
     from ...upgrade.drift import memoised_report
 
     rep = memoised_report(a.ws)  # the report the drift diagnostics came from (never computed here)
     text = a.q.source_text(path) or ""
-    lazy = resolves_edits(ls)
-    out: list[T.CodeAction] = []
+    out: list[Action] = []
     seen = set()
-    for d in wanted:
+    for i, d in wanted:
         cur = _finding(d, path)
         offer, stale = _current_offer(a, cur, text, rep)
         if stale:
-            out.append(_disabled(STALE_TITLE, STALE_REASON, d))
+            out.append(_disabled(STALE_TITLE, STALE_REASON, i))
             continue
         if offer is None or offer.key in seen:
             continue
         seen.add(offer.key)
         data = {"finding": cur["id"], "kind": offer.kind}
         if lazy:
-            data.update(fix={k: cur[k] for k in ("id", "rule", "line", "end_line", "message", "data")}, uri=uri)
-            out.append(T.CodeAction(title=offer.title, kind=T.CodeActionKind.QuickFix, diagnostics=[d],
-                                    is_preferred=True, data=data))
+            data.update(fix={k: cur[k] for k in ("id", "rule", "line", "end_line", "message", "data")}, uri=doc.uri)
+            out.append(Action(offer.title, diagnostic=i, is_preferred=True, data=data))
             continue
-        action = _with_edit(a, ls, path, uri, text, offer, d, data)
-        out.append(action)
+        out.append(_with_edit(a, doc, path, text, offer, i, data))
     return out
 
 
-def _with_edit(a: Analysis, ls, path: str, uri: str, text: str, offer, d, data: dict) -> T.CodeAction:
+def _with_edit(a: Analysis, doc: FixDocument, path: str, text: str, offer, d: int | None, data: dict) -> Action:
     from ...upgrade import fixes as FX
 
     try:
         new = FX.apply(offer, text)
     except FX.FixError as e:
         return _disabled(offer.title, str(e), d)
-    return T.CodeAction(title=offer.title, kind=T.CodeActionKind.QuickFix, diagnostics=[d],
-                        edit=_workspace_edit(ls, a, path, uri, text, new), is_preferred=True, data=data)
+    return Action(offer.title, diagnostic=d, edit=_workspace_edit(doc.positions(a), doc, path, text, new),
+                  is_preferred=True, data=data)
 
 
-def resolve_fix(a: Analysis, ls, action: T.CodeAction, path: str) -> tuple[T.CodeAction, str | None]:
-    """``codeAction/resolve`` of an action from :func:`fix_actions`: (the action, with its edit when
-    the fix still applies to the buffer; else the reason it has none, for the user)."""
+def resolve_fix(a: Analysis, doc: FixDocument, title: str, data: dict, path: str) -> tuple[FileEdit | None, str | None]:
+    """``codeAction/resolve`` of an action from :func:`fix_actions` (its ``title`` and ``data``; ``doc``: its
+    ``data["uri"]`` as the loop thread saw it): (the edit when the fix still applies to the buffer, else None
+    and the reason it has none, for the user)."""
     from ...upgrade.drift import memoised_report
 
-    data = action.data
-    uri = data["uri"]
     cur = dict(data["fix"], path=path)
     text = a.q.source_text(path) or ""
     offer, stale = _current_offer(a, cur, text, memoised_report(a.ws))
     if stale:
-        return action, STALE_REASON
+        return None, STALE_REASON
     if offer is None:
-        return action, "This fix no longer applies: the finding is gone or upstream changed; refresh the diagnostics."
-    if offer.title != action.title:
-        return action, f"The fix changed since it was offered: now \"{offer.title}\"; ask for the quick fixes again."
-    done = _with_edit(a, ls, path, uri, text, offer, action.diagnostics[0] if action.diagnostics else None,
-                      {k: v for k, v in data.items() if k not in ("fix", "uri")})
+        return None, "This fix no longer applies: the finding is gone or upstream changed; refresh the diagnostics."
+    if offer.title != title:
+        return None, f"The fix changed since it was offered: now \"{offer.title}\"; ask for the quick fixes again."
+    done = _with_edit(a, doc, path, text, offer, None, {k: v for k, v in data.items() if k not in ("fix", "uri")})
     if done.edit is None:
-        return action, done.disabled.reason if done.disabled else "The fix could not be computed."
-    action.edit = done.edit
-    return action, None
+        return None, done.disabled if done.disabled is not None else "The fix could not be computed."
+    return done.edit, None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from lsprotocol import types as T
@@ -30,9 +31,10 @@ from pygls.exceptions import JsonRpcInvalidParams
 from ... import model as M
 from ...render import chain_markdown, verdict_markdown, verdicts
 from ..analysis import Analysis
-from ..convert import link, path_to_uri, uri_to_path
+from ..convert import Span, link, path_to_uri, uri_to_path
 from ..kernels import (backend_summary, complete_sites, count, current_sites, file_sites, group_targets,
                        provisional_sites, sites_in)
+from ..request import Request, View
 from ..server import AttnLensServer
 
 log = logging.getLogger("attnlens.lsp")
@@ -50,7 +52,12 @@ def register(ls: AttnLensServer) -> None:
         path = uri_to_path(params.text_document.uri)
         if path is None or not ls.settings.code_lens or not await sites_ready(ls, path):
             return None
-        return await ls.call(lenses, ls, path)
+        got = await ls.call(lenses, ls.view(), path)
+        if got is None:
+            return None
+        if got.registry_pending:  # the registry is not there yet (indexing): backend lenses come with it
+            ls.spawn(_refresh_after_registry(ls))
+        return [x.to_lsp() for x in got.lenses]
 
     @ls.feature(T.TEXT_DOCUMENT_INLAY_HINT, T.InlayHintOptions(resolve_provider=True))
     async def inlay_hint(params: T.InlayHintParams) -> list[T.InlayHint] | None:
@@ -58,7 +65,8 @@ def register(ls: AttnLensServer) -> None:
         if path is None or not ls.settings.inlay_hints or not await sites_ready(ls, path):
             return None
         rng = params.range
-        return await ls.call(hints, ls, path, rng.start.line + 1, rng.end.line + 1)
+        got = await ls.call(hints, ls.view(), path, rng.start.line + 1, rng.end.line + 1)
+        return [x.to_lsp() for x in got] if got is not None else None
 
     @ls.feature(T.INLAY_HINT_RESOLVE)
     async def inlay_hint_resolve(hint: T.InlayHint) -> T.InlayHint:
@@ -82,10 +90,10 @@ def register(ls: AttnLensServer) -> None:
         if len(args) != 3 or not isinstance(args[0], str) or not all(isinstance(x, int) for x in args[1:]):
             raise JsonRpcInvalidParams(f"{MARKDOWN} takes [uri, line, character] or [{{uri, line, character}}] "
                                        "(0-based, LSP position encoding)")
-        path = uri_to_path(args[0])
-        if path is None:
+        req = ls.request(args[0], T.Position(args[1], args[2]))
+        if req is None:
             raise JsonRpcInvalidParams(f"{MARKDOWN}: not a file URI: {args[0]}")
-        got = await ls.call(markdown_at, ls, path, T.Position(args[1], args[2]))
+        got = await ls.call(markdown_at, req)
         return got or {"markdown": None, "error": "nothing kernel-related at this position"}
 
     ls.settings_listeners.append(lambda old, new: _settings_changed(ls, old, new))
@@ -156,23 +164,43 @@ def _target_locations(targets) -> list[dict]:
             for t in targets if t.reachable is not False and t.name.path]
 
 
-def _lens(conv, path: str, uri: str, line: int, name: str, col: int, targets) -> T.CodeLens | None:
+@dataclass(frozen=True)
+class Lens:
+    """A code lens as plain data: its range and the ``attnlens.showKernels`` command's title and arguments."""
+
+    span: Span
+    title: str
+    arguments: list
+
+    def to_lsp(self) -> T.CodeLens:
+        return T.CodeLens(range=self.span.range(), command=T.Command(title=self.title, command=SHOW_KERNELS,
+                                                                     arguments=self.arguments))
+
+
+@dataclass(frozen=True)
+class Lenses:
+    """The code lens of a file; ``registry_pending``: the registry is not there yet (the handler asks for a
+    refresh when it is)."""
+
+    lenses: tuple[Lens, ...]
+    registry_pending: bool = False
+
+
+def _lens(conv, path: str, uri: str, line: int, name: str, col: int, targets) -> Lens | None:
     c = count(targets)
     if not c:
         return None
-    rng = conv.range(path, line, col, line, col + len(name))
-    return T.CodeLens(range=rng, command=T.Command(
-        title=c.words(), command=SHOW_KERNELS,
-        arguments=[uri, {"line": rng.start.line, "character": rng.start.character}, _target_locations(targets)]))
+    span = conv.span(path, line, col, line, col + len(name))
+    return Lens(span, c.words(), [uri, {"line": span.line, "character": span.character}, _target_locations(targets)])
 
 
-def lenses(a: Analysis, ls: AttnLensServer, path: str) -> list[T.CodeLens]:
+def lenses(a: Analysis, view: View, path: str) -> Lenses:
     """Backend classes: the whole backend's kernels; methods of a backend's classes: their own (worker thread)."""
     mod = a.module(path)
     if mod is None:
-        return []
+        return Lenses(())
     sites = current_sites(a, path)
-    conv = ls.positions(a)
+    conv = view.positions(a)
     uri = path_to_uri(path)
     out = []
     for q, c in mod.summary.classes.items():
@@ -189,9 +217,7 @@ def lenses(a: Analysis, ls: AttnLensServer, path: str) -> list[T.CodeLens]:
                 continue
             fcol = a.line_text(path, f.line).find(f.name, f.col)
             out.append(_lens(conv, path, uri, f.line, f.name, max(fcol, 0), group_targets(mine)))
-    if a._backends is None:  # the registry is not there yet (indexing): backend lenses come with it
-        ls.spawn(_refresh_after_registry(ls))
-    return [x for x in out if x is not None]
+    return Lenses(tuple(x for x in out if x is not None), a._backends is None)
 
 
 async def _refresh_after_registry(ls: AttnLensServer) -> None:
@@ -231,10 +257,27 @@ def hint_label(chain: M.Chain) -> tuple[str, tuple[str, int] | None]:
     return "→ " + " | ".join(dict.fromkeys(words)), target
 
 
-def hints(a: Analysis, ls: AttnLensServer, path: str, first_line: int, last_line: int) -> list[T.InlayHint]:
+@dataclass(frozen=True)
+class Hint:
+    """An inlay hint as plain data: where it goes, its label, where the label links to, and the call site it
+    follows (``data``, for ``inlayHint/resolve``)."""
+
+    line: int
+    character: int
+    label: str
+    target: Span | None
+    data: dict
+
+    def to_lsp(self) -> T.InlayHint:
+        part = T.InlayHintLabelPart(self.label, location=self.target.location() if self.target is not None else None)
+        return T.InlayHint(position=T.Position(self.line, self.character), label=[part], padding_left=True,
+                           data=self.data)
+
+
+def hints(a: Analysis, view: View, path: str, first_line: int, last_line: int) -> list[Hint]:
     """The hints of the call sites ending in the range; the tooltip (the hover's verdict) comes with
     inlayHint/resolve, when the user points at one."""
-    conv = ls.positions(a)
+    conv = view.positions(a)
     out = []
     for s in current_sites(a, path):
         if not (first_line <= s.end_line <= last_line):
@@ -242,9 +285,9 @@ def hints(a: Analysis, ls: AttnLensServer, path: str, first_line: int, last_line
         label, target = hint_label(s.chain)
         if not label:
             continue
-        part = T.InlayHintLabelPart(label, location=conv.location(target[0], target[1]) if target else None)
-        out.append(T.InlayHint(position=conv.position(path, s.end_line, s.end_col), label=[part], padding_left=True,
-                               data={"path": path, "line": s.line, "col": s.col}))
+        out.append(Hint(*conv.point(path, s.end_line, s.end_col), label,
+                        conv.location_span(target[0], target[1]) if target else None,
+                        {"path": path, "line": s.line, "col": s.col}))
     return out
 
 
@@ -269,9 +312,10 @@ def kernels_json(a: Analysis) -> list[dict]:
     return out
 
 
-def markdown_at(a: Analysis, ls: AttnLensServer, path: str, pos: T.Position) -> dict | None:
+def markdown_at(a: Analysis, req: Request) -> dict | None:
     """The whole tree at a position (or a backend's summary on its class) as Markdown for pasting."""
-    line, col = ls.positions(a).to_core(path, pos)
+    path = req.path
+    line, col = req.core_position(req.positions(a))
     root = str(a.q.root)
 
     def rel(p: str, ln: int) -> str:

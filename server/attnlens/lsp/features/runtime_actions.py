@@ -31,8 +31,10 @@ from lsprotocol import types as T
 
 from ... import model as M
 from ..analysis import Analysis
-from ..convert import uri_to_path
+from ..answers import Action, Diag
+from ..convert import Span, uri_to_path
 from ..hover import HoverContext
+from ..request import Request, View
 from ..server import AttnLensServer
 
 log = logging.getLogger("attnlens.lsp")
@@ -187,19 +189,24 @@ def record_probe(ls: AttnLensServer, spec: dict, result: Any) -> None:
         ls.spawn(diagnostics.publish(ls, uri))
 
 
-def extra_diagnostics(a: Analysis, ls: AttnLensServer, path: str, uri: str | None) -> list[T.Diagnostic]:
-    """Probe, drift and contract-file diagnostics of one file (worker thread)."""
+def extra_diagnostics(a: Analysis, view: View, path: str, probe=()) -> list[Diag]:
+    """Probe, drift and contract-file diagnostics of one file (worker thread). ``probe``: the file's probe
+    verdicts (``diagnostics.probe_verdicts``), taken on the loop thread."""
     if path.endswith(".toml"):
         return _contract_diagnostics(a, path)
-    out = list(ls.probe_diagnostics.get(uri or "", []))
-    out.extend(_drift_diagnostics(a, ls, path))
+    out = list(probe)
+    out.extend(_drift_diagnostics(a, view, path))
     return out
 
 
 CONTRACT_SOURCE = "attnlens-contracts"
 
 
-def _contract_diagnostics(a: Analysis, path: str) -> list[T.Diagnostic]:
+def _whole_line(path: str, line: int) -> Span:
+    return Span(path, line, 0, line, 10_000)
+
+
+def _contract_diagnostics(a: Analysis, path: str) -> list[Diag]:
     """Schema errors of a contract file (the rest of the contracts still load)."""
     try:
         from ...rules.contracts import load_contracts
@@ -214,18 +221,17 @@ def _contract_diagnostics(a: Analysis, path: str) -> list[T.Diagnostic]:
         else:
             errors = load_contracts([path]).errors
     except Exception as e:  # noqa: BLE001 - a broken file must give a message, not an exception
-        return [T.Diagnostic(range=T.Range(T.Position(0, 0), T.Position(0, 1)), message=f"cannot read contracts: {e}",
-                             severity=T.DiagnosticSeverity.Error, source=CONTRACT_SOURCE)]
+        return [Diag(Span(path, 0, 0, 0, 1), f"cannot read contracts: {e}", T.DiagnosticSeverity.Error,
+                     CONTRACT_SOURCE)]
     out = []
     for e in errors:
         line = max(int(getattr(e, "line", 1) or 1) - 1, 0)
-        out.append(T.Diagnostic(range=T.Range(T.Position(line, 0), T.Position(line, 10_000)),
-                                message=str(getattr(e, "message", e)), severity=T.DiagnosticSeverity.Error,
-                                source=CONTRACT_SOURCE, code="contract-schema"))
+        out.append(Diag(_whole_line(path, line), str(getattr(e, "message", e)), T.DiagnosticSeverity.Error,
+                        CONTRACT_SOURCE, "contract-schema"))
     return out
 
 
-def _drift_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Diagnostic]:
+def _drift_diagnostics(a: Analysis, view: View, path: str) -> list[Diag]:
     try:
         from ...upgrade.drift import drift_findings  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001
@@ -235,7 +241,7 @@ def _drift_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Dia
     except Exception as e:  # noqa: BLE001 - no configured old version, download refused, ...
         log.debug("drift findings unavailable: %s", e)
         return []
-    conv = ls.positions(a)
+    conv = view.positions(a)
     out = []
     for f in findings:
         get = f.get if isinstance(f, dict) else (lambda k, d=None, _f=f: getattr(_f, k, d))
@@ -243,13 +249,12 @@ def _drift_diagnostics(a: Analysis, ls: AttnLensServer, path: str) -> list[T.Dia
             continue
         line = int(get("line", 1) or 1)
         try:
-            rng = conv.range(path, line, int(get("col", 0) or 0), line, len(conv.line_text(path, line)))
+            rng = conv.span(path, line, int(get("col", 0) or 0), line, len(conv.line_text(path, line)))
         except Exception:  # noqa: BLE001
             continue
         sev = {"error": T.DiagnosticSeverity.Error, "warning": T.DiagnosticSeverity.Warning,
                "info": T.DiagnosticSeverity.Information}.get(str(get("severity", "info")), T.DiagnosticSeverity.Information)
-        out.append(T.Diagnostic(range=rng, message=str(get("message", "")), severity=sev, source=DRIFT_SOURCE,
-                                code=get("rule"), data=get("data")))
+        out.append(Diag(rng, str(get("message", "")), sev, DRIFT_SOURCE, get("rule"), data=get("data")))
     return out
 
 
@@ -312,11 +317,13 @@ def _drift_section(ctx: HoverContext) -> str | None:
 # ----------------------------------------------------------------------------- code actions
 
 
-def code_actions(a: Analysis, ls: AttnLensServer, path: str, uri: str, rng: T.Range,
-                 diags: list[T.Diagnostic]) -> list[T.CodeAction]:
-    conv = ls.positions(a)
-    line, col = conv.to_core(path, rng.start)
-    out: list[T.CodeAction] = []
+def code_actions(a: Analysis, req: Request, diags) -> list[Action]:
+    """The code actions at the start of the request's range (``req``: taken there) for its diagnostics (plain
+    :class:`~attnlens.lsp.answers.Diag`, in the request's order): probes to run, quick fixes (worker thread)."""
+    conv = req.positions(a)
+    path, uri = req.path, req.uri
+    line, col = req.core_position(conv)
+    out: list[Action] = []
     seen = set()
     chain = None
     try:
@@ -349,17 +356,14 @@ def code_actions(a: Analysis, ls: AttnLensServer, path: str, uri: str, rng: T.Ra
         if (fam, target) in seen:
             continue
         seen.add((fam, target))
-        spec = {"family": fam, "target": target, "uri": uri, "line": rng.start.line, "character": rng.start.character}
+        spec = {"family": fam, "target": target, "uri": uri, "line": req.line, "character": req.character}
         spec.update(probe_requires(chain, target))
-        out.append(T.CodeAction(
-            title=f"Run probe {fam} on {target}",
-            kind=T.CodeActionKind.QuickFix,
-            command=T.Command(title=f"Run probe {fam} on {target}", command="attnlens.runProbe", arguments=[spec]),
-        ))
+        title = f"Run probe {fam} on {target}"
+        out.append(Action(title, command=(title, "attnlens.runProbe", [spec])))
     try:
-        from .fixes import fix_actions
+        from .fixes import FixDocument, fix_actions
 
-        out.extend(fix_actions(a, ls, path, uri, rng, diags))
+        out.extend(fix_actions(a, FixDocument.of(req), path, diags, req.caps.resolve_edits))
     except Exception:  # noqa: BLE001 - an action request must never fail the editor
         log.warning("quick fixes failed on %s", path, exc_info=True)
     return out
@@ -477,8 +481,10 @@ def register(ls: AttnLensServer) -> None:
         path = uri_to_path(uri)
         if path is None or not path.endswith(".py"):
             return None
-        got = await ls.call(code_actions, ls, path, uri, params.range, list(params.context.diagnostics or []))
-        return got or None
+        req = ls.request(uri, params.range.start)  # the version and the client's capabilities: read here
+        diags = list(params.context.diagnostics or [])
+        got = await ls.call(code_actions, req, tuple(Diag.from_lsp(d, path) for d in diags))
+        return [x.to_lsp(diags) for x in got] if got else None
 
     @ls.feature(T.CODE_ACTION_RESOLVE)
     async def code_action_resolve(action: T.CodeAction) -> T.CodeAction:
@@ -487,12 +493,16 @@ def register(ls: AttnLensServer) -> None:
         path = uri_to_path(data["uri"]) if isinstance(data.get("fix"), dict) and isinstance(data.get("uri"), str) else None
         if path is None:
             return action  # a probe action (a command) or not ours: nothing to fill in
-        from .fixes import resolve_fix
+        from .fixes import FixDocument, resolve_fix
 
-        got = await ls.call(resolve_fix, ls, action, path)
+        uri = data["uri"]
+        doc = FixDocument(uri, ls.doc_version(uri), ls.caps.document_changes, ls.encoding)  # loop thread
+        got = await ls.call(resolve_fix, doc, action.title, data, path)
         if got is None:
             return action
-        action, why = got
+        edit, why = got
+        if edit is not None:
+            action.edit = edit.to_lsp()
         if why:
             ls.window_show_message(T.ShowMessageParams(type=T.MessageType.Warning, message=f"AttnLens: {why}"))
         return action
