@@ -85,10 +85,14 @@ def _hops(tree: ast.Module):
         if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("call", "idle", "mutate")
                 and isinstance(n.func.value, ast.Name) and n.func.value.id in SERVER_NAMES and n.args):
             yield n, n.args[0]
+        # diagnostics.call_check(<server>, f, ...): server.call(f, ...) again after each rules interruption
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "call_check" and len(n.args) > 1
+              and isinstance(n.args[0], ast.Name) and n.args[0].id in SERVER_NAMES):
+            yield n, n.args[1]
 
 
 def _local_defs(tree: ast.Module) -> dict[str, ast.FunctionDef]:
-    return {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    return {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 def test_every_function_handed_to_the_worker_is_worker_side():

@@ -58,7 +58,7 @@ def register(ls: AttnLensServer) -> None:
         if params.previous_result_id == result_id:
             return T.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
         items = [] if path is None or not ls.settings.diagnostics else (
-            await ls.call(check, ls.view(), path, probe_verdicts(ls, uri)) or [])
+            await call_check(ls, check, ls.view(), path, probe_verdicts(ls, uri)) or [])
         warm_fixes(ls, path, items)
         return T.RelatedFullDocumentDiagnosticReport(items=to_lsp_all(items), result_id=result_id)
 
@@ -76,6 +76,20 @@ def check(a: Analysis, view: View, path: str, probe: tuple[Diag, ...] = ()) -> l
     except Exception:  # noqa: BLE001 - extra sources are optional
         log.warning("extra diagnostics failed on %s", path, exc_info=True)
     return out
+
+
+async def call_check(ls: AttnLensServer, fn, *args: Any, **kw: Any) -> Any:
+    """``ls.call(fn, *args)`` for a job that runs the rules (:func:`check`), asked again each time the engine
+    stopped between two checks because a request was waiting (``rules.Interrupted``): the request runs
+    first, and the next attempt goes on with the next check. A 2,000-line buffer's check no longer makes a
+    hover wait for all of it."""
+    rules = engine()
+    while True:
+        try:
+            return await ls.call(fn, *args, **kw)
+        except Exception as e:  # noqa: BLE001 - only the engine's interruption is retried
+            if rules is None or not isinstance(e, rules.Interrupted):
+                raise
 
 
 def probe_verdicts(ls: AttnLensServer, uri: str | None) -> tuple[Diag, ...]:
@@ -103,7 +117,11 @@ def _rule_diagnostics(a: Analysis, view: View, path: str) -> list[Diag]:
     conv = view.positions(a)
     out = []
     try:
-        findings = rules.check_module(a.ws, path) or []
+        # stops between two checks when a request waits (``a.cancel``: the worker's should_yield); the
+        # caller asks again (:func:`call_check`) and the engine goes on with the next check
+        findings = rules.check_module(a.ws, path, should_stop=a.cancel) or []
+    except rules.Interrupted:
+        raise
     except Exception as e:  # noqa: BLE001 - a rules bug must not take the server down
         key = f"{type(e).__name__}: {e}"
         if key not in a.reported_errors:  # once each, per workspace
@@ -204,11 +222,17 @@ async def prepare(ls: AttnLensServer, uri: str) -> None:
 
     def job(a):
         try:
-            rules.prepare_module(a.ws, path)
+            rules.prepare_module(a.ws, path, should_stop=a.cancel)  # stops between checks when a request waits
+        except rules.Interrupted:
+            return False
         except Exception:  # noqa: BLE001 - the check itself reports problems
             log.debug("preparing %s failed", path, exc_info=True)
+        return True
 
-    await ls.call(job, priority=IDLE, backoff=False)
+    version = ls.doc_version(uri)
+    # after each stop, again behind the requests that made it stop, while the buffer is the one prepared
+    while await ls.call(job, priority=IDLE, backoff=False) is False and ls.doc_version(uri) == version:
+        pass
 
 
 async def publish(ls: AttnLensServer, uri: str) -> None:
@@ -224,7 +248,7 @@ async def publish(ls: AttnLensServer, uri: str) -> None:
         return check(a, *args)
 
     # the debounce already waited for a quiet moment: run ahead of background indexing
-    items = await ls.call(timed, ls.view(), path, probe_verdicts(ls, uri))
+    items = await call_check(ls, timed, ls.view(), path, probe_verdicts(ls, uri))
     if log.isEnabledFor(logging.DEBUG) and started:
         t1 = time.perf_counter()
         log.debug("diagnostics %s v%s: %.1f ms (%.1f ms waiting for the worker)", os.path.basename(path), version,
@@ -265,7 +289,7 @@ async def _publish_from_disk(ls: AttnLensServer, uri: str) -> None:
     path = uri_to_path(uri)
     if path is None:
         return
-    items = await ls.call(check, ls.view(), path, probe_verdicts(ls, uri), priority=IDLE)
+    items = await call_check(ls, check, ls.view(), path, probe_verdicts(ls, uri), priority=IDLE)
     if items is not None and ls.doc_version(uri) is None:
         ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=to_lsp_all(items)))
 
@@ -285,7 +309,7 @@ async def check_workspace(ls: AttnLensServer) -> dict:
         uri = path_to_uri(path)
         if ls.doc_version(uri) is not None:
             continue  # open: its buffer's diagnostics are current
-        items = await ls.call(check, ls.view(), path, probe_verdicts(ls, uri), priority=IDLE)
+        items = await call_check(ls, check, ls.view(), path, probe_verdicts(ls, uri), priority=IDLE)
         if items is None:
             continue
         done.add(uri)
