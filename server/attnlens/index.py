@@ -70,6 +70,9 @@ class Index:
     """
 
     allow_fork = False  # forked prefetch workers: only in single-threaded CLI processes
+    # asked while an open buffer is summarised (pyindex.summarize's should_stop; the rules engine sets it for
+    # the duration of an editor's check): the summary stops with pyindex.Stopped, nothing is kept
+    should_stop = None
     # below this many workspace modules a second process costs more than it saves
     # (ATTNLENS_PREFETCH_MIN_MODULES overrides it: tests and benchmarks force the worker on)
     PREFETCH_MIN_MODULES = int(os.environ.get("ATTNLENS_PREFETCH_MIN_MODULES") or 400)
@@ -309,7 +312,7 @@ class Index:
             # references too (``Workspace.refs_for``: editor positions outside a call were a second
             # summary of the same text after every edit)
             sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-            return self._cached_or_build(sha, text, path, store=False, refs=True)
+            return self._cached_or_build(sha, text, path, store=False, refs=True, should_stop=self.should_stop)
         try:
             st = os.stat(path)
         except OSError:
@@ -338,12 +341,13 @@ class Index:
             return ModuleSummary(path=path, sha=sha, error="binary file, not Python source")
         return self._cached_or_build(sha, text, path)
 
-    def _cached_or_build(self, sha: str, text: str, path: str, store: bool = True, refs: bool = False) -> ModuleSummary:
+    def _cached_or_build(self, sha: str, text: str, path: str, store: bool = True, refs: bool = False,
+                         should_stop=None) -> ModuleSummary:
         cached = self.cache.load_pickle("py", sha)
         if cached is not None:
             cached.path = path
             return cached
-        summ = summarize(text, path, sha, refs=refs)
+        summ = summarize(text, path, sha, refs=refs, should_stop=should_stop)
         if store:
             self.cache.store_pickle("py", sha, summ)
         return summ

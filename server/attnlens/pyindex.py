@@ -446,7 +446,15 @@ class _LineMap:
 # --------------------------------------------------------------------------
 
 
+class Stopped(Exception):
+    """:func:`summarize` stopped because its ``should_stop`` said so (an editor's background summary of a
+    buffer giving way to a request); nothing of it is kept."""
+
+
 class _Builder:
+    should_stop = None  # asked every 64 statements (summarize's should_stop)
+    _n = 0
+
     def __init__(self, text: str, path: str, sha: str):
         self.lm = _LineMap(text)
         self.s = ModuleSummary(path=path, sha=sha, n_lines=len(self.lm.lines))
@@ -519,6 +527,10 @@ class _Builder:
             self.guards.pop()
 
     def stmt(self, st: ast.stmt) -> None:
+        if self.should_stop is not None:
+            self._n += 1
+            if not self._n & 63 and self.should_stop():
+                raise Stopped(f"{self.s.path}: summary stopped at line {st.lineno}")
         t = type(st)
         if t is ast.Expr:  # the most common statement (a call): its one expression
             self.expr(st.value)
@@ -1169,8 +1181,11 @@ def parse_module(text: str) -> ast.Module:
     return parse_source(text).tree
 
 
-def summarize(text: str, path: str, sha: str, refs: bool = False) -> ModuleSummary:
+def summarize(text: str, path: str, sha: str, refs: bool = False, should_stop=None) -> ModuleSummary:
     """Build the summary of one module's source text. Never raises on bad input.
+
+    ``should_stop``: a callable asked after the parse and every 64 statements; when it says so,
+    :class:`Stopped` is raised (the only exception).
 
     ``refs=True`` also records every name/attribute chain with its range (for
     editor positions); the cached summaries used for resolution leave them out.
@@ -1189,8 +1204,11 @@ def summarize(text: str, path: str, sha: str, refs: bool = False) -> ModuleSumma
         b.s.error = f"cannot parse: {type(e).__name__}: {e}"
         return b.s
     tree = parsed.tree
+    if should_stop is not None and should_stop():
+        raise Stopped(f"{path}: summary stopped after the parse")
     # the blanked text: same lines and columns, and source segments that match the tree
     b = _Builder(parsed.text, path, sha)
+    b.should_stop = should_stop
     b.want_refs = refs
     b.s.syntax_errors = parsed.errors
     b._src = parsed.text

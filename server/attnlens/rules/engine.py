@@ -523,12 +523,26 @@ class Engine:
         """The findings of ``path``. ``should_stop``: a callable asked between two checks (after at least one
         ran in this call); when it says so, :class:`Interrupted` is raised and the work done so far is kept
         for the next call on the same text (an editor passes "a request is waiting")."""
+        from ..pyindex import Stopped
+
         with self._lock:
             self._should_stop = should_stop
+            idx = self.ws.index
+            had = idx.__dict__.get("should_stop")
+            if should_stop is not None:
+                idx.should_stop = should_stop  # the buffer's own summary gives way too
             try:
                 return self._check_module(path)
+            except Stopped as e:
+                self.stats["interrupted"] = self.stats.get("interrupted", 0) + 1
+                raise Interrupted(str(e)) from None
             finally:
                 self._should_stop = None
+                if should_stop is not None:
+                    if had is None:
+                        idx.__dict__.pop("should_stop", None)
+                    else:
+                        idx.should_stop = had
 
     def _check_module_or_defer(self, path: str) -> list[Finding] | None:
         """Check a module; None when a check needed the C++ index before the prefetch worker
@@ -581,6 +595,8 @@ class Engine:
         return findings
 
     def _run(self, mod) -> tuple[list[Finding], dict]:
+        from ..pyindex import Stopped
+
         held = self._resume.pop(mod.name, None)
         if held is not None and held[0] == mod.summary.sha:
             _sha, start, ctx, hard0, soft0 = held
@@ -598,11 +614,16 @@ class Engine:
                     raise Interrupted(f"{mod.name}: stopped before check {i + 1} of {len(CHECKS)}")
                 fn, _ids = CHECKS[i]
                 t0 = time.perf_counter()
+                kept = len(ctx.findings)
                 try:
                     for _ in fn(ctx) or ():
                         pass
                 except RecursionError:
                     self.errors.append(f"{mod.path}: {fn.__name__}: recursion limit")
+                except Stopped:  # another open buffer's summary gave way inside this check: it runs again
+                    del ctx.findings[kept:]
+                    self._resume[mod.name] = (mod.summary.sha, i, ctx, dict(hard), dict(soft))
+                    raise
                 except Exception as e:  # noqa: BLE001 - analysis must not fail on a bad input
                     tb = traceback.extract_tb(e.__traceback__)[-1]
                     self.errors.append(f"{mod.path}: {fn.__name__}: {type(e).__name__}: {e} ({os.path.basename(tb.filename)}:{tb.lineno})")
