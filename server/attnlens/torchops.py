@@ -74,7 +74,6 @@ class OpRegistry:
         self._searched: dict = {}  # (ns, op) -> what the Python scan looked at (for "no registration found")
         self._ext_searched = 0  # .so files the last extension-schema search read
         self._reg_files_memo: tuple | None = None  # (generation, files that can register ops from Python)
-        self._inst_reg_memo: dict = {}  # installed package -> its op-registering files (per generation)
 
     # -- C++ ---------------------------------------------------------------
     def prefetch_cpp(self) -> None:
@@ -331,22 +330,16 @@ class OpRegistry:
 
     def _installed_registering(self, pkg: str, folder: str) -> list:
         """(path, bytes) of an installed package's files that use a Python op-registration API, read
-        once per package and index generation (the per-op search then scans only these)."""
-        gen = self.r.index.generation
-        key = (pkg, folder)
-        memo = self._inst_reg_memo
-        if memo.get("gen") != gen:
-            memo.clear()
-            memo["gen"] = gen
-        hit = memo.get(key)
-        if hit is None:
+        once until something outside the workspace changes (``Index.outside_memo``: reading every file of
+        vLLM was 115 ms after each edit of the workspace); the per-op search then scans only these."""
+        def compute():
             from .index import iter_py_bytes
 
-            hit = [(p, data) for p, data in iter_py_bytes(folder, ("tests", "benchmarks"))
-                   if b"register_custom_op" in data or b"custom_op" in data or b"Library(" in data
-                   or b"torch.library" in data]
-            memo[key] = hit
-        return hit
+            return [(p, data) for p, data in iter_py_bytes(folder, ("tests", "benchmarks"))
+                    if b"register_custom_op" in data or b"custom_op" in data or b"Library(" in data
+                    or b"torch.library" in data]
+
+        return self.r.index.outside_memo(("torchops.installed_registering", pkg, folder), compute)
 
     def _torch_library_api(self, m, dotted: str) -> str | None:
         """``X`` when the dotted callee ``dotted`` names ``torch.library.X`` in module ``m``

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import re
 import struct
@@ -246,6 +247,9 @@ def _merge_deps(hard: dict, soft: dict) -> dict:
         if k not in out:
             out[k] = ("s", sha, sig)
     return out
+
+
+_log = logging.getLogger(__name__)
 
 
 class Interrupted(Exception):
@@ -577,12 +581,16 @@ class Engine:
                 if gdeps is not None and self._deps_fresh(hit["deps"]) and self._deps_fresh(gdeps):
                     self.stats["cached"] += 1
                     return [Finding(**d) for d in hit["findings"]]
+        ts = time.perf_counter()
         mod = self.ws.index.module(name)
         if mod is None or not mod.workspace:
             return []
         t0 = time.perf_counter()
         gdeps = self.global_deps()
         self.timings["global"] = self.timings.get("global", 0.0) + time.perf_counter() - t0
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("check %s: summary %.0f ms, shared state %.0f ms", name, (t0 - ts) * 1000,
+                       (time.perf_counter() - t0) * 1000)
         findings, deps = self._run(mod)
         self.stats["checked"] += 1
         if overlay:
@@ -627,7 +635,10 @@ class Engine:
                 except Exception as e:  # noqa: BLE001 - analysis must not fail on a bad input
                     tb = traceback.extract_tb(e.__traceback__)[-1]
                     self.errors.append(f"{mod.path}: {fn.__name__}: {type(e).__name__}: {e} ({os.path.basename(tb.filename)}:{tb.lineno})")
-                self.timings[fn.__name__] = self.timings.get(fn.__name__, 0.0) + time.perf_counter() - t0
+                took = time.perf_counter() - t0
+                self.timings[fn.__name__] = self.timings.get(fn.__name__, 0.0) + took
+                if took > 0.03 and _log.isEnabledFor(logging.DEBUG):
+                    _log.debug("check %s: %s %.0f ms", mod.name, fn.__name__, took * 1000)
         hard[mod.name] = mod.summary.sha
         deps = _merge_deps(hard, soft)
         lines = ctx.lines if ctx._facts is not None else (self.ws.index.source_text(mod.path) or "").splitlines()
