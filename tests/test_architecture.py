@@ -25,7 +25,7 @@ def _lint(server_dir: Path) -> subprocess.CompletedProcess:
 def test_contracts_are_kept():
     r = _lint(REPO / "server")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert "8 kept, 0 broken" in r.stdout
+    assert "9 kept, 0 broken" in r.stdout
 
 
 def _lint_with_wrong_import(tmp_path, module: str, statement: str) -> subprocess.CompletedProcess:
@@ -127,7 +127,17 @@ def test_the_lsp_importing_the_resolver_breaks_the_query_contract(tmp_path):
     assert r.returncode != 0
     assert "The editor and the CLI ask the analysis core through attnlens.query only BROKEN" in r.stdout
     assert "attnlens.lsp.features.hover -> attnlens.resolver" in r.stdout
-    assert "7 kept, 1 broken" in r.stdout
+    assert "8 kept, 1 broken" in r.stdout
+
+
+def test_a_check_importing_the_resolver_breaks_the_query_contract(tmp_path):
+    """The rules and the upgrade code ask the core through the query and the rule API: a check that imports
+    the resolver fails `rules-upgrade-through-query` (and only that contract)."""
+    r = _lint_with_wrong_import(tmp_path, "rules/checks_shapes.py", "from ..resolver import Resolver")
+    assert r.returncode != 0
+    assert "The rules and the upgrade code ask the analysis core through attnlens.query and" in r.stdout
+    assert "attnlens.rules.checks_shapes -> attnlens.resolver" in r.stdout
+    assert "8 kept, 1 broken" in r.stdout
 
 
 # the analysis core: what lies behind attnlens.query (and the query itself)
