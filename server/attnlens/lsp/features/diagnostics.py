@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as T
 
@@ -23,6 +23,9 @@ from ..convert import path_to_uri, uri_to_path
 from ..request import View
 from ..server import AttnLensServer
 from ..worker import IDLE
+
+if TYPE_CHECKING:
+    from ...rules.api import Finding
 
 log = logging.getLogger("attnlens.lsp")
 
@@ -139,28 +142,27 @@ def _rule_diagnostics(a: Analysis, view: View, path: str) -> list[Diag]:
     return out
 
 
-def dead_code_hint(conv, path: str, f: Any) -> Diag | None:
+def dead_code_hint(conv, path: str, f: "Finding") -> Diag | None:
     """Code a finding proves never runs on this platform (``data["dead_lines"]``): a hint with the
     ``Unnecessary`` tag, which editors render greyed out, like unreachable code."""
-    span = (getattr(f, "data", None) or {}).get("dead_lines")
+    span = (f.data or {}).get("dead_lines")
     if not span or len(span) != 2:
         return None
     first, last = int(span[0]), int(span[1])
     return Diag(conv.line_span(path, first, last),
-                f"Never runs on this platform ({getattr(f, 'rule', '')}: line {getattr(f, 'line', '?')}).",
-                T.DiagnosticSeverity.Hint, SOURCE, getattr(f, "rule", None), tags=(T.DiagnosticTag.Unnecessary,))
+                f"Never runs on this platform ({f.rule}: line {f.line}).",
+                T.DiagnosticSeverity.Hint, SOURCE, f.rule, tags=(T.DiagnosticTag.Unnecessary,))
 
 
-def to_diagnostic(conv, path: str, f: Any) -> Diag:
+def to_diagnostic(conv, path: str, f: "Finding") -> Diag:
     """A rule finding as a plain diagnostic (``.to_lsp()`` makes the lsprotocol one)."""
-    line = int(getattr(f, "line", 1) or 1)
-    col = int(getattr(f, "col", 0) or 0)
-    end_line = int(getattr(f, "end_line", None) or line)
-    end_col = getattr(f, "end_col", None)
-    end_col = int(end_col) if end_col is not None else len(conv.line_text(path, end_line))
-    code = getattr(f, "rule", None)
+    line = int(f.line or 1)
+    col = int(f.col or 0)
+    end_line = int(f.end_line or line)
+    end_col = int(f.end_col) if f.end_col is not None else len(conv.line_text(path, end_line))
+    code = f.rule
     related = []
-    for r in getattr(f, "related", None) or ():
+    for r in f.related or ():
         try:
             rp = str(r.get("path") or path)
             rl = int(r.get("line", 1) or 1)
@@ -171,14 +173,14 @@ def to_diagnostic(conv, path: str, f: Any) -> Diag:
             log.debug("cannot convert related location %r", r, exc_info=True)
     return Diag(
         conv.span(path, line, col, end_line, end_col),
-        str(getattr(f, "message", "")),
-        SEVERITY.get(str(getattr(f, "severity", "warning")).lower(), T.DiagnosticSeverity.Warning),
+        str(f.message),
+        SEVERITY.get(str(f.severity).lower(), T.DiagnosticSeverity.Warning),
         SOURCE,
         code,
         href=rule_href(code),
         related=tuple(related) or None,
-        tags=(T.DiagnosticTag.Unnecessary,) if getattr(f, "unnecessary", False) else None,
-        data=getattr(f, "data", None),
+        tags=(T.DiagnosticTag.Unnecessary,) if f.unnecessary else None,
+        data=f.data,
     )
 
 
