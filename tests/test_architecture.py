@@ -391,3 +391,35 @@ def test_central_classes_say_what_is_public():
         if missing:
             wrong[cls.__name__] = missing
     assert wrong == {}
+
+
+def test_no_circle_among_the_editor_features():
+    """The language server's feature modules import each other without a circle, function-level imports
+    included (``diagnostics`` and ``runtime_actions`` used to import each other inside functions)."""
+    import ast
+
+    base = REPO / "server" / "attnlens" / "lsp" / "features"
+    graph: dict[str, set] = {}
+    for py in sorted(base.glob("*.py")):
+        deps = set()
+        for n in ast.walk(ast.parse(py.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.ImportFrom) and n.level == 1:
+                if n.module:
+                    deps.add(n.module.split(".")[0])
+                else:
+                    deps.update(a.name for a in n.names)
+        graph[py.stem] = {d for d in deps if (base / f"{d}.py").exists()}
+
+    def cycle_from(start):
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for d in graph.get(node, ()):
+                if d == start:
+                    return path + [d]
+                if d not in seen:
+                    seen.add(d)
+                    stack.append((d, path + [d]))
+        return None
+
+    assert [c for m in sorted(graph) if (c := cycle_from(m))] == []

@@ -23,6 +23,7 @@ from ..convert import path_to_uri, uri_to_path
 from ..request import View
 from ..server import AttnLensServer
 from ..worker import IDLE
+from .file_diagnostics import extra_diagnostics
 
 if TYPE_CHECKING:
     from ...rules.api import Finding
@@ -73,8 +74,6 @@ def check(a: Analysis, view: View, path: str, probe: tuple[Diag, ...] = ()) -> l
     out = syntax_diagnostics(a, view, path)
     out.extend(_rule_diagnostics(a, view, path))
     try:
-        from .runtime_actions import extra_diagnostics
-
         out.extend(extra_diagnostics(a, view, path, probe))
     except Exception:  # noqa: BLE001 - extra sources are optional
         log.warning("extra diagnostics failed on %s", path, exc_info=True)
