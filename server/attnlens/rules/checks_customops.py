@@ -29,9 +29,9 @@ def variant_findings(engine, mod) -> list[dict]:
         idx = engine.ws.index
         if not idx.per_text(mod.path, ("contains", OV.REGISTER), lambda t: t is not None and OV.REGISTER in t):
             return out
-        shared = engine.memo("op_variant_shared", lambda: ({}, None))
+        class_ops = engine.memo("op_variant_class_ops", dict)  # shared by the modules this engine pairs
         try:
-            vs = OV.variants_in(engine.ws, mod, shared[0])
+            vs = OV.variants_in(engine.ws, mod, class_ops)
         except RecursionError:
             return out
         for v in vs:

@@ -530,23 +530,16 @@ class Engine:
         from ..pyindex import Stopped
 
         with self._lock:
-            self._should_stop = should_stop
             idx = self.ws.index
-            had = idx.__dict__.get("should_stop")
-            if should_stop is not None:
-                idx.should_stop = should_stop  # the buffer's own summary gives way too
+            before = idx.should_stop
+            self._should_stop = idx.should_stop = should_stop  # the buffer's own summary gives way too
             try:
                 return self._check_module(path)
             except Stopped as e:
                 self.stats["interrupted"] = self.stats.get("interrupted", 0) + 1
                 raise Interrupted(str(e)) from None
             finally:
-                self._should_stop = None
-                if should_stop is not None:
-                    if had is None:
-                        idx.__dict__.pop("should_stop", None)
-                    else:
-                        idx.should_stop = had
+                self._should_stop, idx.should_stop = None, before
 
     def _check_module_or_defer(self, path: str) -> list[Finding] | None:
         """Check a module; None when a check needed the C++ index before the prefetch worker
@@ -581,16 +574,12 @@ class Engine:
                 if gdeps is not None and self._deps_fresh(hit["deps"]) and self._deps_fresh(gdeps):
                     self.stats["cached"] += 1
                     return [Finding(**d) for d in hit["findings"]]
-        ts = time.perf_counter()
         mod = self.ws.index.module(name)
         if mod is None or not mod.workspace:
             return []
         t0 = time.perf_counter()
         gdeps = self.global_deps()
         self.timings["global"] = self.timings.get("global", 0.0) + time.perf_counter() - t0
-        if _log.isEnabledFor(logging.DEBUG):
-            _log.debug("check %s: summary %.0f ms, shared state %.0f ms", name, (t0 - ts) * 1000,
-                       (time.perf_counter() - t0) * 1000)
         findings, deps = self._run(mod)
         self.stats["checked"] += 1
         if overlay:
