@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .cache import Cache
+from .pyincremental import IncrementalSummary
 from .pyindex import ModuleSummary, decode_source, summarize
 from .target import TargetInfo
 
@@ -94,6 +95,7 @@ class Index:
         self._loc_cache: dict[str, Location | None] = {}
         self._dir_cache: dict[str, frozenset | None] = {}
         self._overlays: dict[str, str] = {}
+        self._incremental: dict[str, IncrementalSummary] = {}  # open buffer -> its chunk summaries (pyincremental)
         # open buffers whose file is not on disk (a new file, an untitled buffer): real path <-> name
         self._virtual: dict[str, str] = {}
         self._virtual_paths: dict[str, str] = {}
@@ -305,14 +307,23 @@ class Index:
         return None
 
     def _summary_for(self, path: str) -> ModuleSummary | None:
-        text = self._overlays.get(self.realpath(path))
+        real = self.realpath(path)
+        text = self._overlays.get(real)
         if text is not None:
             # an unsaved buffer: reuse a cached summary of the same content, never store one
             # (a pickle per keystroke would only fill the cache); a new one carries the buffer's
             # references too (``Workspace.refs_for``: editor positions outside a call were a second
-            # summary of the same text after every edit)
+            # summary of the same text after every edit), and is built from the summaries of the
+            # buffer's top-level statements, re-summarising only those an edit touched (pyincremental)
             sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-            return self._cached_or_build(sha, text, path, store=False, refs=True, should_stop=self.should_stop)
+            cached = self.cache.load_pickle("py", sha)
+            if cached is not None:
+                cached.path = path
+                return cached
+            inc = self._incremental.get(real)
+            if inc is None:
+                inc = self._incremental[real] = IncrementalSummary(refs=True)
+            return inc.summarize(text, path, sha, should_stop=self.should_stop)
         try:
             st = os.stat(path)
         except OSError:
@@ -341,15 +352,13 @@ class Index:
             return ModuleSummary(path=path, sha=sha, error="binary file, not Python source")
         return self._cached_or_build(sha, text, path)
 
-    def _cached_or_build(self, sha: str, text: str, path: str, store: bool = True, refs: bool = False,
-                         should_stop=None) -> ModuleSummary:
+    def _cached_or_build(self, sha: str, text: str, path: str) -> ModuleSummary:
         cached = self.cache.load_pickle("py", sha)
         if cached is not None:
             cached.path = path
             return cached
-        summ = summarize(text, path, sha, refs=refs, should_stop=should_stop)
-        if store:
-            self.cache.store_pickle("py", sha, summ)
+        summ = summarize(text, path, sha)
+        self.cache.store_pickle("py", sha, summ)
         return summ
 
     def flush(self) -> None:
@@ -577,6 +586,7 @@ class Index:
         with self._lock:
             if text is None:
                 self._overlays.pop(real, None)
+                self._incremental.pop(real, None)
                 self._drop_virtual(real)
             else:
                 self._overlays[real] = text

@@ -451,9 +451,23 @@ class Stopped(Exception):
     buffer giving way to a request); nothing of it is kept."""
 
 
+def import_only(bindings) -> bool | None:
+    """None when there are none, else whether every binding is an import (what ``_patch_root`` asks of the
+    module's bindings of a name)."""
+    if not bindings:
+        return None
+    return all(b.kind in ("import", "from") for b in bindings)
+
+
 class _Builder:
     should_stop = None  # asked every 64 statements (summarize's should_stop)
     _n = 0
+    # building one top-level chunk (pyincremental): the module's bindings before it, and what of them the
+    # chunk read (name -> import_only of the prefix's bindings)
+    prefix = None
+    deps = None
+    _top_body = True  # the next body() is the module's
+    module_guard = False  # a module-level `if c: raise/return` guards the statements after it
 
     def __init__(self, text: str, path: str, sha: str):
         self.lm = _LineMap(text)
@@ -513,6 +527,8 @@ class _Builder:
     # -- statements ------------------------------------------------------------
     def body(self, stmts: list[ast.stmt]) -> None:
         pushed = 0
+        top = self._top_body
+        self._top_body = False
         for st in stmts:
             self.stmt(st)
             if type(st) is ast.If and not st.orelse and st.body and _terminates(st.body[-1]):
@@ -521,6 +537,8 @@ class _Builder:
                 if text not in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
                     self.guards.append(("else", text, st.lineno))
                     pushed += 1
+                    if top:
+                        self.module_guard = True  # what follows this statement in the module is guarded by it
                     if type(st.body[-1]) is ast.Raise and self.scope:
                         self.scope[-1].raise_ifs = self.scope[-1].raise_ifs | {st.lineno}
         for _ in range(pushed):
@@ -750,7 +768,14 @@ class _Builder:
         f = self.scope[-1]
         if any(p.name == root for p in f.params):
             return False
-        bs = f.locals.get(root) or self.s.bindings.get(root, [])
+        bs = f.locals.get(root)
+        if not bs:
+            bs = self.s.bindings.get(root, [])
+            if self.prefix is not None:  # a chunk of the module (pyincremental): the module's bindings before it count
+                pre = self.prefix.get(root)
+                self.deps[root] = import_only(pre)
+                if pre:
+                    bs = pre + bs
         return bool(bs) and all(b.kind in ("import", "from") for b in bs)
 
     def _lambda_wanted(self, t) -> bool:

@@ -32,6 +32,7 @@ what is an error, and where).
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -77,13 +78,260 @@ class Parsed:
 def parse_tolerant(text: str) -> Parsed:
     """Parse ``text``; on a syntax error, blank the broken statements (see the module doc).
 
+    Recovery works one top-level statement at a time (:func:`top_level_chunks`): each chunk that
+    does not parse on its own is recovered on its own text, so a broken statement costs parses of
+    its chunk, not of the file, and the incremental summary of an editor buffer
+    (``pyincremental``) recovers exactly the same way.
+
     Raises ``SyntaxError`` (the first one) only when recovery fails, and what ``ast.parse`` raises
     for input that is not text (``ValueError`` for NUL bytes, ``RecursionError``, ``MemoryError``).
     """
     try:
         return Parsed(ast.parse(text, type_comments=False), text)
     except SyntaxError as first:
-        return _Recovery(text).run(first)
+        chunks = top_level_chunks(text)
+        if len(chunks) < 2:
+            return parse_chunk(text, 0)
+        parts = [parse_chunk(text[a:b], line0) for a, b, line0 in chunks]
+        if not any(p.errors for p in parts):
+            # every statement parses on its own, the file does not (a misplaced `from __future__`,
+            # a statement split where the scan could not see it): recover the whole text
+            return _Recovery(text).run(first)
+        errors = tuple(e for p in parts for e in p.errors)
+        if len(errors) > MAX_ROUNDS:
+            raise issue_error(errors[0])
+        body = [st for p in parts for st in p.tree.body]
+        return Parsed(ast.Module(body=body, type_ignores=[]), "".join(p.text for p in parts), errors,
+                      tuple(r for p in parts for r in p.blanked))
+
+
+_MESSAGE_LINE = re.compile(r"\b(line )(\d+)")
+
+
+def shift_issue(i: SyntaxIssue, d: int) -> SyntaxIssue:
+    """``i`` of a chunk parsed on its own, moved ``d`` lines down, the lines its message names too
+    ("detected at line 3", "on line 2")."""
+    if not d:
+        return i
+    msg = _MESSAGE_LINE.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + d}", i.message) if "line " in i.message \
+        else i.message
+    return SyntaxIssue(i.line + d, i.col, i.end_line + d, i.end_col, msg)
+
+
+def issue_error(i: SyntaxIssue) -> SyntaxError:
+    """The ``SyntaxError`` a file with too many broken statements is reported with: its first one."""
+    e = SyntaxError(i.message)
+    e.lineno, e.offset, e.end_lineno, e.end_offset = i.line, i.col + 1, i.end_line, i.end_col + 1
+    return e
+
+
+def parse_chunk(chunk: str, line0: int) -> Parsed:
+    """The error-tolerant parse of one top-level chunk whose first line is line ``line0 + 1`` of its
+    file: positions in the tree, the errors and the blanked regions are those of the file. The
+    recovery runs on the chunk's own text (its lines renumbered afterwards), so it does not depend on
+    where the chunk sits. Raises ``SyntaxError`` (with the file's line) when recovery fails."""
+    try:
+        return Parsed(ast.parse("\n" * line0 + chunk if line0 else chunk, type_comments=False), chunk)
+    except SyntaxError as e:
+        first = e
+    if line0:
+        try:  # the error as the chunk's own text gives it (its lines, and an "on line N" in its message)
+            ast.parse(chunk, type_comments=False)
+        except SyntaxError as e:
+            first = e
+    try:
+        p = _Recovery(chunk).run(first)
+    except SyntaxError as e:
+        if line0 and e.lineno:
+            e.lineno += line0
+            if getattr(e, "end_lineno", None):
+                e.end_lineno += line0
+        raise
+    p = _at_next_statement(chunk, p)
+    if line0:
+        ast.increment_lineno(p.tree, line0)
+        return Parsed(p.tree, p.text, tuple(shift_issue(i, line0) for i in p.errors),
+                      tuple((a + line0, b + line0) for a, b in p.blanked))
+    return p
+
+
+def _at_next_statement(chunk: str, p: Parsed) -> Parsed:
+    """An error CPython reports after the chunk's last code line (a header without its block: the
+    chunk ended first) is where the file's parse reports it: at the next statement, the first line
+    after the chunk."""
+    if not p.errors or not chunk.endswith(("\n", "\r")):
+        return p
+    lines = _SPLIT.split(chunk)[0::2]
+    last = max((i for i, s in enumerate(lines) if _code(s)), default=-1) + 1  # 1-based
+    nxt = len(lines)  # the line after the chunk's final line break
+    if all(i.line <= last for i in p.errors):
+        return p
+    moved = tuple(i if i.line <= last else SyntaxIssue(nxt, 0, nxt, 0, i.message) for i in p.errors)
+    return Parsed(p.tree, p.text, moved, p.blanked)
+
+
+# -- top-level chunks -------------------------------------------------------------------------
+#
+# A chunk is one top-level statement with what belongs to it: its block, its continuation lines, the
+# comment and blank lines after it, and for a def or class its decorators. A chunk starts on a line
+# whose first character is code at column 0, outside any bracket, string or backslash continuation,
+# that is not `else`/`elif`/`except`/`finally` or a closing bracket and does not follow a decorator
+# line; a `def`, `class`, `import`, `from` or decorator at column 0 also starts one inside a bracket
+# left open (valid code has none there). The scan is lexical (the _TOKEN scan of the recovery); it is context-free at a chunk start, so
+# an edit rescans only from the chunk it touches to the first old chunk start it meets again
+# (:class:`ChunkSplitter`).
+
+_CONTINUES = re.compile(r"(?:else|elif|except|finally)\b")
+_ENDS_OPEN = re.compile(r"(?:(?:async[ \t]+)?def|class|import|from)[ \t]|@[^\W\d]")
+# _TOKEN with one change: a triple-quoted string that is never closed runs to the end of the text (as
+# CPython reads it), so what the scan sees at an offset depends on the text before it only
+_CHUNK_TOKEN = re.compile(r"""
+      [rRbBuUfF]{0,2}(?:'''(?:\\.|[^\\])*?(?:'''|\Z)|\"\"\"(?:\\.|[^\\])*?(?:\"\"\"|\Z)|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*")
+    | \#[^\n]*
+    | \\\n
+    | [()\[\]{}\n;]
+""", re.X | re.S)
+
+
+def _scan_chunks(text: str, pos: int, stop_at=None) -> tuple[list[int], int]:
+    """Chunk starts (offsets) from ``pos`` (itself a chunk start) on. ``stop_at(offset)`` is asked at
+    each new start after the first: when true, that start is returned as the resume point and the scan
+    stops. Returns (starts, resume offset or -1)."""
+    starts = [pos]
+    deco = text.startswith("@", pos)
+    depth = 0
+    n = len(text)
+    for m in _CHUNK_TOKEN.finditer(text, pos):
+        ch = m.group()
+        if ch == "\n":
+            o = m.end()
+            if o >= n:
+                break
+            c = text[o]
+            if depth:
+                # a bracket left open: a def, class, import or decorator at column 0 cannot be inside one
+                # (in valid code), so the statement ended without closing it (the recovery's view too)
+                if c in "dcifa@" and _ENDS_OPEN.match(text, o):
+                    depth = 0
+                else:
+                    continue
+            if c in " \t\f\n#\r" or c in _CLOSERS:
+                continue
+            if deco:
+                deco = c == "@"
+                continue
+            if (c == "e" or c == "f") and _CONTINUES.match(text, o):
+                continue
+            if stop_at is not None and stop_at(o):
+                return starts, o
+            starts.append(o)
+            deco = c == "@"
+        elif ch in "([{":
+            depth += 1
+        elif ch in _CLOSERS:
+            if depth:
+                depth -= 1
+    return starts, -1
+
+
+def _chunk_lines(text: str, starts: list[int]) -> list[tuple[int, int, int]]:
+    out = []
+    line = 0
+    prev = 0
+    for i, a in enumerate(starts):
+        line += text.count("\n", prev, a)
+        prev = a
+        b = starts[i + 1] if i + 1 < len(starts) else len(text)
+        out.append((a, b, line))
+    return out
+
+
+def _splittable(text: str) -> bool:
+    # the scan counts "\n" line breaks; a lone "\r" (old Mac line ends) is one chunk
+    return "\r" not in text or text.count("\r") == text.count("\r\n")
+
+
+def top_level_chunks(text: str) -> list[tuple[int, int, int]]:
+    """(start offset, end offset, first line, 0-based) of each top-level chunk of ``text``, in order;
+    they tile the text. One chunk when the text cannot be split."""
+    if not text:
+        return []
+    if not _splittable(text):
+        return [(0, len(text), 0)]
+    return _chunk_lines(text, _scan_chunks(text, 0)[0])
+
+
+class ChunkSplitter:
+    """:func:`top_level_chunks` of successive texts of one buffer, rescanning only what an edit changed:
+    the old chunk starts before the first changed character are kept, the scan starts at the last of
+    them and stops at the first old chunk start past the changed region that it finds again (the text
+    after it is the old one, so are its chunk starts). Same answers as :func:`top_level_chunks`."""
+
+    def __init__(self):
+        self.text = ""
+        self.starts: list[int] = []
+
+    def split(self, text: str) -> list[tuple[int, int, int]]:
+        old, starts = self.text, self.starts
+        if not text:
+            self.text, self.starts = text, []
+            return []
+        if not _splittable(text):
+            self.text, self.starts = "", []
+            return [(0, len(text), 0)]
+        if not starts:
+            new = _scan_chunks(text, 0)[0]
+        else:
+            p = _common_prefix(old, text)
+            s = _common_suffix(old, text, min(len(old), len(text)) - p)
+            delta = len(text) - len(old)
+            changed_end = len(text) - s  # the unchanged suffix starts here in the new text
+            ls = text.rfind("\n", 0, p) + 1  # start of the line holding the first change
+            i = bisect.bisect_left(starts, ls) - 1  # the last old start before that line
+            keep = starts[:i + 1] if i >= 0 else []
+            pos = keep.pop() if keep else 0
+            old_set = set(starts)
+
+            def resume(o: int) -> bool:
+                return o >= changed_end and (o - delta) in old_set
+
+            found, at = _scan_chunks(text, pos, resume)
+            new = keep + found
+            if at >= 0:
+                j = bisect.bisect_left(starts, at - delta)
+                new.extend(o + delta for o in starts[j:])
+        self.text, self.starts = text, new
+        return _chunk_lines(text, new)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _common_suffix(a: str, b: str, limit: int) -> int:
+    """Length of the common suffix of ``a`` and ``b``, at most ``limit``."""
+    if limit <= 0:
+        return 0
+    la, lb = len(a), len(b)
+    lo, hi = 0, limit
+    if a[la - hi:] == b[lb - hi:]:
+        return hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[la - mid:] == b[lb - mid:]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def syntax_issue(text: str, e: SyntaxError) -> SyntaxIssue:

@@ -241,8 +241,9 @@ class Workspace:
         imports = tuple(sorted((n, b.target or "", b.attr or "") for n, bs in summ.bindings.items() for b in bs
                                if b.kind in ("from", "import")))
         regs = tuple((cs.func, cs.arg_texts, cs.kw_texts) for cs in summ.calls if "register" in cs.func)
-        rets = tuple((q, f.return_alts) for q, f in summ.functions.items()
-                     if f.name in ("get_attn_backend_cls", "get_impl_cls", "get_builder_cls"))
+        # what they return and under which guards, not on which line (a line typed above keeps the facts)
+        rets = tuple((q, tuple((t, tuple(g[:2] for g in gs)) for t, gs, _line in f.return_alts))
+                     for q, f in summ.functions.items() if f.name in ("get_attn_backend_cls", "get_impl_cls", "get_builder_cls"))
         return classes, imports, regs, rets
 
     def _never_still_valid(self, memo: tuple) -> bool:

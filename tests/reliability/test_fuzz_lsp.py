@@ -126,9 +126,10 @@ def test_editing_session_never_hangs_and_answers_equal_a_fresh_server(editing_se
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 16 item 9, not met yet: the first request on a just-pasted 5,000-line "
-                   "buffer pays its summary (pyindex) and its reference summary (Workspace.refs_for), and requests "
-                   "wait behind the rules engine's prepare/check of it; see docs/performance.md")
+@pytest.mark.xfail(strict=True, reason="issue 16 item 9, not met yet: a request's own run time on a pasted "
+                   "5,000-line buffer is small now (incremental summary, pyincremental), but requests still wait "
+                   "behind one check of the rules engine's prepare of that buffer (40-500 ms between two points "
+                   "where it can stop); see docs/performance.md")
 def test_editing_session_position_requests_p99_within_50_ms(editing_session):
     from .fuzzmachine import POSITION_P99_BUDGET_S
 
