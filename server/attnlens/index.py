@@ -25,6 +25,8 @@ from typing import Iterable, Iterator
 
 from .cache import Cache
 from .pyincremental import IncrementalSummary
+
+INCREMENTAL_MAX_FIRST_LINES = 20_000  # a buffer first overlaid bigger than this is summarised whole
 from .pyindex import ModuleSummary, decode_source, summarize
 from .target import TargetInfo
 
@@ -322,6 +324,9 @@ class Index:
                 return cached
             inc = self._incremental.get(real)
             if inc is None:
+                if text.count("\n") > INCREMENTAL_MAX_FIRST_LINES:
+                    # a huge buffer opened as it is: one whole summary (its first incremental build costs more)
+                    return summarize(text, path, sha, refs=True, should_stop=self.should_stop)
                 inc = self._incremental[real] = IncrementalSummary(refs=True)
             return inc.summarize(text, path, sha, should_stop=self.should_stop)
         try:
