@@ -81,8 +81,6 @@ class _Fragment:
 class IncrementalSummary:
     """The summaries of successive texts of one buffer (``refs`` as in ``pyindex.summarize``)."""
 
-    MAX_FRAGMENTS = 20_000
-
     def __init__(self, refs: bool = True):
         self.refs = refs
         self.splitter = ChunkSplitter()
@@ -145,10 +143,8 @@ class IncrementalSummary:
             return frag
         try:
             parsed = parse_tolerant(piece) if tail else parse_chunk(piece, 0)
-        except SyntaxError:
-            raise _Whole from None  # an unrecoverable statement: the whole text's summary says so
-        except (ValueError, RecursionError, MemoryError):
-            raise _Whole from None
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            raise _Whole from None  # an unrecoverable statement or an absurd one: the whole text's summary says so
         b = _Builder(parsed.text, "", "")
         b.want_refs = self.refs
         b.prefix = bindings
@@ -162,9 +158,7 @@ class IncrementalSummary:
         b._src = ""
         b.prefix = None
         frag = _Fragment(b.s, b.deps, b.module_guard, parsed.errors)
-        if len(self.frags) >= self.MAX_FRAGMENTS + 2 * len(self._used):
-            self.frags = {k: v for k, v in self.frags.items() if k in self._used}
-        self.frags[piece] = frag
+        self.frags[piece] = frag  # pruned after each text (_keep)
         return frag
 
     def _keep(self, used: set) -> None:

@@ -776,7 +776,7 @@ class _Builder:
                 self.deps[root] = import_only(pre)
                 if pre:
                     bs = pre + bs
-        return bool(bs) and all(b.kind in ("import", "from") for b in bs)
+        return bool(import_only(bs))
 
     def _lambda_wanted(self, t) -> bool:
         """Is a lambda assigned to ``t`` summarised as a function: a replacement of another module's
