@@ -81,3 +81,48 @@ def test_server_buffer_follows_edits_below_a_form_feed(tmp_path):
         assert (loc.get("targetUri") or loc.get("uri")) == uri and start["line"] == 2, d  # `def target():`
     finally:
         srv.close()
+
+
+def test_line_starts_kept_across_keystrokes_equal_a_scan_of_the_new_text():
+    """The document keeps its line starts from one change to the next (``moved_starts`` rescans only the lines
+    around the edit): equal to a scan of the whole new text, also where a change joins or splits a ``\\r\\n``."""
+    import random
+
+    from attnlens.lsp.textsync import line_starts, moved_starts
+
+    rng = random.Random(7)
+    pieces = ["a", "b", "\n", "\r", "\r\n", " ", "xy\n", "\n\n"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 12)))
+        a = rng.randrange(len(text) + 1)
+        b = rng.randrange(a, len(text) + 1)
+        new_text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 4)))
+        new = text[:a] + new_text + text[b:]
+        assert moved_starts(line_starts(text), a, b, new_text, new) == line_starts(new), (text, a, b, new_text)
+
+
+def test_a_sequence_of_keystrokes_keeps_the_buffer_in_step():
+    """Forty keystrokes and deletions through one document (the kept line starts are used from the second
+    change on) give the text the same edits give applied one by one to a plain string."""
+    import random
+
+    from attnlens.lsp.textsync import line_starts
+
+    ws = Workspace(None, T.TextDocumentSyncKind.Incremental)
+    install(ws)
+    text = "import os\r\n\ndef f(x):\n    return x\r\n" * 30
+    ws.put_text_document(T.TextDocumentItem("file:///k.py", "python", 1, text))
+    rng = random.Random(3)
+    for v in range(2, 42):
+        starts = line_starts(text)
+        line = rng.randrange(len(starts))
+        end = starts[line + 1] if line + 1 < len(starts) else len(text)
+        content = text[starts[line]:end].rstrip("\r\n")
+        c0 = rng.randrange(len(content) + 1)
+        c1 = min(len(content), c0 + rng.randrange(3))
+        new = rng.choice(["x", "\n", "\r\n", "", "(", "  "])
+        ws.update_text_document(T.VersionedTextDocumentIdentifier(version=v, uri="file:///k.py"),
+                                T.TextDocumentContentChangePartial(
+                                    range=T.Range(T.Position(line, c0), T.Position(line, c1)), text=new))
+        text = text[:starts[line] + c0] + new + text[starts[line] + c1:]
+        assert ws.get_text_document("file:///k.py").source == text, v

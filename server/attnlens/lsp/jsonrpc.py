@@ -34,7 +34,7 @@ import threading
 from typing import Any
 
 from pygls.exceptions import JsonRpcException
-from pygls.io_ import StdinAsyncReader, StdoutWriter
+from pygls.io_ import StdoutWriter
 
 log = logging.getLogger("attnlens.lsp")
 
@@ -189,20 +189,49 @@ async def run_async(stop_event: threading.Event, reader, protocol, server) -> No
 
 
 def serve_io(server, stdin=None, stdout=None) -> None:
-    """``LanguageServer._start_io_async`` with the tolerant reader."""
+    """``LanguageServer._start_io_async`` with the tolerant reader. The client's stream is read on a
+    thread of its own (:func:`_feed`) into an ``asyncio.StreamReader``: pygls' reader asked its thread
+    pool for every header line and body, three thread hand-offs per message, each waiting for the GIL
+    while the analysis thread works; a burst of keystrokes then kept a hover queued behind their
+    hand-offs for 100-250 ms. Now one hand-off brings whatever the client has written."""
     from pygls.server import logger as pygls_logger
 
     server._stop_event = threading.Event()
-    reader = StdinAsyncReader(stdin or sys.stdin.buffer, server.thread_pool)
     server.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        stream = asyncio.StreamReader()
+        threading.Thread(target=_feed, args=(stdin or sys.stdin.buffer, loop, stream), name="attnlens-stdin",
+                         daemon=True).start()
+        await run_async(server._stop_event, _StreamReader(stream), server.protocol, server)
+
     try:
-        asyncio.run(run_async(server._stop_event, reader, server.protocol, server))
+        asyncio.run(main())
     except BrokenPipeError:
         pygls_logger.error("Connection to the client is lost! Shutting down the server.")
     except (KeyboardInterrupt, SystemExit):
         pass
     finally:
         server.shutdown()
+
+
+def _feed(stdin, loop: asyncio.AbstractEventLoop, stream: asyncio.StreamReader) -> None:
+    """Copy the client's stream into ``stream`` (a thread): each read returns what is available."""
+    read = getattr(stdin, "read1", None) or stdin.read
+    try:
+        while True:
+            chunk = read(1 << 16)
+            if not chunk:
+                break
+            loop.call_soon_threadsafe(stream.feed_data, chunk)
+    except (OSError, ValueError):
+        pass  # the stream was closed
+    finally:
+        try:
+            loop.call_soon_threadsafe(stream.feed_eof)
+        except RuntimeError:
+            pass  # the loop has ended
 
 
 class _StreamReader:

@@ -195,6 +195,7 @@ class ModuleContext:
         self.s = mod.summary
         self.path = mod.path
         self._facts: F.AstFacts | None = None
+        self._lines: list[str] | None = None
         self.hard_deps: dict | None = None  # set while the checks run (the dependency recorder's)
         self._resolved: dict = {}
         self._traced: dict = {}
@@ -209,7 +210,12 @@ class ModuleContext:
 
     @property
     def lines(self) -> list[str]:
-        return self.facts.lines
+        """The module's lines (those of its facts; without collecting them when no check needed them yet)."""
+        if self._facts is not None:
+            return self._facts.lines
+        if self._lines is None:
+            self._lines = F.split_lines(self.engine.ws.index.source_text(self.path) or "")
+        return self._lines
 
     def note_dep(self, name: str, sha: str) -> None:
         """Record that the findings depend on module ``name`` with content ``sha`` when a check
@@ -322,3 +328,37 @@ def content_memo(key: tuple, fn):
     return val
 
 
+
+
+def tree_items(ctx, path: str, sha: str, name: str, fn, shift) -> list:
+    """``fn(tree)`` (a list of items) of module ``path`` with content ``sha`` when its text parses without
+    error, else ``[]``; memoised by content (:func:`content_memo`). An unsaved buffer is read per
+    top-level chunk (``facts.IncrementalFacts.each_chunk``: a keystroke parses only the chunk it
+    changed), each chunk's items moved to its lines by ``shift(item, lines down)``."""
+    idx = ctx.ws.index
+
+    def compute() -> list:
+        text = idx.source_text(path) or ""
+        if idx.overlay_text(path) is None:
+            tree = _valid_tree(text)
+            return [] if tree is None else fn(tree)
+        inc = F.buffer_facts(path)
+        with inc.lock:
+            parts = inc.each_chunk(text, name, fn)
+        if parts is None:
+            return []
+        return [x if not d else shift(x, d) for items, d in parts for x in items]
+
+    return content_memo((name, path, sha), compute)
+
+
+def _valid_tree(text: str):
+    """The module's tree when its text parses without error, else None; the parse is shared with the
+    index summary and the expression facts of the same text (``pyindex.parse_source``; not mutated)."""
+    from ..pyindex import parse_source
+
+    try:
+        parsed = parse_source(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return None if parsed.errors else parsed.tree

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..walk import Val, ValKind, Walk
 from . import checks_calls  # noqa: F401 - its checks register (and run) first: AL115 defers to its AL107
-from .api import Rule, check, content_memo, rule
+from .api import Rule, check, content_memo, rule, tree_items
 
 AL115 = rule(Rule(
     "AL115", "unloadable-import", "error",
@@ -65,17 +65,6 @@ _MAX_MSG = 200
 # =========================================================================== shared helpers
 
 
-
-def _valid_tree(text: str):
-    """The module's tree when its text parses without error, else None; the parse is shared with the
-    index summary and the expression facts of the same text (``pyindex.parse_source``; not mutated)."""
-    from ..pyindex import parse_source
-
-    try:
-        parsed = parse_source(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    return None if parsed.errors else parsed.tree
 
 def _rel(ctx, path: str) -> str:
     return checks_calls._rel(path, ctx.ws.root)
@@ -412,31 +401,33 @@ def _import_problem(ctx, b) -> _Problem | None:
 def _try_handlers(ctx) -> dict:
     """try line -> ([(caught types, handler line, silent?, names the handler assigns)], names the
     try body sets to True) of this module (one parse per content, only for modules that need it)."""
-    path, sha = ctx.path, ctx.s.sha
+    key = ("al115-try-map", ctx.path, ctx.s.sha)
+    return content_memo(key, lambda: {line: (hs, flags) for line, hs, flags in
+                                      tree_items(ctx, ctx.path, ctx.s.sha, "al115-try", _try_items, _try_moved)})
 
-    def compute():
-        text = ctx.ws.index.source_text(path) or ""
-        tree = _valid_tree(text)
-        if tree is None:
-            return {}
-        out: dict = {}
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Try) and type(node).__name__ != "TryStar":
-                continue
-            hs = []
-            for h in node.handlers:
-                if h.type is None:
-                    types = "BaseException"
-                elif isinstance(h.type, ast.Tuple):
-                    types = ",".join(ast.unparse(e) for e in h.type.elts)
-                else:
-                    types = ast.unparse(h.type)
-                hs.append((types, h.lineno, not _loud(h.body), tuple(_assigned(h.body))))
-            flags = tuple(n for n, v in _assigned(node.body, values=True) if v is True)
-            out[node.lineno] = (hs, flags)
-        return out
 
-    return content_memo(("al115-try", path, sha), compute)
+def _try_items(tree) -> list:
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Try) and type(node).__name__ != "TryStar":
+            continue
+        hs = []
+        for h in node.handlers:
+            if h.type is None:
+                types = "BaseException"
+            elif isinstance(h.type, ast.Tuple):
+                types = ",".join(ast.unparse(e) for e in h.type.elts)
+            else:
+                types = ast.unparse(h.type)
+            hs.append((types, h.lineno, not _loud(h.body), tuple(_assigned(h.body))))
+        flags = tuple(n for n, v in _assigned(node.body, values=True) if v is True)
+        out.append((node.lineno, hs, flags))
+    return out
+
+
+def _try_moved(item, d: int):
+    line, hs, flags = item
+    return line + d, [(t, hl + d, silent, names) for t, hl, silent, names in hs], flags
 
 
 def _loud(body) -> bool:
@@ -1190,41 +1181,43 @@ def _raise_sites(ctx, mod) -> list:
     text = ctx.ws.index.source_text(mod.path) or ""
     if "NotImplementedError" not in text:
         return []
+    return tree_items(ctx, mod.path, mod.summary.sha, "al116-raises", _raise_items, _raise_moved)
 
-    def compute():
-        tree = _valid_tree(text)
-        if tree is None:
-            return []
-        out = []
 
-        def walk(nodes, qual, tests):
-            for n in nodes:
-                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    walk(n.body, qual + (n.name,), ())
-                elif isinstance(n, ast.If):
-                    t = " ".join(ast.unparse(n.test).split())
-                    walk(n.body, qual, tests + (("if", t, n.lineno),))
-                    walk(n.orelse, qual, tests + (("else", t, n.lineno),))
-                elif isinstance(n, ast.Raise) and n.exc is not None:
-                    exc = n.exc.func if isinstance(n.exc, ast.Call) else n.exc
-                    if ast.unparse(exc).endswith("NotImplementedError"):
-                        msg = ""
-                        if isinstance(n.exc, ast.Call) and n.exc.args and isinstance(n.exc.args[0], ast.Constant):
-                            msg = str(n.exc.args[0].value)
-                        out.append((".".join(qual), n.lineno, n.col_offset, n.end_lineno or n.lineno,
-                                    n.end_col_offset or n.col_offset, tests, msg))
-                else:
-                    for field in ("body", "orelse", "finalbody"):
-                        sub = getattr(n, field, None)
-                        if isinstance(sub, list):
-                            walk(sub, qual, tests)
-                    for h in getattr(n, "handlers", None) or ():
-                        walk(h.body, qual, tests)
+def _raise_moved(item, d: int):
+    qual, line, col, el, ec, tests, msg = item
+    return qual, line + d, col, el + d, ec, tuple((k, t, ln + d) for k, t, ln in tests), msg
 
-        walk(tree.body, (), ())
-        return out
 
-    return content_memo(("al116-raises", mod.path, mod.summary.sha), compute)
+def _raise_items(tree) -> list:
+    out = []
+
+    def walk(nodes, qual, tests):
+        for n in nodes:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                walk(n.body, qual + (n.name,), ())
+            elif isinstance(n, ast.If):
+                t = " ".join(ast.unparse(n.test).split())
+                walk(n.body, qual, tests + (("if", t, n.lineno),))
+                walk(n.orelse, qual, tests + (("else", t, n.lineno),))
+            elif isinstance(n, ast.Raise) and n.exc is not None:
+                exc = n.exc.func if isinstance(n.exc, ast.Call) else n.exc
+                if ast.unparse(exc).endswith("NotImplementedError"):
+                    msg = ""
+                    if isinstance(n.exc, ast.Call) and n.exc.args and isinstance(n.exc.args[0], ast.Constant):
+                        msg = str(n.exc.args[0].value)
+                    out.append((".".join(qual), n.lineno, n.col_offset, n.end_lineno or n.lineno,
+                                n.end_col_offset or n.col_offset, tests, msg))
+            else:
+                for field in ("body", "orelse", "finalbody"):
+                    sub = getattr(n, field, None)
+                    if isinstance(sub, list):
+                        walk(sub, qual, tests)
+                for h in getattr(n, "handlers", None) or ():
+                    walk(h.body, qual, tests)
+
+    walk(tree.body, (), ())
+    return out
 
 
 def _maybe_workspace_callee(ctx, mod, cs) -> bool:

@@ -94,7 +94,7 @@ def module_facts(ws, name: str, path: str, sha: str, use_cache: bool) -> F.AstFa
     if ws.index.overlay_text(path) is not None:
         # an unsaved buffer: never on disk (a pickle per keystroke would only fill the cache),
         # but memoised in memory for the latest versions (prepared before the debounce ends)
-        return overlay_facts(ws.index.source_text(path) or "")
+        return overlay_facts(path, ws.index.source_text(path) or "")
     key = _facts_key(sha) if (use_cache and sha) else None
     if key is not None:
         hit = ws.cache.load_pickle("rulesfacts", key)
@@ -124,7 +124,14 @@ def _prefilter() -> re.Pattern | None:
     return _prefilter_of(tuple(FACT_PREFILTERS))
 
 
-overlay_facts = functools.lru_cache(maxsize=8)(_collect)  # facts of the latest unsaved buffer texts
+@functools.lru_cache(maxsize=8)
+def overlay_facts(path: str, text: str) -> F.AstFacts:
+    """The facts of an unsaved buffer's text, collected per top-level chunk from the buffer's previous
+    texts (``facts.IncrementalFacts``); memoised for the latest texts."""
+    load_checks()
+    inc = F.buffer_facts(path)
+    with inc.lock:
+        return inc.collect(text, _prefilter())
 
 
 # --------------------------------------------------------------------------- the engine
