@@ -74,3 +74,24 @@ def test_cli_pauses_collector_except_for_the_server(monkeypatch):
     monkeypatch.setattr(cli, "build_parser", lambda _cmd: type("P", (), {"parse_args": lambda self, a: args})())
     assert cli.main(["rules"]) == 0
     assert seen["enabled"] is False and gc.isenabled()
+
+
+def test_paused_freezes_what_it_made_and_restores():
+    from attnlens.gcpolicy import paused
+
+    gc.unfreeze()
+    try:
+        before = gc.get_freeze_count()
+        with paused():
+            assert not gc.isenabled()
+            made = [[i] for i in range(3000)]
+        assert gc.isenabled() and gc.get_freeze_count() >= before + len(made)
+        gc.disable()
+        try:
+            with paused():
+                pass
+            assert not gc.isenabled()  # restores what it found
+        finally:
+            gc.enable()
+    finally:
+        gc.unfreeze()

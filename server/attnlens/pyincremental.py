@@ -21,9 +21,9 @@ compare the two over every file of the installed vLLM and the examples, and over
 
 from __future__ import annotations
 
-import gc
 import re
 
+from .gcpolicy import paused
 from .pyindex import (AttrPatch, Binding, CallSite, ClassInfo, Decorator, FunctionInfo, ModuleSummary, Ref, Stopped,
                       _Builder, import_only, summarize)
 from .pyrecover import (MAX_ROUNDS, ChunkSplitter, SyntaxIssue, issue_error, parse_chunk, parse_tolerant, shift_issue,
@@ -94,15 +94,11 @@ class IncrementalSummary:
         # the cyclic collector paused while the pieces are built: summaries hold no cycles, and on a big
         # buffer its full collections walked every new fragment again (50,000 lines: 6.1 s with it, 3.2 s
         # without; the whole-file summary took 4.4 s); reference counting frees what is dropped
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            return self._join(text, path, sha, should_stop)
-        except _Whole:
-            return summarize(text, path, sha, refs=self.refs, should_stop=should_stop)
-        finally:
-            if was:
-                gc.enable()
+        with paused():
+            try:
+                return self._join(text, path, sha, should_stop)
+            except _Whole:
+                return summarize(text, path, sha, refs=self.refs, should_stop=should_stop)
 
     # -- the pieces --------------------------------------------------------------------
     def _join(self, text: str, path: str, sha: str, should_stop) -> ModuleSummary:

@@ -29,6 +29,7 @@ from lsprotocol import types as T
 from pygls.lsp.server import LanguageServer
 
 from .. import __version__
+from ..gcpolicy import freeze_young
 from .analysis import LRU, Analysis
 from .capabilities import ClientCaps
 from .config import Settings
@@ -43,6 +44,7 @@ STATUS_NOTIFICATION = "attnlens/status"
 # new tracked objects that make a collect+freeze worth it: after indexing the real vLLM-MetaX
 # checkout the server tracks 149,000 objects and a full collection of them takes 88 ms
 SETTLE_AFTER_OBJECTS = 50_000
+SETTLE_QUIET_S = 3.0  # a full collection waits for this long without requests or edits
 BACKOFF_S = 0.3  # background work waits this long after the last request (user activity)
 CALLSITES_DELAY_S = 0.5  # quiet time after an edit before the call index catches up (stepped, preemptible)
 CALLS_STEP_S = 0.02  # one background step of the call index
@@ -286,6 +288,11 @@ class AttnLensServer(LanguageServer):
         a small edit there is little to freeze and the collections stay cheap."""
         from ..gcpolicy import settle
 
+        # a full collection holds the GIL for the whole heap (0.1-0.5 s with a pasted 5,000-line buffer open),
+        # so the thread that reads the client's messages stops too: only after SETTLE_QUIET_S without a
+        # request or an edit (a burst of hovers arrived in the middle of one in the editing session)
+        while (wait := self.last_request + SETTLE_QUIET_S - time.monotonic()) > 0:
+            await asyncio.sleep(wait)
         took = await self.idle(lambda a: settle(SETTLE_AFTER_OBJECTS))
         if took is not None:
             log.debug("gc settle: %.1f ms", took * 1000)
@@ -312,8 +319,6 @@ class AttnLensServer(LanguageServer):
             if done is None or done:
                 # the new records into the permanent generation (cheap; a full collect+freeze walks the
                 # whole heap: 0.5-2 s here, which the next hover waited behind)
-                from ..gcpolicy import freeze_young
-
                 await self.idle(lambda a: freeze_young())
                 return
 

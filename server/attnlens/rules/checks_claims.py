@@ -10,6 +10,7 @@ the probe family in ``data.probe``).
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 from .. import model as M
 from ..pyindex import triton_decorated
@@ -267,10 +268,7 @@ def module_kernels(ctx) -> list[Kernel]:
                 continue
             v = ctx.engine.apply_patch(v)
 
-            class _CS:
-                line = b.line
-
-            k = _kernel_of(ctx, ctx.mod, _CS, v, "")
+            k = _kernel_of(ctx, ctx.mod, SimpleNamespace(line=b.line), v, "")  # a call-site stand-in: its line
             if k is not None:
                 out.append(k)
         return out
