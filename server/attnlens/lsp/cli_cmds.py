@@ -84,7 +84,7 @@ def cmd_serve(args) -> int:
     _setup_logging(args.log_level, args.log_file)
     # the loop thread (I/O, cached answers) must not wait 5 ms for the GIL
     # while the analysis thread works in the background
-    sys.setswitchinterval(0.001)
+    sys.setswitchinterval(0.0002)
     tcp = parse_tcp(args.tcp, args.allow_remote) if args.tcp else None
     from .server import create_server
 
