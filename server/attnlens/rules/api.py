@@ -328,8 +328,6 @@ def content_memo(key: tuple, fn):
     return val
 
 
-
-
 def tree_items(ctx, path: str, sha: str, name: str, fn, shift) -> list:
     """``fn(tree)`` (a list of items) of module ``path`` with content ``sha`` when its text parses without
     error, else ``[]``; memoised by content (:func:`content_memo`). An unsaved buffer is read per

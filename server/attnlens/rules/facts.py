@@ -494,10 +494,9 @@ def scan_comments(text: str, starts: list[int] | None = None) -> list[tuple[int,
     return out
 
 
-def collect(text: str, claim_re=None) -> AstFacts:
-    """Facts of one module. ``claim_re``: a pattern whose absence in the raw text lets comments
-    and docstrings be skipped, and whose matches (with capability and reshape hints) mark the
-    only statements the walker needs to enter."""
+def _text_facts(text: str, claim_re) -> tuple[AstFacts, bool, bool]:
+    """What needs no parse: the lines, the ``super()`` uses and the prefilter's answers. Returns (facts,
+    claims wanted, anything to walk)."""
     facts = AstFacts()
     facts.lines = _NEWLINE.split(text)
     want_claims = claim_re is None or claim_re.search(text) is not None
@@ -505,20 +504,19 @@ def collect(text: str, claim_re=None) -> AstFacts:
     want_shapes = "-1" in text and _SHAPE_HINT.search(text) is not None
     if "super(" in text:
         facts.supers = _supers_by_text(facts.lines)
-    if not (want_claims or want_caps or want_shapes):
-        return facts
-    try:
-        parsed = parse_source(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        facts.error = f"{type(e).__name__}: {e}"
-        return facts
-    tree = parsed.tree
+    return facts, want_claims, want_claims or want_caps or want_shapes
+
+
+def _walk(facts: AstFacts, lines: list, parsed, claim_re, want_claims: bool, module_doc: bool = True,
+          cap_vars: dict | None = None) -> _Walker:
+    """The comments and the walked facts of a parsed text (``lines``: its unblanked lines) into ``facts``.
+    Raises ``RecursionError`` for expressions nested too deep."""
     text = parsed.text  # a syntax error's statements blanked (same lines and columns): what the tree saw
     starts = line_starts(text)
     if want_claims:
-        # the source parsed above, so the string-aware scan finds exactly tokenize's COMMENT tokens
+        # the source parsed, so the string-aware scan finds exactly tokenize's COMMENT tokens
         for line, col, body in scan_comments(text, starts):
-            before = facts.lines[line - 1][:col] if line - 1 < len(facts.lines) else ""
+            before = lines[line - 1][:col] if line - 1 < len(lines) else ""
             facts.comments.append(Comment(line, col, body.strip(), not before.strip()))
     hot = None
     if claim_re is not None:
@@ -526,9 +524,27 @@ def collect(text: str, claim_re=None) -> AstFacts:
         if want_claims:
             found.update(bisect.bisect_right(starts, m.start()) for m in claim_re.finditer(text))
         hot = sorted(found)
-    w = _Walker(facts, _Cols(facts.lines), want_claims, hot)
+    w = _Walker(facts, _Cols(lines), want_claims, hot)
+    if cap_vars is not None:
+        w.cap_vars = cap_vars
+    w.run(parsed.tree, module_doc)
+    return w
+
+
+def collect(text: str, claim_re=None) -> AstFacts:
+    """Facts of one module. ``claim_re``: a pattern whose absence in the raw text lets comments
+    and docstrings be skipped, and whose matches (with capability and reshape hints) mark the
+    only statements the walker needs to enter."""
+    facts, want_claims, walk = _text_facts(text, claim_re)
+    if not walk:
+        return facts
     try:
-        w.run(tree)
+        parsed = parse_source(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        facts.error = f"{type(e).__name__}: {e}"
+        return facts
+    try:
+        _walk(facts, facts.lines, parsed, claim_re, want_claims)
     except RecursionError:
         facts.error = "expression nesting too deep"
     return facts
@@ -568,30 +584,16 @@ def _chunk_facts(piece: str, claim_re, want_claims: bool, first: bool, caps_in: 
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise _Whole from None
     f = AstFacts()
-    lines = _NEWLINE.split(piece)
-    t = parsed.text
-    starts = line_starts(t)
-    if want_claims:
-        for line, col, body in scan_comments(t, starts):
-            before = lines[line - 1][:col] if line - 1 < len(lines) else ""
-            f.comments.append(Comment(line, col, body.strip(), not before.strip()))
-    hot = None
-    if claim_re is not None:
-        found = {bisect.bisect_right(starts, m.start()) for m in _HOT.finditer(t)}
-        if want_claims:
-            found.update(bisect.bisect_right(starts, m.start()) for m in claim_re.finditer(t))
-        hot = sorted(found)
-    w = _Walker(f, _Cols(lines), want_claims, hot)
-    w.cap_vars = {n: {sc: (0, recv) for sc, recv in by} for n, by in caps_in}
+    cap_vars = {n: {sc: (0, recv) for sc, recv in by} for n, by in caps_in}
     try:
-        w.run(parsed.tree, module_doc=first)
+        _walk(f, _NEWLINE.split(piece), parsed, claim_re, want_claims, first, cap_vars)
     except RecursionError:
         raise _Whole from None
     c = _ChunkFacts()
     c.comments, c.docs, c.caps, c.shapes, c.tests, c.self_assigns = f.comments, f.docs, f.caps, f.shapes, f.tests, \
         f.self_assigns
     c.has_body = bool(parsed.tree.body)
-    c.caps_out = _cap_state(w.cap_vars)
+    c.caps_out = _cap_state(cap_vars)
     c.errors = len(parsed.errors)
     return c
 
@@ -637,14 +639,8 @@ class IncrementalFacts:
         self.lock = threading.Lock()  # the splitter holds the last text: one caller at a time
 
     def collect(self, text: str, claim_re=None) -> AstFacts:
-        facts = AstFacts()
-        facts.lines = _NEWLINE.split(text)
-        want_claims = claim_re is None or claim_re.search(text) is not None
-        want_caps = "capability" in text
-        want_shapes = "-1" in text and _SHAPE_HINT.search(text) is not None
-        if "super(" in text:
-            facts.supers = _supers_by_text(facts.lines)
-        if not (want_claims or want_caps or want_shapes):
+        facts, want_claims, walk = _text_facts(text, claim_re)
+        if not walk:
             return facts
         try:
             return self._join(text, claim_re, want_claims, facts)
