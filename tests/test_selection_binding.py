@@ -4,6 +4,8 @@ Against the real vllm 0.26.0: the bundled examples (mini-metax, tiny-npu) and in
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from attnlens import model as M
@@ -281,3 +283,71 @@ def test_layer_looked_up_by_a_helper_of_another_module_is_that_modules_layer(tmp
     assert "MLAAttention" not in ([b.label for b in c2.final.fork.branches] if c2.final.fork else [])
     assert c2.leaves() and (M.TORCH_OP, "_C_cache_ops::concat_and_cache_mla") not in {
         (lf.final.kind, lf.final.symbol) for lf in c2.leaves()}
+
+
+def _counting_backends(ws) -> list:
+    calls = []
+    orig = ws.backends
+    ws.backends = lambda *a, **k: calls.append(1) or orig(*a, **k)
+    return calls
+
+
+def test_never_selected_survives_edits_of_the_dead_class_own_module(tmp_path):
+    """A dead class's own module mentions it (its definition): an edit there that adds no use keeps the set
+    without recomputing the registry; a read of it outside its methods, or a mention in another module,
+    recomputes (and it is then reachable)."""
+    import sys
+
+    from attnlens.workspace import Workspace
+
+    ws = Workspace(TINY, python=sys.executable, cache_dir=tmp_path / "cache")
+    first = ws.never_selected()
+    dead = ("tiny_npu.attention.custom", "TinyCustomBackend")
+    assert dead in first
+    path = str(TINY / "tiny_npu/attention/custom.py")
+    text = (TINY / "tiny_npu/attention/custom.py").read_text()
+    calls = _counting_backends(ws)
+    body = text.replace("        return TinyCustomImpl\n", "        _edit = 1\n        return TinyCustomImpl\n", 1)
+    assert body != text
+    ws.index.set_overlay(path, body)
+    assert ws.never_selected() is first and calls == []
+    ws.index.set_overlay(path, body + "\n\ndef _pick():\n    return TinyCustomBackend\n")
+    assert dead not in ws.never_selected() and calls == [1]
+    ws.index.set_overlay(path, None)  # the use removed: dead again
+    assert ws.never_selected() == first and calls == [1, 1]
+    other = str(TINY / "tiny_npu/attention/common.py")
+    ws.index.set_overlay(other, (TINY / "tiny_npu/attention/common.py").read_text() + "\n# see TinyCustomBackend\n")
+    assert dead not in ws.never_selected() and calls == [1, 1, 1]
+
+
+def test_a_backend_that_cannot_be_imported_stays_dead_through_body_edits(tmp_path):
+    """Its module's entry ("(module, ''): cannot be imported") made every edit recompute the registry (the
+    empty class name matched any text); a body edit now keeps it, and a module-level name removed from a
+    module it imports from recomputes."""
+    import shutil
+    import sys
+
+    from attnlens.workspace import Workspace
+
+    root = tmp_path / "plugin"
+    shutil.copytree(EXAMPLE, root)
+    tri = root / "mini_metax/attention/backends/triton_attn.py"
+    tri.write_text("from vllm.v1.attention.backend import NoSuchAttentionImpl  # gone upstream\n" + tri.read_text())
+    ws = Workspace(root, python=sys.executable, cache_dir=tmp_path / "cache")
+    first = ws.never_selected()
+    mod = "mini_metax.attention.backends.triton_attn"
+    assert (mod, "") in first and (mod, "MiniTritonAttentionBackend") in first
+    calls = _counting_backends(ws)
+    ws.index.set_overlay(str(tri), tri.read_text() + "\n\ndef _helper():\n    return 1\n")
+    assert ws.never_selected() is first and calls == []
+    # a name another workspace module imports from it disappears: whether that import loads may change
+    fa = root / "mini_metax/attention/backends/fa_utils.py"
+    fa_text = fa.read_text()
+    ws.index.set_overlay(str(fa), fa_text + "\n\ndef _new_top_level():\n    return 1\n")  # imported by nobody
+    assert ws.never_selected() is first and calls == []
+    gone = re.search(r"(?m)^def (\w+)", fa_text).group(1)
+    assert gone in (root / "mini_metax/attention/backends/flash_attn.py").read_text()  # imported at module level
+    ws.index.set_overlay(str(fa), fa_text.replace(f"def {gone}(", f"def {gone}_renamed(", 1))
+    again = ws.never_selected()
+    assert calls == [1]
+    assert ("mini_metax.attention.backends.flash_attn", "") in again  # flash_attn's import of it fails now

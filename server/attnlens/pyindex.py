@@ -446,9 +446,12 @@ class _LineMap:
 # --------------------------------------------------------------------------
 
 
-class Stopped(Exception):
+class Stopped(BaseException):
     """:func:`summarize` stopped because its ``should_stop`` said so (an editor's background summary of a
-    buffer giving way to a request); nothing of it is kept."""
+    buffer giving way to a request); nothing of it is kept. Not an ``Exception``: the analysis's "must not
+    fail on a bad input" handlers (``except Exception``) would take it for a failed resolution and go on with
+    a wrong answer (the rules engine's shared state lost the registry this way); only the rules engine,
+    which set the ``should_stop``, catches it."""
 
 
 def import_only(bindings) -> bool | None:

@@ -27,6 +27,15 @@ REGISTRAR = re.compile(r"^register_\w*backend$")
 PART_METHODS = (("impl", "get_impl_cls"), ("builder", "get_builder_cls"))
 
 
+def _candidates(s) -> tuple[list, list]:
+    """The calls (in order) and the (class, decorator call) pairs of summary ``s`` whose callee's last name
+    is a registrar's (``REGISTRAR``): the only ones ``Registry.scan_registrations`` resolves."""
+    calls = [cs for cs in s.calls if cs.func and REGISTRAR.match(cs.func.rpartition(".")[2])]
+    decos = [(q, d) for q, c in s.classes.items() for d in c.decorators
+             if d.is_call and REGISTRAR.match(d.func.rpartition(".")[2])]
+    return calls, decos
+
+
 @dataclass
 class ClassRef:
     cls: str | None
@@ -180,11 +189,12 @@ class Registry:
         """(kind, member) -> BackendEntry of the backend registrations alone (no selection, no parts): what the
         resolver needs to know which class an enum member names (``Resolver.enum_overrides``)."""
         out: dict[tuple, BackendEntry] = {}
-        for mod in self.r.index.workspace_modules():
-            s = mod.summary
-            for cs in s.calls:
-                if not cs.func:
-                    continue
+        idx = self.r.index
+        for mod in idx.workspace_modules():
+            # the calls and class decorators named like a registrar, kept per file text: after a keystroke
+            # the scan of every workspace module's calls was 30-60 ms of each first request (real checkout)
+            calls, decos = idx.per_text(mod.path, "registry.registrar_candidates", lambda _t, m=mod: _candidates(m.summary))
+            for cs in calls:
                 reg = self._is_registrar(mod, cs.scope, cs.func, cs.line)
                 if reg is None:
                     continue
@@ -193,25 +203,22 @@ class Registry:
                 if not class_path:
                     continue  # a decorator factory call is handled with the class
                 self._add(out, mod, cs.scope, reg, enum_text, class_path, cs.line, "call")
-            for q, c in s.classes.items():
-                for d in c.decorators:
-                    if not d.is_call:
+            for q, d in decos:
+                reg = self._is_registrar(mod, "", d.func, d.line)
+                if reg is not None:
+                    args = self._positional(reg, d.arg_texts, d.str_args, d.kw_texts)
+                    enum_text = (args.get("backend") or (None, None))[0]
+                    given = args.get("class_path")
+                    if given is not None and given[1]:
+                        # the installed signature takes this string as the class path: vLLM stores it and
+                        # returns a no-op decorator, so the decorated class itself is not registered
+                        e = self._add(out, mod, "", reg, enum_text, given[1], d.line, "decorator")
+                        e.warnings.append(
+                            f"@{d.func}({enum_text}, \"{given[1]}\") at {os.path.basename(mod.path)}:{d.line}: the second "
+                            f"positional argument is `class_path` in the installed vLLM, so \"{given[1]}\" is stored as the "
+                            f"class path and {mod.name}.{q} is not registered")
                         continue
-                    reg = self._is_registrar(mod, "", d.func, d.line)
-                    if reg is not None:
-                        args = self._positional(reg, d.arg_texts, d.str_args, d.kw_texts)
-                        enum_text = (args.get("backend") or (None, None))[0]
-                        given = args.get("class_path")
-                        if given is not None and given[1]:
-                            # the installed signature takes this string as the class path: vLLM stores it and
-                            # returns a no-op decorator, so the decorated class itself is not registered
-                            e = self._add(out, mod, "", reg, enum_text, given[1], d.line, "decorator")
-                            e.warnings.append(
-                                f"@{d.func}({enum_text}, \"{given[1]}\") at {os.path.basename(mod.path)}:{d.line}: the second "
-                                f"positional argument is `class_path` in the installed vLLM, so \"{given[1]}\" is stored as the "
-                                f"class path and {mod.name}.{q} is not registered")
-                            continue
-                        self._add(out, mod, "", reg, enum_text, f"{mod.name}.{q}", d.line, "decorator")
+                    self._add(out, mod, "", reg, enum_text, f"{mod.name}.{q}", d.line, "decorator")
         return out
 
     def _add(self, out, mod, scope, registrar, enum_text, class_path, line, form) -> None:

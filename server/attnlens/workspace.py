@@ -233,7 +233,7 @@ class Workspace:
         return out
 
     @staticmethod
-    def _selection_facts(mod: Module) -> tuple:
+    def _selection_facts(mod: Module, wanted: dict) -> tuple:
         """What of a module can change which backends are never selected: its classes and their bases,
         what it imports, its registration calls and what its selector/part methods return."""
         summ = mod.summary
@@ -244,24 +244,43 @@ class Workspace:
         # what they return and under which guards, not on which line (a line typed above keeps the facts)
         rets = tuple((q, tuple((t, tuple(g[:2] for g in gs)) for t, gs, _line in f.return_alts))
                      for q, f in summ.functions.items() if f.name in ("get_attn_backend_cls", "get_impl_cls", "get_builder_cls"))
-        return classes, imports, regs, rets
+        # which of the names other workspace modules import from it it defines (``wanted``: module -> names):
+        # whether their imports load (a backend whose module cannot be imported is never selected)
+        asked = wanted.get(mod.name, ())
+        names = tuple(sorted(n for n in asked if n in summ.bindings or n in summ.functions or n in summ.classes))
+        return classes, imports, regs, rets, names
+
+    def _imported_names(self) -> dict:
+        """module -> the names workspace modules import from it (``from m import x``)."""
+        out: dict = {}
+        for m in self.index.workspace_modules():
+            for bs in m.summary.bindings.values():
+                for b in bs:
+                    if b.kind == "from" and b.attr:
+                        target = self.resolver.abs_module(m, b.target or "", b.level)
+                        if target:
+                            out.setdefault(target, set()).add(b.attr)
+        return out
 
     def _never_still_valid(self, memo: tuple) -> bool:
         """Did the edits since ``memo`` leave every fact the never-selected set depends on as it was? (An
-        edit on the hover path then does not recompute the registry.) Mentions of a dead class in other
-        code also count."""
+        edit on the hover path then does not recompute the registry.) Whether other code uses a backend class
+        that nothing registers or selects is asked again (``_used_elsewhere``, memoised per file text): its
+        own module mentions it, and a text match there made every edit of such a module recompute (40-470 ms
+        on the real checkout's first request after each keystroke)."""
         changed = self.index.changed_since(memo[0])
         if changed is None:
             return False
-        facts = memo[2]
-        dead = tuple(q for _m, q in memo[1])
+        facts, decided, wanted = memo[2], memo[3], memo[4]
         for real in changed:
             mod = self.index.module_for_path(real)
-            if mod is None or facts.get(real) != self._selection_facts(mod):
+            if mod is None or facts.get(real) != self._selection_facts(mod, wanted):
                 return False
-            text = self.index.source_text(real) or ""
-            if any(q in text for q in dead):
-                return False
+        if changed:
+            for (name, q), used in decided.items():
+                mod = self.index.module(name)
+                if mod is None or self._used_elsewhere(mod, q) != used:
+                    return False
         return True
 
     def _used_elsewhere(self, mod: Module, q: str) -> bool:
@@ -271,6 +290,12 @@ class Workspace:
         rx = rb"\b" + q.encode() + rb"\b"
         if any(m.name != mod.name for m in self.index.workspace_modules_matching(rx)):
             return True
+        return self._used_in_own_module(mod, q)
+
+    @staticmethod
+    def _used_in_own_module(mod: Module, q: str) -> bool:
+        """A class of ``mod`` deriving from class ``q`` of it, or a function of ``mod`` that reads ``q`` and is
+        not one of its methods."""
         summ = mod.summary
         if any(b.rpartition(".")[2] == q for c in summ.classes.values() for b in c.bases):
             return True
@@ -283,10 +308,12 @@ class Workspace:
         gen = self.index.generation
         memo = self._never_memo
         if memo is not None and (memo[0] == gen or self._never_still_valid(memo)):
-            self._never_memo = (gen, memo[1], memo[2])
+            self._never_memo = (gen, *memo[1:])
             return memo[1]
-        facts = {os.path.realpath(m.path): self._selection_facts(m) for m in self.index.workspace_modules()}
-        self._never_memo = (gen, {}, facts)
+        wanted = self._imported_names()
+        facts = {os.path.realpath(m.path): self._selection_facts(m, wanted) for m in self.index.workspace_modules()}
+        self._never_memo = (gen, {}, facts, {}, wanted)
+        decided: dict = {}  # (module, class) -> used elsewhere? for the classes nothing registers or selects
         entries = self.backends(with_call_sites=False)
         if any(e.cls == "?" for e in entries):
             return {}
@@ -311,9 +338,10 @@ class Workspace:
 
                         first = (Registry(self.resolver).broken_imports(m) or ["an import fails"])[0]
                         out[(m.name, "")] = f"{os.path.basename(m.path)} cannot be imported with the installed vLLM: {first}"
-                elif self._used_elsewhere(m, q):
-                    continue  # imported, subclassed or used by other code: it can be reached without selection
                 else:
+                    used = decided[(m.name, q)] = self._used_elsewhere(m, q)
+                    if used:
+                        continue  # imported, subclassed or used by other code: it can be reached without selection
                     why = f"{q} is not registered, not returned by the platform's get_attn_backend_cls and not used elsewhere"
                 out[(m.name, q)] = why
                 for attr, meth in (("impl", "get_impl_cls"), ("builder", "get_builder_cls")):
@@ -325,7 +353,7 @@ class Workspace:
                         if cv is not None and cv.kind == ValKind.CLASS and cv.module is not None and cv.module.workspace \
                                 and f"{cv.module.name}.{cv.qual}" not in live:
                             out[(cv.module.name, cv.qual)] = f"the {attr} of {q}, which is never selected: {why}"
-        self._never_memo = (gen, out, facts)
+        self._never_memo = (gen, out, facts, decided, wanted)
         return out
 
     # -- derived results cached on disk (whole command outputs) ------------------------------

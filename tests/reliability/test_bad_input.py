@@ -628,3 +628,22 @@ def test_contract_file_with_schema_errors_in_the_editor(tmp_path):
         assert any("no_such_family" in (i.get("message") if isinstance(i, dict) else i) for i in told), told
     finally:
         srv.close()
+
+
+def test_server_exits_cleanly_after_shutdown_and_exit(tmp_path):
+    """``shutdown`` then ``exit`` ends the process with status 0 and nothing on stderr about a fatal error:
+    the thread that reads the client's stream was blocked in a buffered read holding its lock, and the
+    interpreter's shutdown aborted the process ("could not acquire lock for <stdin>")."""
+    root = copy_example(tmp_path / "ws")
+    srv = ServerHandle(root, tmp_path / "cache")
+    try:
+        srv.start()
+        srv.wait_indexed(90)
+        fa = root / FA
+        pos = call_position(fa)
+        assert srv.hover(fa.resolve().as_uri(), pos.line, pos.character).ok
+    finally:
+        rc = srv.close()
+    time.sleep(0.2)  # the stderr reader's last lines
+    assert rc == 0, srv.stderr()
+    assert "Fatal Python error" not in srv.stderr(200), srv.stderr()

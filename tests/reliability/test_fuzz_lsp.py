@@ -126,11 +126,6 @@ def test_editing_session_never_hangs_and_answers_equal_a_fresh_server(editing_se
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="issue 16 item 9, not met yet: p99 51-86 ms here (was 341-368). Left: the "
-                   "first request on a freshly pasted 5,000-line buffer pays its incremental summary (~100 ms, three "
-                   "pastes), and a few requests wait 10-40 ms behind one rules check of the pasted buffer or re-resolve "
-                   "after an edit; not strict because the measured p99 is now within noise of the budget on a loaded "
-                   "2-core machine (an unexpected pass must not fail CI); see docs/performance.md")
 def test_editing_session_position_requests_p99_within_50_ms(editing_session):
     from .fuzzmachine import POSITION_P99_BUDGET_S
 

@@ -26,6 +26,7 @@ unchanged.
 from __future__ import annotations
 
 import asyncio
+import os
 import json
 import logging
 import re
@@ -217,8 +218,11 @@ def serve_io(server, stdin=None, stdout=None) -> None:
 
 
 def _feed(stdin, loop: asyncio.AbstractEventLoop, stream: asyncio.StreamReader) -> None:
-    """Copy the client's stream into ``stream`` (a thread): each read returns what is available."""
-    read = getattr(stdin, "read1", None) or stdin.read
+    """Copy the client's stream into ``stream`` (a thread): each read returns what is available.
+    A real file is read with ``os.read`` on its descriptor: a daemon thread blocked inside a buffered
+    reader holds that reader's lock, and the interpreter's shutdown then aborts the process ("could
+    not acquire lock for <stdin> at interpreter shutdown") after a clean ``exit``."""
+    read = _raw_read(stdin)
     try:
         while True:
             chunk = read(1 << 16)
@@ -232,6 +236,16 @@ def _feed(stdin, loop: asyncio.AbstractEventLoop, stream: asyncio.StreamReader) 
             loop.call_soon_threadsafe(stream.feed_eof)
         except RuntimeError:
             pass  # the loop has ended
+
+
+def _raw_read(stdin):
+    """A read function of ``stdin`` that returns what is available, without a Python-level lock
+    where the stream has a descriptor (nothing is buffered yet: the server reads only here)."""
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):
+        return getattr(stdin, "read1", None) or stdin.read
+    return lambda n: os.read(fd, n)
 
 
 class _StreamReader:

@@ -129,13 +129,27 @@ def rule(r: Rule) -> Rule:
 
 
 def check(*ids: str):
-    """Register a check function producing findings for the given rule ids."""
+    """Register a check function producing findings for the given rule ids. A check may be a generator that
+    yields (nothing in particular) between its items: the engine can stop it at a yield when the editor has a
+    request waiting and go on from there on the next call for the same text (``Engine._drain``). Long loops
+    of a check yield per item; a computation they share is written as steps (:func:`run_steps`)."""
 
     def deco(fn):
         CHECKS.append((fn, ids))
         return fn
 
     return deco
+
+
+def run_steps(steps):
+    """The value of a computation written as steps (a generator that yields between its items, the stop
+    points of a check that drives it with ``value = yield from steps``, and returns its value), run to the
+    end by a caller that does not stop."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as e:
+            return e.value
 
 
 def prepare(label: str):

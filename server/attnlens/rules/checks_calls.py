@@ -301,6 +301,7 @@ def _describe_path(p: list) -> str:
 def keyword_flow(ctx):
     root = ctx.ws.root
     for cs in ctx.s.calls:
+        yield
         if not cs.keywords or not cs.func or cs.launch:
             continue
         head = cs.func.split(".", 1)[0]
@@ -428,6 +429,7 @@ def dummy_and_missing(ctx):
     root = ctx.ws.root
     missing: dict[str, list] = {}  # cause (a package missing here) -> [(call site, Val, chain, contract, import hop)]
     for cs in ctx.s.calls:
+        yield
         if not cs.func:
             continue
         head = cs.func.split(".", 1)[0]

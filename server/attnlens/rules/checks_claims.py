@@ -504,6 +504,7 @@ def capability_methods(ctx):
                 if p["kind"] == "backend" and p["plugin"].module is not None and p["plugin"].module.path == ctx.path}
     # functions defined here
     for q, f in ctx.s.functions.items():
+        yield
         cap = SUPPORTS_CAP.get(f.name)
         if cap is None:
             continue
@@ -535,6 +536,7 @@ def capability_methods(ctx):
                 cap, verdicts, subject=(f" for the kernels called{subject}" if subject else ""), claim=f.name)
     # capability methods a registered backend inherits from upstream while swapping the kernels
     for cq, pair in backends.items():
+        yield
         c = ctx.s.classes.get(cq)
         if c is None:
             continue
@@ -718,6 +720,7 @@ def _keyword_evidence(ctx, cs, cap: str):
 def claim_comments(ctx):
 
     for cl in claims_in_module(ctx):
+        yield
         cap = cl["cap"]
         word = CAP_WORD.get(cap, cap)
         quote = cl["text"] if len(cl["text"]) <= 80 else cl["text"][:77] + "..."

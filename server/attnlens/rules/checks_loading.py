@@ -826,8 +826,9 @@ def _what(ctx, prob: _Problem) -> tuple[str, str]:
             "or of an installed distribution declares it")
 
 
-def _import_sites(ctx) -> dict:
-    """(kind, missing/module, mode, scope) -> [(scope, binding, problem, how)] of this module."""
+def _import_site_steps(ctx):
+    """(kind, missing/module, mode, scope) -> [(scope, binding, problem, how)] of this module, as steps
+    (a generator that yields after each import binding and returns the dict)."""
     items = []
     for bs in ctx.s.bindings.values():
         items.extend((b.scope or "", b) for b in bs)
@@ -837,6 +838,7 @@ def _import_sites(ctx) -> dict:
     groups: dict = {}
     seen = set()
     for scope, b in sorted(items, key=lambda x: (x[1].line, x[1].col, x[1].name)):
+        yield
         if b.kind not in ("import", "from", "star") or (b.line, b.name, scope) in seen:
             continue
         seen.add((b.line, b.name, scope))
@@ -854,34 +856,36 @@ def _import_sites(ctx) -> dict:
 _SEV = {"error": 0, "warning": 1, "info": 2}
 
 
-def _package_sites(ctx, pkg: str) -> list:
+def _package_site_steps(ctx, pkg: str):
     """[(module name, scope, binding, how)] of every workspace import of the missing package
-    ``pkg`` that is reported, most severe first: one finding per package, anchored at the first."""
+    ``pkg`` that is reported, most severe first: one finding per package, anchored at the first.
+    As steps (``api.run_steps``: yields after each workspace module)."""
     from .api import ModuleContext
 
     def compute():
         idx = ctx.ws.index
         out = []
         for name in sorted(idx.ws_files):
+            yield
             m = idx.module(name)
             if m is None or not any(pkg in (b.target or "") for bs in m.summary.bindings.values() for b in bs) and \
                     not any(pkg in (b.target or "") for f in m.summary.functions.values() for bs in f.locals.values() for b in bs):
                 continue
             c2 = ctx if m is ctx.mod else ModuleContext(ctx.engine, m)
-            for key, sites in _import_sites(c2).items():
+            for key, sites in (yield from _import_site_steps(c2)).items():
                 if key[0] == "package" and key[1] == pkg:
                     out.extend((name, sc, b, h, m.summary.sha, m.path) for sc, b, _p, h in sites)
         out.sort(key=lambda x: (_SEV[x[3].severity], x[0], x[2].line))
         return out
 
-    return ctx.engine.memo(("al115-pkg", pkg), compute)
+    return (yield from ctx.engine.memo_steps(("al115-pkg", pkg), compute))
 
 
 @check("AL115")
 def unloadable_imports(ctx):
-    for key, sites in _import_sites(ctx).items():
+    for key, sites in (yield from _import_site_steps(ctx)).items():
         if key[0] == "package":
-            allsites = _package_sites(ctx, key[1])
+            allsites = yield from _package_site_steps(ctx, key[1])
             for name, _sc, _b, _h, sha, _p in allsites:
                 ctx.note_dep(name, sha)
             if not allsites or allsites[0][0] != ctx.mod.name or (key[2], key[3]) != (allsites[0][3].mode, allsites[0][1] if allsites[0][3].mode == "lazy" else ""):
@@ -1533,6 +1537,7 @@ def unregistered_ops(ctx):
     heads = _op_alias_heads(ctx)
     groups: dict = {}
     for cs in ctx.s.calls:
+        yield
         if not cs.func:
             continue
         head = cs.func.split(".", 1)[0]
@@ -1549,6 +1554,7 @@ def unregistered_ops(ctx):
             continue
         groups.setdefault((ns, op), []).append(cs)
     for (ns, op), sites in groups.items():
+        yield
         cs = sites[0]
         try:
             missing = ctx.r.ops._missing_providers(ns, (ctx.mod, cs.line))  # noqa: SLF001 - same package family

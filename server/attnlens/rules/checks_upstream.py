@@ -197,6 +197,7 @@ def missing_upstream_names(ctx):
             items.extend((q, b) for b in bs)
     seen = set()
     for scope, b in items:
+        yield
         if b.kind not in ("from", "import"):
             continue
         target = r.abs_module(ctx.mod, b.target or "", b.level)
@@ -259,6 +260,7 @@ def missing_upstream_names(ctx):
         ctx.add("AL108", *pos, msg, severity=sev, module=where, name=nm, installed=ver)
     # module attributes: alias.attr where alias is an upstream module
     for cs in ctx.s.calls:
+        yield
         if not cs.func or "." not in cs.func:
             continue
         _check_attr_text(ctx, cs.scope, cs.func, cs.fline, cs.fcol, cs.guards, seen)

@@ -278,6 +278,7 @@ class Engine:
         self.contracts = contracts if contracts is not None else load_contracts(root=ws.root)
         self.use_cache = use_cache and ws.cache.enabled
         self._global_deps: dict | None = None
+        self._global_partial: tuple = ({}, {})  # (hard, soft) reads of a global_deps attempt an open buffer's summary stopped
         self._gkey: str | None = None
         self._fingerprint: str | None = None
         self.generation = ws.index.generation  # the index generation this engine's memos belong to
@@ -412,6 +413,17 @@ class Engine:
             self._memo[key] = fn()
         return self._memo[key]
 
+    def memo_steps(self, key, steps):
+        """:meth:`memo` of a computation written as steps (``steps()`` makes a generator that yields between
+        its items and returns the value): ``value = yield from engine.memo_steps(key, steps)`` inside a check
+        (stop points), ``api.run_steps(engine.memo_steps(key, steps))`` elsewhere. Kept only when it ends:
+        a check stopped inside it and resumed later goes on with the same generator."""
+        if key in self._memo:
+            return self._memo[key]
+        value = yield from steps()
+        self._memo[key] = value
+        return value
+
     def outside_memo(self, key, fn):
         """Like :meth:`memo` for a result that reads nothing of the workspace's Python modules (installed
         code, dist metadata, the plugin's requirement files): it outlives this engine, until something
@@ -486,20 +498,35 @@ class Engine:
     def global_deps(self) -> dict:
         """Load what every module's checks share (platform profile, patches, registry)."""
         if self._global_deps is None:
+            from ..pyindex import Stopped
+
             with _Recorder(self.ws.index) as (hard, soft):
+                hard0, soft0 = self._global_partial  # what an attempt stopped by an open buffer's summary read
+                hard.update(hard0)
+                soft.update(soft0)
                 try:
-                    _ = self.ws.query.platform_info()
-                    self.ws.query.patches()
-                except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
-                    self.errors.append(f"profile/patches: {type(e).__name__}: {e}")
-                load_checks()
-                for label, fn in PREPARES:
-                    try:
-                        fn(self)
-                    except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
-                        self.errors.append(f"{label}: {type(e).__name__}: {e}")
+                    self._global_steps()
+                except Stopped:
+                    # its finished parts are memoised; their reads are kept for the next attempt's record
+                    self._global_partial = (dict(hard), dict(soft))
+                    raise
+            self._global_partial = ({}, {})
             self._global_deps = _merge_deps(hard, soft)
         return self._global_deps
+
+    def _global_steps(self) -> None:
+        """The profile, the patches and every PREPARES entry (each memoised by its own code)."""
+        try:
+            _ = self.ws.query.platform_info()
+            self.ws.query.patches()
+        except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
+            self.errors.append(f"profile/patches: {type(e).__name__}: {e}")
+        load_checks()
+        for label, fn in PREPARES:
+            try:
+                fn(self)
+            except Exception as e:  # pragma: no cover - defensive  # noqa: BLE001 - analysis must not fail on a bad input
+                self.errors.append(f"{label}: {type(e).__name__}: {e}")
 
     # -- checking ------------------------------------------------------------
     def _module_name(self, path: str) -> str | None:
@@ -603,34 +630,37 @@ class Engine:
 
         held = self._resume.pop(mod.name, None)
         if held is not None and held[0] == mod.summary.sha:
-            _sha, start, ctx, hard0, soft0 = held
+            _sha, start, ctx, hard0, soft0, gen, kept0 = held
         else:
-            start, ctx, hard0, soft0 = 0, ModuleContext(self, mod), {}, {}
+            start, ctx, hard0, soft0, gen, kept0 = 0, ModuleContext(self, mod), {}, {}, None, 0
         stop = self._should_stop
         with _Recorder(self.ws.index) as (hard, soft):
             hard.update(hard0)
             soft.update(soft0)
             ctx.hard_deps = hard
             for i in range(start, len(CHECKS)):
-                if stop is not None and i > start and stop():
-                    self._resume[mod.name] = (mod.summary.sha, i, ctx, dict(hard), dict(soft))
-                    self.stats["interrupted"] = self.stats.get("interrupted", 0) + 1
-                    raise Interrupted(f"{mod.name}: stopped before check {i + 1} of {len(CHECKS)}")
+                if gen is None and stop is not None and i > start and stop():
+                    self._hold(mod, i, ctx, hard, soft, None, len(ctx.findings))
                 fn, _ids = CHECKS[i]
                 t0 = time.perf_counter()
-                kept = len(ctx.findings)
+                kept = kept0 if gen is not None else len(ctx.findings)  # where this check's findings start
                 try:
-                    for _ in fn(ctx) or ():
-                        pass
+                    if gen is None:
+                        gen = fn(ctx)
+                    if gen is not None:
+                        self._drain(gen, stop, lambda g=gen, i=i, k=kept: self._hold(mod, i, ctx, hard, soft, g, k))
                 except RecursionError:
                     self.errors.append(f"{mod.path}: {fn.__name__}: recursion limit")
                 except Stopped:  # another open buffer's summary gave way inside this check: it runs again
                     del ctx.findings[kept:]
-                    self._resume[mod.name] = (mod.summary.sha, i, ctx, dict(hard), dict(soft))
+                    self._resume[mod.name] = (mod.summary.sha, i, ctx, dict(hard), dict(soft), None, kept)
+                    raise
+                except Interrupted:
                     raise
                 except Exception as e:  # noqa: BLE001 - analysis must not fail on a bad input
                     tb = traceback.extract_tb(e.__traceback__)[-1]
                     self.errors.append(f"{mod.path}: {fn.__name__}: {type(e).__name__}: {e} ({os.path.basename(tb.filename)}:{tb.lineno})")
+                gen = None
                 took = time.perf_counter() - t0
                 self.timings[fn.__name__] = self.timings.get(fn.__name__, 0.0) + took
                 if took > 0.03 and _log.isEnabledFor(logging.DEBUG):
@@ -652,6 +682,36 @@ class Engine:
 
         assign(out, self.ws.root, lambda _p: lines)
         return out, deps
+
+    # a check that is a generator stops at a yield when ``stop`` says so, no sooner than this after the last ask
+    STOP_EVERY_S = 0.002
+
+    def _drain(self, gen, stop, hold) -> None:
+        """Run a check: a plain function has run already; a generator (a check that yields between its items)
+        is driven to its end, and when ``stop`` says so at a yield, :meth:`_hold` keeps it suspended for the
+        next call on the same text (which goes on from that item)."""
+        if not hasattr(gen, "__next__"):
+            for _ in gen:  # an iterable of nothing in particular (older checks)
+                pass
+            return
+        last = time.perf_counter()
+        for _ in gen:
+            if stop is not None:
+                now = time.perf_counter()
+                if now - last >= self.STOP_EVERY_S:
+                    last = now
+                    if stop():
+                        hold()
+
+    def _hold(self, mod, i: int, ctx, hard: dict, soft: dict, gen, kept: int) -> None:
+        """Keep a check run stopped before check ``i`` (or inside it, at a yield of ``gen``) and raise
+        :class:`Interrupted`: the next call for the same text goes on from there."""
+        self._resume[mod.name] = (mod.summary.sha, i, ctx, dict(hard), dict(soft), gen, kept)
+        self.stats["interrupted"] = self.stats.get("interrupted", 0) + 1
+        if gen is not None:
+            self.stats["interrupted_inside"] = self.stats.get("interrupted_inside", 0) + 1
+        where = f"inside check {i + 1}" if gen is not None else f"before check {i + 1}"
+        raise Interrupted(f"{mod.name}: stopped {where} of {len(CHECKS)}")
 
     # a forked second checker (CLI, cold): from this many modules to check
     PARALLEL_MIN_MODULES = 24

@@ -256,11 +256,20 @@ def variants_in(ws, m, memo: dict | None = None, texts: list | None = None) -> l
     :func:`variants` collects for one module: a check of one module needs no other module's pairs).
     ``memo`` / ``texts``: the class-op memo and the workspace texts, shared by the callers that pair
     several modules."""
+    from .api import run_steps
+
+    return run_steps(variant_steps_in(ws, m, memo, texts))
+
+
+def variant_steps_in(ws, m, memo: dict | None = None, texts: list | None = None):
+    """:func:`variants_in` as steps (``rules.api.run_steps``): a generator that yields after each
+    registration and returns the list."""
     if not m.workspace:
         return []
     memo = memo if memo is not None else {}
     out = []
     for reg in registrations_in(ws.query, m):
+        yield
         if not reg.func:
             continue
         up = None
