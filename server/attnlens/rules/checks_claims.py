@@ -477,8 +477,8 @@ def _const_claim(ctx, mod, f, depth: int = 0):
     return None, None
 
 
-def _has_claim_text(ctx, f, cap: str) -> bool:
-    for cl in claims_in_module(ctx):
+def _has_claim_text(claims: list, f, cap: str) -> bool:
+    for cl in claims:
         if cl["cap"] == cap and f.deco_line <= cl["line"] <= f.end_line:
             return True
     return False
@@ -511,7 +511,7 @@ def capability_methods(ctx):
         val, via = _const_claim(ctx, ctx.mod, f)
         if val is not True:
             continue
-        if _has_claim_text(ctx, f, cap):
+        if _has_claim_text((yield from claim_steps(ctx)), f, cap):
             continue  # AL104 reports the written claim
         via_txt = f" (via {via.dotted}, {_loc(via, root)})" if via is not None else ""
         if via is not None and via.module is not None and via.module.workspace and SUPPORTS_CAP.get(via.func.name) == cap \
@@ -597,13 +597,16 @@ def _body_dump(lines: list[str], f) -> str | None:
 # --------------------------------------------------------------------------- AL104
 
 
-def claims_in_module(ctx) -> list[dict]:
+def claim_steps(ctx):
+    """The capability claims written in the module's comments and docstrings (memoised per engine and text),
+    as steps (``api.run_steps``: yields after each comment; a pasted 5,000-line buffer has thousands)."""
     key = ("claims", ctx.mod.name, ctx.s.sha)
 
     def compute():
         out = []
         facts = ctx.facts
         for c in facts.comments:
+            yield
             out.extend(_match_claims(c.text, c.line, c.col, "comment", own_line=c.own_line, ctx=ctx))
         for d in facts.docs:
             if d.kind == "module":
@@ -618,7 +621,7 @@ def claims_in_module(ctx) -> list[dict]:
                     out.append(cl)
         return out
 
-    return ctx.engine.memo(key, compute)
+    return (yield from ctx.engine.memo_steps(key, compute))
 
 
 def _match_claims(text: str, line: int, col: int, kind: str, own_line: bool = True, ctx=None) -> list[dict]:
@@ -718,8 +721,7 @@ def _keyword_evidence(ctx, cs, cap: str):
 
 @check("AL104")
 def claim_comments(ctx):
-
-    for cl in claims_in_module(ctx):
+    for cl in (yield from claim_steps(ctx)):
         yield
         cap = cl["cap"]
         word = CAP_WORD.get(cap, cap)
