@@ -359,6 +359,11 @@ class Index:
             return ModuleSummary(path=path, sha=sha, error="binary file, not Python source")
         return self._cached_or_build(sha, text, path)
 
+    # called as ``after_parse(path, sha, text)`` right after a file on disk is summarised, while its parse is
+    # still memoised (``pyindex.parse_source``): a whole-workspace check collects the module's rule facts
+    # there instead of parsing the file a second time later (``rules.engine.Engine.check_paths``)
+    after_parse = None
+
     def _cached_or_build(self, sha: str, text: str, path: str) -> ModuleSummary:
         cached = self.cache.load_pickle("py", sha)
         if cached is not None:
@@ -366,6 +371,9 @@ class Index:
             return cached
         summ = summarize(text, path, sha)
         self.cache.store_pickle("py", sha, summ)
+        hook = self.after_parse
+        if hook is not None:
+            hook(path, sha, text)
         return summ
 
     def flush(self) -> None:

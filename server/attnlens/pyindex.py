@@ -282,15 +282,26 @@ class ModuleSummary:
 # --------------------------------------------------------------------------
 
 
+_Attribute, _Name, _Constant, _Starred = ast.Attribute, ast.Name, ast.Constant, ast.Starred
+
+
 def dotted(node: ast.AST) -> str | None:
-    """``a.b.c`` for Name/Attribute chains, else None."""
+    """``a.b.c`` for Name/Attribute chains, else None. (The summary builder's most called helper: exact type
+    tests, since the parser makes no subclasses of these nodes.)"""
+    t = type(node)
+    if t is _Name:
+        return node.id
+    if t is not _Attribute:
+        return None
     parts = []
-    while isinstance(node, ast.Attribute):
+    while t is _Attribute:
         parts.append(node.attr)
         node = node.value
-    if isinstance(node, ast.Name):
+        t = type(node)
+    if t is _Name:
         parts.append(node.id)
-        return ".".join(reversed(parts))
+        parts.reverse()
+        return ".".join(parts)
     return None
 
 
@@ -307,11 +318,15 @@ def compare(op: ast.cmpop, a, b):
 
 
 def _literal_text(node: ast.AST) -> str:
-    d = dotted(node)
-    if d is not None:
-        return d
-    if isinstance(node, ast.Constant):
+    t = type(node)
+    if t is _Name:
+        return node.id
+    if t is _Constant:
         return repr(node.value)
+    if t is _Attribute:
+        d = dotted(node)
+        if d is not None:
+            return d
     if isinstance(node, (ast.List, ast.Tuple)) and all(isinstance(e, ast.Constant) for e in node.elts):
         return repr([e.value for e in node.elts])
     if isinstance(node, ast.List) and node.elts and all(dotted(e) is not None and "." in dotted(e) for e in node.elts):
@@ -373,15 +388,25 @@ _LOG_NAMES = {"logger", "log", "logging", "warnings", "print"}
 
 
 def _is_log_call(stmt: ast.stmt) -> bool:
-    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+    if type(stmt) is not ast.Expr or type(stmt.value) is not ast.Call:
         return False
     d = dotted(stmt.value.func) or ""
     root = d.split(".", 1)[0]
     return root in _LOG_NAMES or d.endswith(("warning_once", "info_once", "warn", "warning", "debug", "info"))
 
 
+def _first_doc_line(node) -> str | None:
+    """The first line of a def's or class's docstring as ``ast.get_docstring(node, clean=True)`` would give
+    it (tabs expanded, stripped), without cleaning the whole docstring; None when there is none or it is blank."""
+    doc = ast.get_docstring(node, clean=False)
+    if not doc:
+        return None
+    doc = doc.expandtabs().strip()
+    return doc.splitlines()[0] if doc else None
+
+
 def _is_docstring(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+    return type(stmt) is ast.Expr and type(stmt.value) is ast.Constant and isinstance(stmt.value.value, str)
 
 
 def _raises_not_implemented(stmt: ast.stmt) -> bool:
@@ -474,6 +499,7 @@ class _Builder:
 
     def __init__(self, text: str, path: str, sha: str):
         self.lm = _LineMap(text)
+        self._ascii = self.lm._all_ascii  # byte columns are code point columns
         self.s = ModuleSummary(path=path, sha=sha, n_lines=len(self.lm.lines))
         self.guards: list[Guard] = []
         self.scope: list[FunctionInfo] = []  # function stack
@@ -486,12 +512,14 @@ class _Builder:
 
     # -- positions ---------------------------------------------------------
     def pos(self, node) -> tuple[int, int]:
+        if self._ascii:
+            return node.lineno, node.col_offset
         return node.lineno, self.lm.cp(node.lineno, node.col_offset)
 
     def end(self, node) -> tuple[int, int]:
         el = getattr(node, "end_lineno", node.lineno) or node.lineno
         ec = getattr(node, "end_col_offset", node.col_offset) or node.col_offset
-        return el, self.lm.cp(el, ec)
+        return el, (ec if self._ascii else self.lm.cp(el, ec))
 
     # -- bindings ------------------------------------------------------------
     def bind(self, b: Binding) -> None:
@@ -560,30 +588,12 @@ class _Builder:
             self.assign(st.targets, st.value, st)
             return
         g = tuple(self.guards)
-        if isinstance(st, ast.Import):
-            for a in st.names:
-                line, col = self.pos(st)
-                if a.asname:
-                    self.bind(Binding(a.asname, "import", line, col, target=a.name, guards=g))
-                else:
-                    top = a.name.split(".", 1)[0]
-                    # `import a.b` binds `a` (the package); remember the full name too
-                    self.bind(Binding(top, "import", line, col, target=top, guards=g, alternatives=(a.name,)))
-        elif isinstance(st, ast.ImportFrom):
-            line, col = self.pos(st)
-            for a in st.names:
-                if a.name == "*":
-                    self.bind(Binding("*", "star", line, col, target=st.module or "", level=st.level or 0, guards=g))
-                    continue
-                self.bind(
-                    Binding(a.asname or a.name, "from", line, col, target=st.module or "", attr=a.name,
-                            level=st.level or 0, guards=g)
-                )
-        elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self.funcdef(st)
-        elif isinstance(st, ast.ClassDef):
-            self.classdef(st)
-        elif isinstance(st, ast.If):
+        if t is ast.Return:
+            if self.scope:
+                self._rets[-1].append((st.value, g, st.lineno))
+            if st.value is not None:
+                self.expr(st.value, in_return=True)
+        elif t is ast.If:
             self.expr(st.test)
             text = self.seg(st.test)
             text = text or (dotted(st.test) or "<condition>")
@@ -596,7 +606,30 @@ class _Builder:
                 self.guards.append(("else", text, st.lineno))
                 self.body(st.orelse)
                 self.guards.pop()
-        elif isinstance(st, ast.Try) or (sys.version_info >= (3, 11) and isinstance(st, getattr(ast, "TryStar", ()))):
+        elif t is ast.FunctionDef or t is ast.AsyncFunctionDef:
+            self.funcdef(st)
+        elif t is ast.Import:
+            for a in st.names:
+                line, col = self.pos(st)
+                if a.asname:
+                    self.bind(Binding(a.asname, "import", line, col, target=a.name, guards=g))
+                else:
+                    top = a.name.split(".", 1)[0]
+                    # `import a.b` binds `a` (the package); remember the full name too
+                    self.bind(Binding(top, "import", line, col, target=top, guards=g, alternatives=(a.name,)))
+        elif t is ast.ImportFrom:
+            line, col = self.pos(st)
+            for a in st.names:
+                if a.name == "*":
+                    self.bind(Binding("*", "star", line, col, target=st.module or "", level=st.level or 0, guards=g))
+                    continue
+                self.bind(
+                    Binding(a.asname or a.name, "from", line, col, target=st.module or "", attr=a.name,
+                            level=st.level or 0, guards=g)
+                )
+        elif t is ast.ClassDef:
+            self.classdef(st)
+        elif t is ast.Try or (sys.version_info >= (3, 11) and isinstance(st, getattr(ast, "TryStar", ()))):
             self.guards.append(("try", "", st.lineno))
             self.body(st.body)
             self.guards.pop()
@@ -611,14 +644,14 @@ class _Builder:
                 self.guards.pop()
             self.body(st.orelse)
             self.body(st.finalbody)
-        elif isinstance(st, (ast.With, ast.AsyncWith)):
+        elif t is ast.With or t is ast.AsyncWith:
             for it in st.items:
                 self.expr(it.context_expr)
                 if it.optional_vars is not None:
                     self.bind_names(it.optional_vars, g)  # `with c as x`: whatever c.__enter__ returns
             self.body(st.body)
-        elif isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
-            if isinstance(st, ast.While):
+        elif t is ast.For or t is ast.AsyncFor or t is ast.While:
+            if t is ast.While:
                 self.expr(st.test)
             else:
                 self.expr(st.iter)
@@ -631,9 +664,7 @@ class _Builder:
                     self.bind_names(st.target, g)  # `for a, b in items:`
             self.body(st.body)
             self.body(st.orelse)
-        elif isinstance(st, ast.Assign):
-            self.assign(st.targets, st.value, st)
-        elif isinstance(st, ast.AnnAssign):
+        elif t is ast.AnnAssign:
             if st.value is not None:
                 self.assign([st.target], st.value, st)
             elif self.cls and not self.scope and isinstance(st.target, ast.Name):
@@ -647,18 +678,13 @@ class _Builder:
                 ann = " ".join((self.seg(st.annotation) or "").split())
                 if ann:
                     self.cls[-1].inst_ann.setdefault(st.target.attr, ann)
-        elif isinstance(st, ast.Return):
-            if self.scope:
-                self._rets[-1].append((st.value, tuple(self.guards), st.lineno))
-            if st.value is not None:
-                self.expr(st.value, in_return=True)
-        elif isinstance(st, ast.AugAssign):
+        elif t is ast.AugAssign:
             self.expr(st.value)
             self.bind_names(st.target, g)
-        elif isinstance(st, ast.Global):
+        elif t is ast.Global:
             if self.scope:
                 self.scope[-1].globals_ = self.scope[-1].globals_ | frozenset(st.names)
-        elif isinstance(st, ast.Nonlocal):
+        elif t is ast.Nonlocal:
             if self.scope:
                 q = self.scope[-1].qualname
                 self._nonlocals[q] = self._nonlocals.get(q, frozenset()) | frozenset(st.names)
@@ -894,11 +920,11 @@ class _Builder:
         deco_line = min([d.line for d in decos] + [line])
         a = node.args
         params = self._params(a)
-        doc = ast.get_docstring(node, clean=True)
+        doc = _first_doc_line(node)
         fi = FunctionInfo(
             qualname=qual, name=node.name, line=line, col=col, end_line=node.end_lineno or line,
             deco_line=deco_line, params=params, decorators=decos,
-            docstring=doc.strip().splitlines()[0] if doc and doc.strip() else None,
+            docstring=doc,
             class_name=".".join(self.qual) if self.cls and self.qual and self.qual[-1] == self.cls[-1].name else None,
             is_async=isinstance(node, ast.AsyncFunctionDef),
         )
@@ -994,13 +1020,13 @@ class _Builder:
             self.expr(k.value)
         qual = ".".join(self.qual + [node.name])
         line, col = node.lineno, self.lm.cp(node.lineno, node.col_offset)
-        doc = ast.get_docstring(node, clean=True)
+        doc = _first_doc_line(node)
         ci = ClassInfo(
             qualname=qual, name=node.name, line=line, col=col, end_line=node.end_lineno or line,
             deco_line=min([d.line for d in decos] + [line]),
             bases=tuple(dotted(b.value if isinstance(b, ast.Subscript) else b) or "" for b in node.bases), decorators=decos,
             is_dataclass=any(d.func.split(".")[-1] == "dataclass" for d in decos),
-            docstring=doc.strip().splitlines()[0] if doc and doc.strip() else None,
+            docstring=doc,
         )
         self.s.classes[qual] = ci
         if self.scope or self.cls:
@@ -1123,15 +1149,27 @@ class _Builder:
             if fd is None and isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call) \
                     and dotted(f.value.func) == "super" and not f.value.args:
                 fd = "super().__init__"  # constructor arguments flow to the base class (resolver: _ctor_argument)
-        line, col = self.pos(n)
-        el, ec = self.end(n)
-        fl, fc = self.pos(fnode)
-        fel, fec = self.end(fnode)
+        if self.lm._all_ascii:  # byte columns are code point columns (most files): no line map
+            line, col, el, ec = n.lineno, n.col_offset, n.end_lineno or n.lineno, n.end_col_offset or n.col_offset
+            fl, fc = fnode.lineno, fnode.col_offset
+            fel, fec = fnode.end_lineno or fl, fnode.end_col_offset or fc
+        else:
+            line, col = self.pos(n)
+            el, ec = self.end(n)
+            fl, fc = self.pos(fnode)
+            fel, fec = self.end(fnode)
         fi = self.scope[-1] if self.scope else None
         forwards = False
         args, kws = n.args, n.keywords
-        n_starred = sum(1 for a in args if type(a) is ast.Starred)
-        star_kwargs = any(k.arg is None for k in kws)
+        n_starred = 0
+        for a in args:
+            if type(a) is _Starred:
+                n_starred += 1
+        star_kwargs = False
+        for k in kws:
+            if k.arg is None:
+                star_kwargs = True
+                break
         if fi is not None and (n_starred or star_kwargs):
             va = next((p.name for p in fi.params if p.kind == "vararg"), None)
             kw = next((p.name for p in fi.params if p.kind == "kwarg"), None)
@@ -1146,17 +1184,20 @@ class _Builder:
             sub = " ".join((self.seg(f.slice) or "").split())
         # `a.items[k].run(...)`: the callee through a subscript, key elided (`a.items[].run`); still walked as an expression
         func = fd or (_chain_text(f) if isinstance(f, ast.Attribute) else "")
+        if args:
+            str_args = tuple(a.value if type(a) is _Constant and type(a.value) is str else None for a in args)
+            arg_texts = tuple([_literal_text(a) for a in args])
+        else:
+            str_args = arg_texts = ()
+        if kws:
+            keywords = tuple([k.arg for k in kws if k.arg])
+            kw_texts = tuple([(k.arg, _literal_text(k.value)) for k in kws if k.arg])
+        else:
+            keywords = kw_texts = ()
         cs = CallSite(
-            line, col, el, ec, fl, fc, fel, fec, func, self.cur_scope(), launch,
-            nargs=len(args) - n_starred,
-            keywords=tuple(k.arg for k in kws if k.arg),
-            star_args=n_starred > 0,
-            star_kwargs=star_kwargs,
-            str_args=tuple(a.value if type(a) is ast.Constant and isinstance(a.value, str) else None for a in args),
-            arg_texts=tuple(_literal_text(a) for a in args),
-            kw_texts=tuple((k.arg, _literal_text(k.value)) for k in kws if k.arg),
-            guards=tuple(self.guards), forwards=forwards, in_return=in_return, assigned_to=assigned_to,
-            subscript=sub,
+            line, col, el, ec, fl, fc, fel, fec, func, fi.qualname if fi is not None else "", launch,
+            len(args) - n_starred, keywords, n_starred > 0, star_kwargs, str_args, arg_texts, kw_texts,
+            tuple(self.guards), forwards, in_return, assigned_to, sub,
         )
         idx = len(self.s.calls)
         self.s.calls.append(cs)

@@ -163,7 +163,7 @@ def test_modules_that_need_the_cpp_index_early_are_checked_again(tmp_path):
 def test_second_checker_gives_the_same_findings(tmp_path, monkeypatch):
     """The forked second checker of a cold CLI check (``Engine._start_checker``) splits the modules
     with the parent; the findings, their order and the warnings equal a single-process check, and the
-    helper really checked some modules (read back from the cache)."""
+    helper really checked some modules (its findings come back through a pipe)."""
     import os
 
     import pytest
@@ -182,6 +182,36 @@ def test_second_checker_gives_the_same_findings(tmp_path, monkeypatch):
     got = [(f.rule, f.path, f.line, f.message) for f in e.check_paths()]
     assert got == want and want
     assert e.stats.get("helper", 0) > 0 and e.stats["checked"] + e.stats["helper"] >= len(e.files_for(None))
+
+
+def test_a_whole_workspace_check_parses_each_module_once(tmp_path, monkeypatch):
+    """A cold check of every module collects a module's rule facts when its summary is built
+    (``Index.after_parse``), from the same parse: the shared state summarises the modules long before
+    their checks run, and the facts used to parse each of them again. Findings are unchanged."""
+    from collections import Counter
+    from pathlib import Path
+
+    from attnlens import pyindex
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "mini-metax"
+    want = [f.to_json(root) for f in Engine(make_workspace(root, tmp_path / "one"), use_cache=False).check_paths()]
+    parsed = Counter()
+    real = pyindex.parse_tolerant
+
+    def counting(text):
+        parsed[text] += 1
+        return real(text)
+
+    monkeypatch.setattr(pyindex, "parse_tolerant", counting)
+    pyindex.parse_source.cache_clear()
+    ws = make_workspace(root, tmp_path / "two")
+    e = Engine(ws)
+    got = [f.to_json(root) for f in e.check_paths()]
+    pyindex.parse_source.cache_clear()
+    assert got == want and want
+    texts = {Path(p).read_text(encoding="utf-8") for p in ws.index.ws_files.values()}
+    assert {t for t in texts if parsed[t]} and not {t for t in texts if parsed[t] > 1}
+    assert ws.index.after_parse is None  # only for the duration of the check
 
 
 def test_a_check_stopped_between_checks_goes_on_where_it_stopped(tmp_path):
