@@ -133,6 +133,12 @@ class Workspace:
         idx = self.index
         sigs = []
         for name in sorted(idx.ws_files):
+            if not idx.is_loaded(name):
+                # not summarised (a large workspace before its indexing ends): its text stands for it, so any
+                # change of it counts (summarising every module here made the first hover on upstream vLLM wait)
+                path = idx.ws_files[name]
+                sigs.append((name, idx.per_text(path, "registry.text_digest", _text_digest)))
+                continue
             m = idx.peek(name)  # bookkeeping: not a read of the analysis
             if m is None:
                 sigs.append((name, None))
@@ -250,17 +256,39 @@ class Workspace:
         names = tuple(sorted(n for n in asked if n in summ.bindings or n in summ.functions or n in summ.classes))
         return classes, imports, regs, rets, names
 
-    def _imported_names(self) -> dict:
-        """module -> the names workspace modules import from it (``from m import x``)."""
-        out: dict = {}
-        for m in self.index.workspace_modules():
+    def _imported_names(self, mods, out: dict) -> set:
+        """Add to ``out`` (module -> names) the names ``mods`` import from other modules (``from m import
+        x``); the modules whose names grew."""
+        grew = set()
+        for m in mods:
             for bs in m.summary.bindings.values():
                 for b in bs:
                     if b.kind == "from" and b.attr:
                         target = self.resolver.abs_module(m, b.target or "", b.level)
                         if target:
-                            out.setdefault(target, set()).add(b.attr)
-        return out
+                            names = out.setdefault(target, set())
+                            if b.attr not in names:
+                                names.add(b.attr)
+                                grew.add(target)
+        return grew
+
+    def _record_selection_facts(self, memo: tuple) -> tuple:
+        """``memo`` with the selection facts of every workspace module loaded so far. Facts are kept only of
+        loaded modules (summarising every module for them made the first hover on upstream vLLM, 2,234
+        modules, wait 16 s); a module loaded since is recorded on the next call that finds more modules
+        loaded, with its text of then: it did not change since the memo was last valid (else that call
+        would have recomputed). A changed module without recorded facts recomputes the set (conservative)."""
+        gen, out, facts, decided, wanted, names, n_loaded = memo
+        n = self.index.loaded_count()
+        if n == n_loaded:
+            return memo
+        new = [m for m in self.index.loaded_modules() if m.workspace and m.name not in names]
+        grew = self._imported_names(new, wanted)
+        again = [m for m in (self.index.module(t) for t in grew if t in names) if m is not None]
+        for m in new + again:
+            facts[os.path.realpath(m.path)] = self._selection_facts(m, wanted)
+            names.add(m.name)
+        return gen, out, facts, decided, wanted, names, n
 
     def _never_still_valid(self, memo: tuple) -> bool:
         """Did the edits since ``memo`` leave every fact the never-selected set depends on as it was? (An
@@ -308,11 +336,9 @@ class Workspace:
         gen = self.index.generation
         memo = self._never_memo
         if memo is not None and (memo[0] == gen or self._never_still_valid(memo)):
-            self._never_memo = (gen, *memo[1:])
+            self._never_memo = self._record_selection_facts((gen, *memo[1:]))
             return memo[1]
-        wanted = self._imported_names()
-        facts = {os.path.realpath(m.path): self._selection_facts(m, wanted) for m in self.index.workspace_modules()}
-        self._never_memo = (gen, {}, facts, {}, wanted)
+        self._never_memo = (gen, {}, {}, {}, {}, set(), -1)  # while it is computed
         decided: dict = {}  # (module, class) -> used elsewhere? for the classes nothing registers or selects
         entries = self.backends(with_call_sites=False)
         if any(e.cls == "?" for e in entries):
@@ -353,7 +379,7 @@ class Workspace:
                         if cv is not None and cv.kind == ValKind.CLASS and cv.module is not None and cv.module.workspace \
                                 and f"{cv.module.name}.{cv.qual}" not in live:
                             out[(cv.module.name, cv.qual)] = f"the {attr} of {q}, which is never selected: {why}"
-        self._never_memo = (gen, out, facts, decided, wanted)
+        self._never_memo = self._record_selection_facts((gen, out, {}, decided, {}, set(), -1))
         return out
 
     # -- derived results cached on disk (whole command outputs) ------------------------------
@@ -570,6 +596,13 @@ def _deps_fresh(stamps: list) -> bool:
 # summary was built from), bounded; kept across workspaces, which can only share a value for equal content
 _REG_SIGS: dict = {}
 _SELECTORS = ("get_attn_backend_cls", "prefill_backend")
+
+
+def _text_digest(text: str | None):
+    """A module's text by digest (``Workspace._registry_inputs`` for a module not summarised yet)."""
+    if text is None:
+        return None
+    return ("text", hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def _registry_signature(summary, text: str) -> str:

@@ -229,24 +229,42 @@ class _Recorder:
                     if m is not None:
                         yield m
 
+            def workspace_modules_matching(pattern):
+                # a scan that summarises only the modules whose text matches: the others are recorded as "still
+                # does not match" (a soft dependency that holds while the text does not match ``pattern``)
+                names = idx.matching_names(pattern)
+                chosen = set(names)
+                for name in idx.ws_files:
+                    if name not in chosen:
+                        for _h, s in stack:
+                            s.setdefault(name, (None, (NOMATCH, pattern)))
+                for name in names:
+                    m = idx.module(name)
+                    if m is not None:
+                        yield m
+
             def note_read(name, sha):
                 for h, _s in stack:
                     h[name] = sha
 
             self.index.module = recording  # instance attributes shadow the methods
             self.index.workspace_modules = workspace_modules
+            self.index.workspace_modules_matching = workspace_modules_matching
             self.index.note_read = note_read
         return hard, soft
 
     def __exit__(self, *exc):
         self.stack.pop()
         if not self.stack:
-            for attr in ("module", "workspace_modules", "note_read"):
+            for attr in ("module", "workspace_modules", "workspace_modules_matching", "note_read"):
                 try:
                     delattr(self.index, attr)
                 except AttributeError:
                     pass
         return False
+
+
+NOMATCH = "nomatch"  # a soft dependency's signature ("nomatch", pattern): the module's text did not match the scan's pattern
 
 
 def _merge_deps(hard: dict, soft: dict) -> dict:
@@ -483,6 +501,12 @@ class Engine:
 
     def _deps_fresh(self, deps: dict) -> bool:
         for name, rec in deps.items():
+            if rec[0] == "s" and type(rec[2]) is tuple and rec[2][0] == NOMATCH:
+                # left out of a text-matching scan: fresh while its text still does not match
+                path = self.ws.index.ws_files.get(name)
+                if path is None or self.ws.index.text_matches(path, rec[2][1]):
+                    return False
+                continue
             now = self.current_sha(name)
             if rec[0] == "h":
                 if now != rec[1]:
