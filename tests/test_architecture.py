@@ -253,6 +253,7 @@ def test_no_module_reaches_into_the_cores_private_state():
 # fact of the analyser's own code or of an interpreter. Per-workspace state lives on the workspace
 # (its Index, its Engine, `Query.state`) instead: two workspaces in one process share none of it.
 _MODULE_CACHES = {
+    "index.py:_compiled()": "compiled text-scan patterns, a pure function of the pattern",
     "profile.py:_EP_MEMO": "(root, stamps of pyproject.toml/setup.cfg/setup.py) -> their entry points",
     "profile.py:_GUARDS": "guard text -> parsed expression (bounded)",
     "pyindex.py:parse_source()": "text -> its tolerant parse (lru_cache, 2)",

@@ -71,7 +71,7 @@ class Workspace:
         self._impls_busy = False
         self._refs: dict[tuple, list] = {}
         self._backends_memo = None
-        self._backends_carry: dict = {}  # flags -> (registry inputs, entries): reused across generations
+        self._backends_carry: dict = {}  # flags -> (registry inputs, entries, observed reads, modules taken by summary): reused across generations
         self.allow_fork = False  # forked prefetch workers: only in single-threaded CLI processes
         self._query = None
         # the per-workspace state of the code above the core (the rules engine, the drift report, ...), by
@@ -102,7 +102,7 @@ class Workspace:
             return self._backends_memo[1]
         flags = (with_call_sites, include_custom_ops)
         carry = self._backends_carry.get(flags)
-        if carry is not None and not with_call_sites and carry[0] == self._registry_inputs():
+        if carry is not None and not with_call_sites and carry[0] == self._registry_inputs(carry[3])[0]:
             # an edit the registry cannot see (text typed in a body): the entries stand; dependency recorders
             # (the rules engine's) see the reads they were computed from
             self.index.replay(carry[2])
@@ -118,24 +118,28 @@ class Workspace:
             if not self.index.has_overlays():
                 self.cache.store_pickle("derived", name, (self._dependency_stamps(), entries))
             if not with_call_sites:
-                self._backends_carry[flags] = (self._registry_inputs(), entries, obs)
+                inputs, summarised = self._registry_inputs()
+                self._backends_carry[flags] = (inputs, entries, obs, summarised)
         self._backends_memo = (key, entries)
         return entries
 
-    def _registry_inputs(self) -> tuple:
+    def _registry_inputs(self, summarised: frozenset | None = None) -> tuple:
         """What the registry's entries (without call sites) can depend on, cheaply comparable across index
         generations: installed code and non-Python files (``Index.outside_generation``), the workspace's
         modules and, per module, what other modules can see of it (``callindex.outside_facts``: classes
         with bases and members, signatures and returns, registrations, patches) with the lines of its
         definitions and registration calls (entries carry lines); a module that holds a backend selector
         (``get_attn_backend_cls``, a prefill-backend selector) by its whole content, since a selector's
-        body is evaluated."""
+        body is evaluated. Returns (inputs, the modules taken by summary): a module not summarised yet (a large
+        workspace before its indexing ends) stands by its text, so any change of it counts (summarising every
+        module here made the first hover on upstream vLLM wait); ``summarised`` (of an earlier call) makes the
+        same choice per module, so that inputs compare like with like."""
         idx = self.index
         sigs = []
+        if summarised is None:
+            summarised = frozenset(n for n in idx.ws_files if idx.is_loaded(n))
         for name in sorted(idx.ws_files):
-            if not idx.is_loaded(name):
-                # not summarised (a large workspace before its indexing ends): its text stands for it, so any
-                # change of it counts (summarising every module here made the first hover on upstream vLLM wait)
+            if name not in summarised:
                 path = idx.ws_files[name]
                 sigs.append((name, idx.per_text(path, "registry.text_digest", _text_digest)))
                 continue
@@ -144,7 +148,7 @@ class Workspace:
                 sigs.append((name, None))
                 continue
             sigs.append((name, _registry_signature(m.summary, idx.source_text(m.path) or "")))
-        return (idx.outside_generation, tuple(sigs))
+        return (idx.outside_generation, tuple(sigs)), summarised
 
     def oot_replacements(self) -> dict:
         """register_oot registrations by name, memoised per index generation."""
