@@ -86,3 +86,76 @@ def test_a_text_matching_scan_records_the_modules_it_left_out(tmp_path):
     p.write_text(FILLER.format(i=2) + "\n# register_x_backend(...) would register here\n")
     os.utime(p, ns=(time.time_ns(), time.time_ns() + 10_000_000))
     assert not Engine(ws)._deps_fresh(deps)
+
+
+@pytest.mark.parametrize("example", ["mini-metax", "tiny-npu"])
+def test_a_hover_skips_the_never_selected_set_only_where_it_names_nothing(tmp_path, example):
+    """``Workspace._never_may_name`` (asked before the never-selected set exists) says False only for positions
+    the set does not name: on every top-level class of every module of both examples (tiny-npu has
+    never-selected backends), and the hover's chains are the same either way."""
+    root = EXAMPLE.parent / example
+    ws = Workspace(root, python=sys.executable, cache_dir=tmp_path / "c")
+    answers = {}
+    for n in sorted(ws.index.ws_files):
+        m = ws.index.module(n)
+        if m is None:
+            continue
+        for top in [""] + [q for q in m.summary.classes if "." not in q]:
+            answers[(n, top)] = ws._never_may_name(m, top)
+    assert ws._never_memo is None
+    never = ws.never_selected()
+    skipped = [k for k, v in answers.items() if not v]
+    assert skipped and not [k for k in skipped if k in never or (k[0], "") in never]
+    if example == "tiny-npu":
+        assert never and any(answers[k] for k in never if k in answers)
+
+
+PATCH_TEXTS = {  # text -> can it hold a patch (patches.patch_candidate, a superset of what collect_patches finds)
+    "import m\nif x: m.y = 1\n": True,
+    "import m\nx: m.T = 3\n": False,  # an annotation, not an assignment to m.T
+    "import m\na = m.b = f\n": True,  # chained
+    "def f(config):\n    config.x = 1\n": False,  # a parameter's attribute: never a patch
+    "from a import b\nb.c.d = 2\n": True,
+    "x = 1;  m.y = 2\n": False,  # m is bound nowhere
+    "import m as q\nq.z: int = 1\n": True,
+    "def g(): pass\ng.cache = {}\n": True,  # the resolver decides (a workspace function: no patch)
+    "f(a=m.b)\nimport m\n": False,
+    "for a, b in x:\n    b.c = 1\n": True,  # module level: any bound root
+    "if (m := f()):\n    m.x = 2\n": True,
+    "from x import (\n   a,\n   bb)\nbb.q = 1\n": True,
+    "def f():\n    for l in ls:\n        l.x = 1\n": False,  # inside a def only an imported root patches
+    "def f(\n    a,\n) -> None:\n    for l in a:\n        l.x = 1\n": False,  # a multi-line def header
+    "try:\n    m = g()\nexcept E:\n    pass\nif m:\n    m.y = 3\n": True,
+    "class C:\n    def f(self):\n        import q\n        q.z = 1\n": True,
+    "from m import *\nname.x = 1\n": True,  # a star import binds names no text shows
+    "(a, qq) = g()\nqq.y = 1\n": True,
+    "@patch('vllm.x.y')\ndef f(): pass\n": True,
+    "@router.post('/v1/chat')\ndef f(): pass\n": False,  # not a module path
+    "setattr(m, 'x', 1)\n": True,
+}
+
+
+def test_patch_candidate_texts():
+    from attnlens.patches import patch_candidate
+
+    assert {t: patch_candidate(t) for t in PATCH_TEXTS} == PATCH_TEXTS
+
+
+@pytest.mark.parametrize("example", ["mini-metax", "tiny-npu"])
+def test_the_patch_table_equals_the_whole_scan(tmp_path, example):
+    """``collect_patches`` over the candidate modules equals the scan of every module, and every module whose
+    summary records an attribute patch is a candidate."""
+    from attnlens.patches import collect_patches, patch_candidate
+
+    ws = Workspace(EXAMPLE.parent / example, python=sys.executable, cache_dir=tmp_path / "c")
+    idx = ws.index
+    chosen = set(idx.matching_names(patch_candidate))
+    assert chosen and len(chosen) < len(idx.ws_files)
+    assert all(n in chosen for n in idx.ws_files if (m := idx.module(n)) is not None and m.summary.attr_patches)
+    got = collect_patches(ws.resolver)
+    idx.workspace_modules_matching = lambda _pattern: idx.workspace_modules()
+    try:
+        want = collect_patches(ws.resolver)
+    finally:
+        del idx.workspace_modules_matching
+    assert got and {k: repr(v) for k, v in got.items()} == {k: repr(v) for k, v in want.items()}

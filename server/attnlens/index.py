@@ -990,12 +990,54 @@ class _Observed:
     patterns: list = field(default_factory=list)  # the patterns of its workspace_modules_matching scans
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def _compiled(pattern: bytes):
-    # searched in the text itself (encoding every text to UTF-8 for each pattern was 0.9 s on upstream vLLM's
-    # 33 MB); ASCII classes as for bytes: a non-ASCII character is no word character either way
-    return re.compile(pattern.decode("utf-8"), re.ASCII)
+    """(compiled pattern, literals one of which every match contains, or None). Searched in the text itself
+    (encoding every text to UTF-8 for each pattern was 0.9 s on upstream vLLM's 33 MB), ASCII classes as for
+    bytes (a non-ASCII character is no word character either way). The literals let ``in`` (a C substring
+    search) rule out most texts first: ``re`` has no fast scan for a pattern that starts with ``\\b`` or an
+    alternation (0.3-1.0 s per pattern over upstream's 33 MB, against 0.02 s)."""
+    source = pattern.decode("utf-8")
+    return re.compile(source, re.ASCII), _required_literals(source)
+
+
+def _required_literals(source: str) -> tuple | None:
+    """The longest literal run of each top-level alternative of ``source`` (a match contains one of them), or
+    None when some alternative has none of 3 characters or more (then every text is searched)."""
+    try:
+        from re import _parser  # the stdlib's own parser of patterns (``sre_parse``)
+
+        parsed = _parser.parse(source)
+    except Exception:  # noqa: BLE001 - an unusual pattern is simply searched everywhere
+        return None
+    if parsed.state.flags & re.IGNORECASE:
+        return None
+    items = list(parsed)
+    branches = [items]
+    if len(items) == 1 and items[0][0] == _parser.BRANCH:
+        branches = [list(b) for b in items[0][1][1]]
+    out = []
+    for br in branches:
+        best, run = "", []
+        for op, av in br + [(None, None)]:
+            if op == _parser.LITERAL:
+                run.append(chr(av))
+                continue
+            if op == _parser.AT:  # \b, ^, $: zero width, the run goes on
+                continue
+            if len(run) > len(best):
+                best = "".join(run)
+            run = []
+        if len(best) < 3:
+            return None
+        out.append(best)
+    return tuple(out)
 
 
 def _text_matches(pattern: bytes, text) -> bool:
-    return text is not None and _compiled(pattern).search(text) is not None
+    if text is None:
+        return False
+    rx, literals = _compiled(pattern)
+    if literals is not None and not any(lit in text for lit in literals):
+        return False
+    return rx.search(text) is not None

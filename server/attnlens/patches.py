@@ -75,21 +75,29 @@ def lambda_text(mod, q: str) -> str:
 # (a patch decorator's first argument is a module path: a name or a dotted one)
 _PATCH_DECO = re.compile(r"@[\w.]+[ \t]*\(\s*[rRuU]?['\"][A-Za-z_][\w.]*['\"]")
 _TARGET = r"(?!self\.|cls\.)([A-Za-z_]\w*)\.[\w.]+[ \t]*(?::[^=\n]*)?=(?!=)"
-# an attribute assignment at the start of a statement (a line, after `;`, or after the `=` of a chained
-# assignment), not an annotation (``x: tl.constexpr = 4``); and after a one-line compound header (``if c: m.x = v``)
-_ATTR_ASSIGN = re.compile(r"[\n;=][ \t]*" + _TARGET)
-_ONE_LINE = re.compile(r"(?:if|elif|else|while|for|with|try|except|finally|def|class)\b[^\n]*:[ \t]*" + _TARGET)
+# the end of an attribute-chain assignment target (``.attr =``, ``.attr: T =``): a literal first character, so that
+# ``re`` scans fast; the statement around each is then read on its line: the target starts a statement (the line,
+# after `;`, or after the `=` of a chained assignment) or follows a one-line compound header (``if c: m.x = v``),
+# and is not an annotation (``x: tl.constexpr = 4``)
+_ASSIGN_END = re.compile(r"\.\w+[ \t]*(?::[^=\n]*)?=(?!=)")
+_AT_STATEMENT = re.compile(r"(?:^|[;=])[ \t]*" + _TARGET + r"$")
+_AFTER_HEADER = re.compile(r"[ \t]*(?:async[ \t]+)?(?:if|elif|else|while|for|with|try|except|finally|def|class)\b"
+                           r"[^\n]*:[ \t]*" + _TARGET + r"$")
 _BOUND = (  # what binds a name other than as a parameter (supersets: ``has x`` counts as ``as x``)
     re.compile(r"import[ \t]+\(?([^#\n)]*(?:\n[^#)]*\))?)"),  # import lists, parenthesised ones across lines
     re.compile(r"as[ \t]+(\w+)"),  # import ... as x, with ... as x, except ... as x
     re.compile(r"def[ \t]+(\w+)"),
     re.compile(r"class[ \t]+(\w+)"),
-    re.compile(r"\n[ \t]*([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)[ \t]*(?::[^=\n]*)?=(?!=)"),  # a, b = ...
-    re.compile(r"\n[ \t]*[(\[]([^\n=]*)[)\]][ \t]*=(?!=)"),  # (a, b) = ...
-    re.compile(r"=[ \t]*([A-Za-z_]\w*)[ \t]*=(?!=)"),  # the later names of a chained assignment
 )
 _FOR = re.compile(r"for[ \t]+([^\n]{0,120})")
+_STAR = re.compile(r"import[ \t]+\*")
 _NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _assigned(text: str, name: str) -> bool:
+    """Does ``text`` assign ``name`` (``name = ``, ``a, name = ``, ``(a, name) = ``, ``name: T = ``, a chain)? A
+    superset: any text where the name (or a name ending with it) is followed by an assignment's ``=``."""
+    return re.search(re.escape(name) + r"[)\]]?[ \t]*(?:,[^=\n]*)?(?::[^=\n]*)?=(?!=)", text) is not None
 
 
 _DEF_HEADER = re.compile(r"[ \t]*(?:async[ \t]+)?def\b")
@@ -127,9 +135,12 @@ def patch_candidate(text: str | None) -> bool:
     # roots of attribute assignments inside a def (they patch only through a name bound by an import) and elsewhere
     in_def: set = set()
     roots: set = set()
-    for rx in (_ATTR_ASSIGN, _ONE_LINE) if ":" in text else (_ATTR_ASSIGN,):
-        for m in rx.finditer(text):
-            (in_def if _inside_def(text, m.start(1)) else roots).add(m.group(1))
+    for m in _ASSIGN_END.finditer(text):
+        ls = text.rfind("\n", 0, m.start()) + 1
+        seg = text[ls:m.end()]
+        t = _AT_STATEMENT.search(seg) or _AFTER_HEADER.match(seg)
+        if t is not None:
+            (in_def if _inside_def(text, ls + t.start(1)) else roots).add(t.group(1))
     if not roots and not in_def:
         return False
     imported = set()
@@ -139,7 +150,9 @@ def patch_candidate(text: str | None) -> bool:
         return True
     if not roots:
         return False
-    bound = set(imported)
+    if not roots.isdisjoint(imported) or _STAR.search(text):
+        return True  # ``from m import *`` binds names no text shows
+    bound = set()
     for rx in _BOUND[1:]:
         for g in rx.findall(text):
             bound.update(_NAME.findall(g))
@@ -149,7 +162,7 @@ def patch_candidate(text: str | None) -> bool:
     while i >= 0:  # walrus targets
         bound.update(_NAME.findall(text[max(0, i - 80):i])[-1:])
         i = text.find(":=", i + 2)
-    return not roots.isdisjoint(bound)
+    return not roots.isdisjoint(bound) or any(_assigned(text, r) for r in roots - bound)
 
 
 def collect_patches(resolver: Lookup) -> dict:

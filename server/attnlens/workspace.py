@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -512,9 +513,12 @@ class Workspace:
         """The chain of code inside a class vLLM never instantiates on this platform, marked dead (a new chain)."""
         if not mod.workspace:
             return chain
-        never = self.never_selected() if never is None else never
         cls_q = mod.summary.class_at(line)
         top = cls_q.split(".")[0] if cls_q else ""
+        if never is None:
+            if not self._never_may_name(mod, top):
+                return chain
+            never = self.never_selected()
         why = never.get((mod.name, top)) if top else None
         if why is None:
             why = never.get((mod.name, ""))  # the whole module cannot be imported
@@ -526,6 +530,31 @@ class Workspace:
                         top, f"never selected on this platform: {why}", why, False)
         hops = [chain.hops[0], hop] + chain.hops[1:] if chain.hops else [hop]
         return M.Chain(hops, chain.final, False, chain.partial, chain.upstream)
+
+    def _never_may_name(self, mod: Module, top: str) -> bool:
+        """Can :meth:`never_selected` hold ``(mod, top)`` or ``(mod, "")``? False only when it cannot, decided without
+        computing the set (the registry and every module that mentions ``AttentionBackend``: 3 s on the first
+        hover of upstream vLLM as the workspace): the set names (1) backend classes of a module that mentions
+        ``AttentionBackend``, with an installed ``AttentionBackend`` in their MRO, and that module itself when it
+        cannot be imported, and (2) the impl or builder class a never-selected backend's ``get_impl_cls`` /
+        ``get_builder_cls`` returns by a (dotted) name, which some module must then spell in a return, an
+        ``as`` alias or an assignment. Only until the set is first computed (the server computes it while it
+        indexes): the first hovers on a fresh server do not wait for it."""
+        if self._never_memo is not None:
+            return True  # the set was computed: it is kept across edits (``_never_still_valid``), asking it is cheap
+        idx = self.index
+        if idx.text_matches(mod.path, rb"AttentionBackend"):
+            for q in mod.summary.classes:
+                if "." in q:
+                    continue
+                mro = self.resolver.mro(mod, q)
+                if any(b.qual == "AttentionBackend" and b.module is not None and not b.module.workspace for b in mro[1:]):
+                    return True
+        if not top:
+            return False
+        t = re.escape(top).encode()
+        rx = rb"return[ \t]+\(?[\w.]*\b" + t + rb"\b|\b" + t + rb"[ \t]+as\b|=[ \t]*[\w.]*\b" + t + rb"\b"
+        return bool(idx.matching_names(rx))
 
     def trace_symbol(self, dotted: str, budget_s: float | None = None, cancel=None) -> M.Chain:
         """The chain of a fully qualified symbol (``pkg.mod.Class.method`` or ``ns::op``)."""
