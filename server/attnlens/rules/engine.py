@@ -239,7 +239,11 @@ class _Recorder:
                         for _h, s in stack:
                             s.setdefault(name, (None, (NOMATCH, pattern)))
                 for name in names:
-                    m = idx.module(name)
+                    rec.scanning = True  # read by a scan, as workspace_modules does: its signature is the dependency
+                    try:
+                        m = idx.module(name)
+                    finally:
+                        rec.scanning = False
                     if m is not None:
                         yield m
 
