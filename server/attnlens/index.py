@@ -737,23 +737,8 @@ class Index:
                 obs.names.add(name)
             below_note(name, sha)
 
-        def workspace_modules():
-            obs.scanned = True
-            it = below_scan()
-            while True:
-                depth[0] += 1  # only the scan's own reads: the caller's reads between items are recorded
-                try:
-                    m = next(it)
-                except StopIteration:
-                    return
-                finally:
-                    depth[0] -= 1
-                yield m
-
-        def workspace_modules_matching(pattern):
-            if pattern not in obs.patterns:
-                obs.patterns.append(pattern)
-            it = below_matching(pattern)
+        def unrecorded(it):
+            """The items of a scan, its own reads not recorded (the caller's reads between items are)."""
             while True:
                 depth[0] += 1
                 try:
@@ -763,6 +748,15 @@ class Index:
                 finally:
                     depth[0] -= 1
                 yield m
+
+        def workspace_modules():
+            obs.scanned = True
+            return unrecorded(below_scan())
+
+        def workspace_modules_matching(pattern):
+            if pattern not in obs.patterns:
+                obs.patterns.append(pattern)
+            return unrecorded(below_matching(pattern))
 
         self.module, self.workspace_modules, self.note_read = module, workspace_modules, note_read
         self.workspace_modules_matching = workspace_modules_matching

@@ -64,15 +64,14 @@ def lambda_text(mod, q: str) -> str:
     return f"lambda{' ' + params if params else ''}: {body}"
 
 
-# Which module texts can hold a patch (a superset, decided on the text alone; ``patch_candidate``): a decorator
-# call with a literal string first (a patch decorator), a ``setattr`` call, ``sys.modules``, or an assignment to an
-# attribute chain whose root name the module binds other than as a parameter (an import, an assignment, a def, a loop or
-# ``with``/``except`` target: a patch needs a root bound by an import or a module-level name, and a parameter never
-# is one). Only those modules are summarised for the patch table: every module was, which made the first request on
-# upstream vLLM (2,234 modules) wait 10-20 s. The one shape left out: the root ``self``/``cls`` (never a patch inside
-# a function or class body; a module-level variable of that name is not seen in practice).
-# (each pattern starts with a literal or a small set, so that ``re`` scans fast: 33 MB of upstream vLLM in ~0.5 s)
-# (a patch decorator's first argument is a module path: a name or a dotted one)
+# Which module texts can hold a patch (``patch_candidate``, a superset decided on the text alone): a decorator call
+# whose first argument is a module-path string (a patch decorator), a ``setattr`` call, ``sys.modules``, or an
+# assignment to an attribute chain whose root the module binds other than as a parameter (an import, an assignment,
+# a def, a loop, ``with``/``except`` target; inside a ``def`` only an import counts). Only those modules are summarised
+# for the patch table: every module was, which made the first request on upstream vLLM (2,234 modules) wait 10-20 s.
+# Left out by design: the root ``self``/``cls`` (never a patch inside a function or class body; a module-level
+# variable of that name is not seen in practice). Each pattern starts with a literal or a small set, so that ``re``
+# scans fast (upstream's 33 MB in ~0.4 s).
 _PATCH_DECO = re.compile(r"@[\w.]+[ \t]*\(\s*[rRuU]?['\"][A-Za-z_][\w.]*['\"]")
 _TARGET = r"(?!self\.|cls\.)([A-Za-z_]\w*)\.[\w.]+[ \t]*(?::[^=\n]*)?=(?!=)"
 # the end of an attribute-chain assignment target (``.attr =``, ``.attr: T =``): a literal first character, so that
@@ -105,9 +104,8 @@ _DEF_HEADER = re.compile(r"[ \t]*(?:async[ \t]+)?def\b")
 
 def _inside_def(text: str, pos: int) -> bool:
     """Is the statement at ``pos`` inside a ``def``, by indentation: some line above it, less indented than every
-    line between, starts with ``def``? (Blank and comment lines and closing-bracket lines are skipped; a line of a
-    multi-line string or
-    bracket can only make a module-level statement look like one inside a def when it starts with ``def``.)"""
+    line between, starts with ``def``? (Blank, comment and closing-bracket lines are skipped; a line of a multi-line
+    string or bracket can only make a module-level statement look like one inside a def when it starts with ``def``.)"""
     ls = text.rfind("\n", 0, pos) + 1
     line = text[ls:pos]
     indent = len(line) - len(line.lstrip(" \t"))

@@ -1149,7 +1149,7 @@ class _Builder:
             if fd is None and isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call) \
                     and dotted(f.value.func) == "super" and not f.value.args:
                 fd = "super().__init__"  # constructor arguments flow to the base class (resolver: _ctor_argument)
-        if self.lm._all_ascii:  # byte columns are code point columns (most files): no line map
+        if self._ascii:  # byte columns are code point columns (most files): no line map
             line, col, el, ec = n.lineno, n.col_offset, n.end_lineno or n.lineno, n.end_col_offset or n.col_offset
             fl, fc = fnode.lineno, fnode.col_offset
             fel, fec = fnode.end_lineno or fl, fnode.end_col_offset or fc

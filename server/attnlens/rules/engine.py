@@ -219,8 +219,9 @@ class _Recorder:
                         h[name] = sha
                 return m
 
-            def workspace_modules():
-                for name in sorted(idx.ws_files):
+            def scanned(names):
+                """The modules of a whole-workspace scan: each recorded by its scan signature (soft)."""
+                for name in names:
                     rec.scanning = True
                     try:
                         m = idx.module(name)
@@ -228,6 +229,9 @@ class _Recorder:
                         rec.scanning = False
                     if m is not None:
                         yield m
+
+            def workspace_modules():
+                return scanned(sorted(idx.ws_files))
 
             def workspace_modules_matching(pattern):
                 # a scan that summarises only the modules whose text matches: the others are recorded as "still
@@ -238,14 +242,7 @@ class _Recorder:
                     if name not in chosen:
                         for _h, s in stack:
                             s.setdefault(name, (None, (NOMATCH, pattern)))
-                for name in names:
-                    rec.scanning = True  # read by a scan, as workspace_modules does: its signature is the dependency
-                    try:
-                        m = idx.module(name)
-                    finally:
-                        rec.scanning = False
-                    if m is not None:
-                        yield m
+                return scanned(names)
 
             def note_read(name, sha):
                 for h, _s in stack:
@@ -791,13 +788,14 @@ class Engine:
         if helper is not None:  # the rest: the helper's findings (checked here where it left a gap)
             errors, done = helper.join()
             self.errors.extend(errors)
+            self.stats["helper"] = 0
             for p in files[i:]:
                 got = done.get(p)
                 if got is None:
                     take(p)
                 else:
                     out.extend(got)
-            self.stats["helper"] = sum(1 for p in files[i:] if p in done)
+                    self.stats["helper"] += 1
         if deferred:
             self.join_prefetch()  # the worker has stored the C++ index: check those modules now
             for p in deferred:
@@ -815,10 +813,9 @@ class Engine:
         need checking. The shared state every check starts from (profile, patches, registry: most of a
         cold check's summaries) is computed first, so the two processes inherit it instead of building
         it twice; then each checks modules from its end of the list until they meet. The helper sends its
-        findings through a pipe (and leaves them in the cache for the next run): reading them back from the
-        cache as a warm check does re-validated every dependency, summaries the helper had loaded
-        included (0.3-0.4 s after the join on the real checkout). A module it did not finish is checked
-        here. Findings are the same with or without it."""
+        findings through a pipe (and leaves them in the cache for the next run), so this process does not
+        re-validate their dependencies as a warm check would. A module it did not finish is checked here.
+        Findings are the same with or without it."""
         if (len(files) < self.PARALLEL_MIN_MODULES or not self.use_cache or not getattr(self.ws, "allow_fork", False)
                 or not hasattr(os, "fork") or not self.needs_checking(files)):
             return None
