@@ -282,6 +282,7 @@ _MODULE_CACHES = {
     "upgrade/scope.py:_glob_re()": "glob text -> regex (lru_cache, 256)",
     "workspace.py:_CODE_STAMP": "the analyser's own code stamp",
     "workspace.py:_REG_SIGS": "summary content sha -> registry signature (bounded)",
+    "pyincremental.py:_SHARED": "(chunk text, tail?) -> a chunk fragment an open buffer holds (weak values; a function of the text, checked against the bindings it read)",
     "lsp/features/runtime_actions.py:_family_names()": "the probe families' static catalog (lru_cache, 1)",
 }
 

@@ -65,3 +65,99 @@ def test_outside_memo_lasts_until_something_outside_the_workspace_changes(ws):
     assert idx.outside_memo("k", lambda: calls.append(1) or len(calls)) == 1
     idx.invalidate(str(ws.root / "csrc" / "cache_kernels.cu"))  # a C++ file: outside the Python modules
     assert idx.outside_memo("k", lambda: calls.append(1) or len(calls)) == 2
+
+
+def _fresh(ws, name):
+    """A workspace over the same folder with the same open buffers, and nothing carried."""
+    fresh = Workspace(ws.root, python=sys.executable, cache_dir=ws.cache.folder.parent / name)
+    for real, text in ws.index._overlays.items():
+        fresh.index.set_overlay(real, text)
+    return fresh
+
+
+def test_text_scans_are_carried_across_edits_and_follow_them(ws):
+    """``Index.matching_names`` tests only the files changed since its last answer, and answers what a fresh
+    index answers after each edit: a module that starts or stops matching, a new buffer, a file left alone."""
+    idx = ws.index
+    pattern = rb"\bregister_backend\b"
+    first = idx.matching_names(pattern)
+    assert PLATFORM.removesuffix(".py").replace("/", ".") in first
+    fa, platform = str(ws.root / FA), str(ws.root / PLATFORM)
+    edits = [
+        (fa, (ws.root / FA).read_text() + "\n# register_backend\n"),  # starts matching
+        (platform, (ws.root / PLATFORM).read_text().replace("register_backend", "register_other")),  # stops
+        (str(ws.root / "mini_metax" / "new_mod.py"), "register_backend = 1\n"),  # a buffer not on disk
+        (fa, None),  # back to the disk's text
+    ]
+    for i, (path, text) in enumerate(edits):
+        tested = []
+        orig = idx.text_matches
+        idx.text_matches = lambda p, pat, orig=orig: tested.append(p) or orig(p, pat)
+        idx.set_overlay(path, text)
+        got = idx.matching_names(pattern)
+        del idx.text_matches
+        assert len(tested) == 1, tested  # only the changed file was read again
+        fresh = _fresh(ws, f"fresh{i}")
+        try:
+            assert got == fresh.index.matching_names(pattern)
+        finally:
+            fresh.close()
+
+
+def test_patch_table_is_reused_after_an_edit_it_cannot_see_and_recomputed_after_one_it_can(ws):
+    r = ws.resolver
+    first = r.patches()
+    key = ("vllm.v1.attention.ops.triton_reshape_and_cache_flash", "triton_reshape_and_cache_flash")
+    assert key in first
+    # a body edit of a module that holds no patch and that collecting the table did not read: the same table
+    fa = str(ws.root / FA)
+    ws.index.set_overlay(fa, (ws.root / FA).read_text() + "\nX_EDIT = 1\n")
+    assert r.patches() is first
+    # a patch typed into that module: recomputed, with the new entry
+    ws.index.set_overlay(fa, (ws.root / FA).read_text()
+                         + "\nimport vllm.v1.attention.backends.utils as _u\n_u.get_kv_cache_layout = lambda: 'HND'\n")
+    second = r.patches()
+    assert second is not first
+    assert ("vllm.v1.attention.backends.utils", "get_kv_cache_layout") in second
+    # the patch module's decorator removed: recomputed, that entry gone
+    pa = ws.root / "mini_metax/patch/attention.py"
+    ws.index.set_overlay(str(pa), pa.read_text().replace('@patch("vllm.v1.attention.ops.triton_reshape_and_cache_flash"',
+                                                         '@_not_a_patch("vllm.v1.attention.ops.triton_reshape_and_cache_flash"'))
+    third = r.patches()
+    assert key not in third and key in second
+    fresh = _fresh(ws, "fresh-patches")
+    try:
+        assert sorted(third) == sorted(fresh.resolver.patches())
+    finally:
+        fresh.close()
+
+
+def test_a_carried_value_stands_until_something_it_read_changes(ws):
+    """``Index.carried``: reused across an edit of a module it did not read (and its reads replayed into a recorder
+    observing now), computed again after an edit of a module it read or handed it (``reads``), and after a
+    workspace module appears."""
+    idx = ws.index
+    calls = []
+
+    def fn():
+        calls.append(1)
+        return idx.module("mini_metax.platform").summary.sha
+
+    first = idx.carried(("t",), fn)
+    idx.set_overlay(str(ws.root / FA), (ws.root / FA).read_text() + "\n# typed\n")
+    assert idx.carried(("t",), fn) == first and len(calls) == 1
+    with idx.observe() as obs:
+        idx.carried(("t",), fn)
+    assert "mini_metax.platform" in obs.names and len(calls) == 1
+    idx.set_overlay(str(ws.root / PLATFORM), (ws.root / PLATFORM).read_text() + "\n# typed\n")
+    assert idx.carried(("t",), fn) != first and len(calls) == 2
+    idx.set_overlay(str(ws.root / "mini_metax" / "brand_new.py"), "x = 1\n")
+    idx.carried(("t",), fn)
+    assert len(calls) == 3
+    # handed a module (not looked up): ``reads`` names it
+    handed = []
+    fa_mod = idx.module("mini_metax.attention.backends.flash_attn")
+    idx.carried(("h",), lambda: handed.append(1) or len(fa_mod.summary.functions), reads=(fa_mod.name,))
+    idx.set_overlay(str(ws.root / FA), (ws.root / FA).read_text() + "\ndef more():\n    pass\n")
+    idx.carried(("h",), lambda: handed.append(1) or 0, reads=(fa_mod.name,))
+    assert len(handed) == 2

@@ -182,3 +182,31 @@ def test_splitter_rescans_from_the_edit_and_resumes_at_old_chunks():
         pyrecover._scan_chunks = real
     assert chunks == top_level_chunks(edited)
     assert scanned and scanned[0] < 100  # one chunk rescanned, not the 6,000-character text
+
+
+def test_a_block_pasted_from_another_buffer_is_placed_not_parsed_and_equals_the_whole_summary(monkeypatch):
+    """Chunks are shared between buffers (``pyincremental._SHARED``): a paste of another open buffer's code
+    parses only the chunks the paste cut, and the result is the whole summary's, also where a shared chunk
+    reads bindings that differ in the new buffer (``m.attr = 3`` patches only where ``m`` is an import)."""
+    donor = "".join(f"import m{i}\n\n\ndef f{i}(x):\n    m{i}.attr = x\n    return g(x)\n\n\n" for i in range(40))
+    a = IncrementalSummary()
+    a.summarize(donor, "m.py", "sha")
+    host = "x = 1\n\n\nclass K:\n    def h(self):\n        return 2\n"
+    b = IncrementalSummary()
+    b.summarize(host, "m.py", "sha")
+    parses = []
+    real = ast.parse
+    monkeypatch.setattr(pyrecover.ast, "parse", lambda *a, **k: parses.append(1) or real(*a, **k))
+    pasted = host.replace("x = 1\n", "x = 1\n" + donor, 1)
+    got = b.summarize(pasted, "m.py", "sha")
+    monkeypatch.setattr(pyrecover.ast, "parse", real)
+    want = _whole(pasted)
+    assert got == want, _first_difference(want, got)
+    assert len(parses) <= 2  # the chunk the paste cut (`x = 1` and the text after it), not the 80 pasted chunks
+    # the same functions pasted where `m0` is not an import: that chunk is built again, not shared
+    other = "m0 = object()\n" + donor.split("\n\n\n", 1)[1]
+    c = IncrementalSummary()
+    got = c.summarize(other, "m.py", "sha")
+    want = _whole(other)
+    assert got == want, _first_difference(want, got)
+    assert "m0.attr" not in [p.target for p in got.attr_patches]

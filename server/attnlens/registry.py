@@ -254,8 +254,13 @@ class Registry:
             ref = self._upstream(mod, scope, enum_text, None)
             return ref.cls if ref is not None else None
 
+        # carried across edits that neither the platform's classes nor what evaluating their selector read
+        # (``Index.carried``): a paste into a backend module recomputed it (20-40 ms of a first request)
+        plat = tuple(sorted({cv.module.name for cv in self.r.profile.info.classes if cv.module is not None}))
         try:
-            cands = Selector(self.r, enum_paths, sorted(registered.items())).candidates()
+            cands = self.r.index.carried(
+                ("registry.selector", plat, tuple(sorted(registered.items()))),
+                lambda: Selector(self.r, enum_paths, sorted(registered.items())).candidates(), reads=plat)
         except RecursionError:
             return
         by_cls = {e.cls: e for k, e in out.items() if k[0] == "attention"}
@@ -287,29 +292,42 @@ class Registry:
                 if kind != "attention" and kind != "custom_op" and reg.get("registrar"):
                     kinds.setdefault(kind, reg["registrar"].rpartition(".")[0].rpartition(".")[0])
         for kind, package in kinds.items():
-            pm = self.r.index.module(package) if package else None
-            if pm is None:
+            if not package:
                 continue
+            found = self.r.index.carried(("registry.exported-selector", package),
+                                         lambda package=package: self._exported_selector(package), reads=(package,))
+            if found is None:
+                continue
+            name, path, line, leaves = found
             by_cls = {e.cls: e for k, e in out.items() if k[0] == kind}
-            for name in sorted(pm.summary.bindings):
-                if not name.startswith("get_"):
-                    continue
-                fv = self.r.resolve_dotted(pm, "", name, Walk())
-                if fv.kind != ValKind.FUNCTION or fv.func is None or fv.module is None:
-                    continue
-                rv = self.r.result_of_call(fv.module, fv.func.qualname, name, fv.func.line, fv.dotted, fv, Walk())
-                leaves = list(_class_leaves(rv, [], True))
-                for cv, conds, reach in leaves:
-                    e = by_cls.get(cv.dotted)
-                    if e is None:
-                        e = BackendEntry(cv.qual, kind, None, cv.dotted, cv.path, cv.line)
-                        out[(kind, f"selected:{cv.dotted}")] = e
-                        by_cls[cv.dotted] = e
-                    e.selected.append({"class_path": cv.dotted, "conditions": conds, "reachability": M.reach_word(reach),
-                                       "path": fv.path, "line": fv.func.line, "via": f"{name}(...) of {package}",
-                                       "enum": None, "reason": None})
-                if leaves:
-                    break  # the registry's selector
+            for dotted, qual, cpath, cline, conds, reach in leaves:
+                e = by_cls.get(dotted)
+                if e is None:
+                    e = BackendEntry(qual, kind, None, dotted, cpath, cline)
+                    out[(kind, f"selected:{dotted}")] = e
+                    by_cls[dotted] = e
+                e.selected.append({"class_path": dotted, "conditions": list(conds), "reachability": M.reach_word(reach),
+                                   "path": path, "line": line, "via": f"{name}(...) of {package}",
+                                   "enum": None, "reason": None})
+
+    def _exported_selector(self, package: str):
+        """(name, path, line, class leaves) of the first ``get_*`` function of ``package`` whose result holds
+        classes: the registry's selector; None when it has none."""
+        pm = self.r.index.module(package)
+        if pm is None:
+            return None
+        for name in sorted(pm.summary.bindings):
+            if not name.startswith("get_"):
+                continue
+            fv = self.r.resolve_dotted(pm, "", name, Walk())
+            if fv.kind != ValKind.FUNCTION or fv.func is None or fv.module is None:
+                continue
+            rv = self.r.result_of_call(fv.module, fv.func.qualname, name, fv.func.line, fv.dotted, fv, Walk())
+            leaves = tuple((cv.dotted, cv.qual, cv.path, cv.line, tuple(conds), reach)
+                           for cv, conds, reach in _class_leaves(rv, [], True))
+            if leaves:
+                return name, fv.path, fv.func.line, leaves
+        return None
 
     def _upstream_for_enum(self, c) -> ClassRef | None:
         mod = self.r.index.module_for_path(c.path) if c.path else None
@@ -385,7 +403,8 @@ class Registry:
             return
         e.path, e.line = v.path, v.cls.line if v.cls else v.line
         if v.module.workspace:
-            broken = self.broken_imports(v.module)
+            broken = self.r.index.carried(("registry.broken-imports", v.module.name),
+                                          lambda m=v.module: self.broken_imports(m), reads=(v.module.name,))
             if broken:
                 e.loads = False
                 e.error = (f"{os.path.basename(v.module.path)} cannot be imported with the installed vLLM, so vLLM cannot "

@@ -76,6 +76,7 @@ class Resolver:
         self.ops = ops if ops is not None else OpRegistry(self)
         self._patches: dict | None = None
         self._patch_gen = -1
+        self._patch_carry: tuple | None = None  # (generation, what collecting read: Index.observe, table)
         self._active: set = set()
         # every place that cuts a resolution short (a cycle, a depth or width bound, the time budget)
         # bumps this counter: a result computed without a cut does not depend on the path that led to
@@ -1407,17 +1408,28 @@ class Resolver:
     # ------------------------------------------------------------------
     def patches(self) -> dict:
         """(upstream module, attribute path) -> (replacement Val, path, line, decorator text)."""
-        if self._patches is not None and self._patch_gen == self.index.generation:
+        idx = self.index
+        if self._patches is not None and self._patch_gen == idx.generation:
             return self._patches
-        self._patches, self._patch_gen = {}, self.index.generation  # re-entrant lookups while collecting see none
-        fp = self.index.fingerprint()
-        frozen = self.index.cache.load_pickle("derived", f"patches-{fp}")
+        carry = self._patch_carry
+        if carry is not None and idx.still_valid(carry[1], carry[0]):
+            # an edit the table cannot see (a module that holds no patch and that collecting it did not read):
+            # the table stands, and recorders now observing (the rules engine's) see the reads it was made from
+            idx.replay(carry[1])
+            self._patches, self._patch_gen = carry[2], idx.generation
+            self._patch_carry = (idx.generation, carry[1], carry[2])
+            return self._patches
+        self._patches, self._patch_gen = {}, idx.generation  # re-entrant lookups while collecting see none
+        fp = idx.fingerprint()
+        frozen = idx.cache.load_pickle("derived", f"patches-{fp}")
         if frozen is not None:
-            self._patches = thaw_patches(self, frozen)
+            self._patches, self._patch_carry = thaw_patches(self, frozen), None  # (its reads are not known)
         else:
-            self._patches = collect_patches(self)
-            self.index.cache.store_pickle("derived", f"patches-{fp}", freeze_patches(self._patches))
-        self._patch_gen = self.index.generation
+            with idx.observe() as obs:
+                self._patches = collect_patches(self)
+            idx.cache.store_pickle("derived", f"patches-{fp}", freeze_patches(self._patches))
+            self._patch_carry = (idx.generation, obs, self._patches)
+        self._patch_gen = idx.generation
         return self._patches
 
     def patched(self, v: Val) -> tuple | None:

@@ -139,3 +139,22 @@ def test_buffer_findings_equal_the_same_text_on_disk(tmp_path):
             seen_rules.update(r for r, *_ in got)
         ws.index.set_overlay(path, None)
     assert {"AL115", "AL116"} & seen_rules  # a rule that reads the try handlers or the raise sites was compared
+
+
+def test_a_big_buffer_gives_way_between_chunks_and_goes_on_where_it_stopped(monkeypatch):
+    """``IncrementalFacts.collect(should_stop=...)`` stops every few new chunks when asked (a pasted buffer held the
+    analysis thread 80-90 ms while a hover waited); the chunks done are kept, and the next call collects only the
+    rest and equals the whole-text facts."""
+    cr = _claims()
+    text = "".join(f"def f{i}(x):\n    # claim: supports fp8\n    return g{i}(x, out=x)\n\n\n" for i in range(64))
+    inc = F.IncrementalFacts()
+    asks = []
+    with pytest.raises(pyindex.Stopped):
+        inc.collect(text, cr, should_stop=lambda: asks.append(1) or True)
+    assert len(asks) == 1
+    built = []
+    real = F._chunk_facts
+    monkeypatch.setattr(F, "_chunk_facts", lambda *a: built.append(1) or real(*a))
+    got = inc.collect(text, cr, should_stop=lambda: False)
+    assert got == _whole(text, cr), _first_difference(_whole(text, cr), got)
+    assert 0 < len(built) < 64  # the chunks before the stop were kept

@@ -25,6 +25,7 @@ from .records import LRU, DefRef, Item, Resolved, Sym  # noqa: F401 - re-exporte
 from .symbol_table import SymbolsMixin, match_symbols  # noqa: F401 - re-exported
 
 STEP_BUDGET_S = 0.05  # background indexing: the work done between two yields
+REFRESH_STEP_S = 0.02  # the refresh after edits (the user is typing: smaller steps)
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +224,13 @@ class Analysis(CallsMixin, SymbolsMixin):
         self.symbols()
         yield "symbols", 100
         self.q.flush()
+
+    def refresh_steps(self) -> Iterator[int]:
+        """After edits: the backends' call-site chains traced again, about ``REFRESH_STEP_S`` per step (the
+        chains land in the resolver's site memo; a following :meth:`backends` assembles them)."""
+        if self.backends_fresh():
+            return
+        yield from self.q.registry_warm_steps(REFRESH_STEP_S)
 
     def callsites_deferred(self, max_modules: int) -> bool:
         """Leave the call-site index to the first request that needs it (incoming calls) when the

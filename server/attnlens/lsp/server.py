@@ -277,6 +277,11 @@ class AttnLensServer(LanguageServer):
     async def _refresh(self) -> None:
         if self.analysis is None:
             return
+        # the backends' call sites traced again a few at a time (an edited backend module's sites held the
+        # analysis thread for 80+ ms in one piece while a hover waited), then assembled from the traced chains
+        steps = await self.idle(lambda a: a.refresh_steps())
+        while steps is not None and await self.idle(lambda a: next(steps, None) is not None):
+            pass
         await self.idle(lambda a: a.backends())
         await self.idle(lambda a: a.symbols())
         await self.settle_memory()

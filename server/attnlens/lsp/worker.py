@@ -27,7 +27,11 @@ result is discarded.
 
 Every job's wait and run time is measured; ``Worker.slow`` keeps the last
 jobs that waited or ran longer than ``SLOW_S`` (with their label), and they are
-logged at debug level: what a slow hover waited behind.
+logged at debug level: what a slow hover waited behind. With the environment
+variable ``ATTNLENS_WORKER_WATCHDOG`` set (to milliseconds, e.g. 80), a watchdog
+thread logs, at warning level, the stack of a background job that has held the
+thread that long without asking ``should_yield`` while a more urgent job waits:
+where a stretch of work needs a safe point.
 """
 
 from __future__ import annotations
@@ -38,8 +42,11 @@ import concurrent.futures as cf
 import itertools
 import logging
 import queue
+import os
+import sys
 import threading
 import time
+import traceback
 from typing import Any, Awaitable, Callable
 
 log = logging.getLogger(__name__)
@@ -70,8 +77,13 @@ class Worker:
         self.current: Job | None = None  # the running job (worker thread)
         self.slow: collections.deque = collections.deque(maxlen=200)  # (label, priority, wait_s, run_s, behind)
         self._recent: collections.deque = collections.deque(maxlen=32)  # (ended, label, run_s) of the last jobs
+        self._asked = 0.0  # when the running job last asked should_yield (the watchdog reads it)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
+        watch_ms = os.environ.get("ATTNLENS_WORKER_WATCHDOG", "")
+        if watch_ms.isdigit() and int(watch_ms) > 0:
+            threading.Thread(target=self._watchdog, args=(int(watch_ms) / 1000.0,), name=f"{name}-watchdog",
+                             daemon=True).start()
 
     def submit(self, fn: Callable[..., Any], *args: Any, priority: int = NOW, label: str | None = None) -> cf.Future:
         fut: cf.Future = cf.Future()
@@ -114,7 +126,26 @@ class Worker:
         job = self.current
         if job is None or not self.is_worker_thread():
             return False
+        self._asked = time.perf_counter()
         return job.abandoned or self.urgent_waiting(job.priority)
+
+    def _watchdog(self, limit_s: float) -> None:
+        """Log the stack of a non-``NOW`` job that held the thread ``limit_s`` without a safe point while a more
+        urgent job waits (once per stretch). A diagnostic (see the module doc)."""
+        reported = None
+        while True:
+            time.sleep(min(0.01, limit_s / 4))
+            job = self.current
+            if job is None or job.priority == NOW:
+                continue
+            since = time.perf_counter() - max(self._asked, job.started)
+            if since < limit_s or not self.urgent_waiting(job.priority) or reported == (job, self._asked):
+                continue
+            reported = (job, self._asked)
+            frame = sys._current_frames().get(self._thread.ident)
+            stack = "".join(traceback.format_stack(frame)[-24:]) if frame is not None else "(no stack)"
+            log.warning("worker watchdog: %s (priority %d) held the thread %.0f ms without a safe point while a "
+                        "request waits:\n%s", job.label, job.priority, since * 1000, stack)
 
     def stop(self, timeout: float = 2.0) -> None:
         self._q.put((-1, -1, None))

@@ -95,7 +95,7 @@ def module_facts(ws, name: str, path: str, sha: str, use_cache: bool, text: str 
     if text is None and ws.index.overlay_text(path) is not None:
         # an unsaved buffer: never on disk (a pickle per keystroke would only fill the cache),
         # but memoised in memory for the latest versions (prepared before the debounce ends)
-        return overlay_facts(path, ws.index.source_text(path) or "")
+        return overlay_facts(path, ws.index.source_text(path) or "", ws.index.should_stop)
     key = _facts_key(sha) if (use_cache and sha) else None
     if key is not None:
         hit = ws.cache.load_pickle("rulesfacts", key)
@@ -126,13 +126,14 @@ def _prefilter() -> re.Pattern | None:
 
 
 @functools.lru_cache(maxsize=8)
-def overlay_facts(path: str, text: str) -> F.AstFacts:
+def overlay_facts(path: str, text: str, should_stop=None) -> F.AstFacts:
     """The facts of an unsaved buffer's text, collected per top-level chunk from the buffer's previous
-    texts (``facts.IncrementalFacts``); memoised for the latest texts."""
+    texts (``facts.IncrementalFacts``); memoised for the latest texts. ``should_stop``: the index's (an
+    editor's check gives way to a request between chunks; a stopped call is not memoised)."""
     load_checks()
     inc = F.buffer_facts(path)
     with inc.lock:
-        return inc.collect(text, _prefilter())
+        return inc.collect(text, _prefilter(), should_stop)
 
 
 # --------------------------------------------------------------------------- the engine
