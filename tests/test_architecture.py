@@ -267,7 +267,7 @@ _MODULE_CACHES = {
     "rules/contracts.py:_PARSED": "(path, content sha) -> the parsed contracts (bounded)",
     "rules/contracts.py:_SETS": "(root, contract files' stamps) -> the contract set (holds one)",
     "rules/engine.py:_prefilter_of()": "the registered patterns -> one regex (lru_cache, 1)",
-    "rules/engine.py:overlay_facts()": "(path, buffer text) -> its rule facts, a function of the text (lru_cache, 8)",
+    "rules/engine.py:_OVERLAY_FACTS": "(path, buffer text) -> its rule facts, a function of the text (the latest 8)",
     "rules/facts.py:_BUFFERS": "path -> the chunk facts of its latest buffer texts, each keyed by chunk text (8 paths)",
     "rules/engine.py:_rules_code_hash()": "the rules' own code (lru_cache, 1)",
     "rules/engine.py:check_modules()": "the package's check modules (lru_cache, 1)",

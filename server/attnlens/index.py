@@ -792,9 +792,10 @@ class Index:
 
     def still_valid(self, obs: "_Observed", generation: int) -> bool:
         """Is everything a computation observed at ``generation`` read (:meth:`observe`) unchanged now? False when
-        installed code or a non-Python file changed since, when a workspace module appeared or went, when it scanned the whole workspace and a module
-        changed, when a changed module is one it read by name or one a text scan of it yielded then or would
-        yield now. (A module's summary stands for its text: an edit of a module it read counts, whatever the edit.)"""
+        installed code or a non-Python file changed since, when a workspace module appeared or went, when it
+        scanned the whole workspace and a module changed, when a changed module is one it read by name or one a
+        text scan of it yielded then or would yield now. (A module's summary stands for its text: an edit of a
+        module it read counts, whatever the edit.)"""
         if self.outside_generation > generation or obs.layout != self.layout_version:
             return False
         changed = self.changed_since(generation)

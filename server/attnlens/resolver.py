@@ -76,7 +76,6 @@ class Resolver:
         self.ops = ops if ops is not None else OpRegistry(self)
         self._patches: dict | None = None
         self._patch_gen = -1
-        self._patch_carry: tuple | None = None  # (generation, what collecting read: Index.observe, table)
         self._active: set = set()
         # every place that cuts a resolution short (a cycle, a depth or width bound, the time budget)
         # bumps this counter: a result computed without a cut does not depend on the path that led to
@@ -1407,30 +1406,28 @@ class Resolver:
     # patches
     # ------------------------------------------------------------------
     def patches(self) -> dict:
-        """(upstream module, attribute path) -> (replacement Val, path, line, decorator text)."""
+        """(upstream module, attribute path) -> (replacement Val, path, line, decorator text). The first table of a
+        process may come from the cache folder (keyed by the workspace fingerprint); after that it is carried
+        across edits (``Index.carried``): collected again only when an edit touches a module that holds or held
+        a patch, or one that collecting the table read."""
         idx = self.index
         if self._patches is not None and self._patch_gen == idx.generation:
             return self._patches
-        carry = self._patch_carry
-        if carry is not None and idx.still_valid(carry[1], carry[0]):
-            # an edit the table cannot see (a module that holds no patch and that collecting it did not read):
-            # the table stands, and recorders now observing (the rules engine's) see the reads it was made from
-            idx.replay(carry[1])
-            self._patches, self._patch_gen = carry[2], idx.generation
-            self._patch_carry = (idx.generation, carry[1], carry[2])
-            return self._patches
+        first = self._patches is None
         self._patches, self._patch_gen = {}, idx.generation  # re-entrant lookups while collecting see none
-        fp = idx.fingerprint()
-        frozen = idx.cache.load_pickle("derived", f"patches-{fp}")
+        frozen = idx.cache.load_pickle("derived", f"patches-{idx.fingerprint()}") if first else None
+        # (a thawed table's reads are not known: it is not carried, the next generation collects)
         if frozen is not None:
-            self._patches, self._patch_carry = thaw_patches(self, frozen), None  # (its reads are not known)
+            self._patches = thaw_patches(self, frozen)
         else:
-            with idx.observe() as obs:
-                self._patches = collect_patches(self)
-            idx.cache.store_pickle("derived", f"patches-{fp}", freeze_patches(self._patches))
-            self._patch_carry = (idx.generation, obs, self._patches)
-        self._patch_gen = idx.generation
+            self._patches = idx.carried(("patches",), self._collect_patches)
         return self._patches
+
+    def _collect_patches(self) -> dict:
+        table = collect_patches(self)
+        if not self.index.has_overlays():  # (a table of unsaved buffers would only fill the cache folder)
+            self.index.cache.store_pickle("derived", f"patches-{self.index.fingerprint()}", freeze_patches(table))
+        return table
 
     def patched(self, v: Val) -> tuple | None:
         if v.module is None or v.module.workspace:

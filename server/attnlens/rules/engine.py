@@ -125,15 +125,29 @@ def _prefilter() -> re.Pattern | None:
     return _prefilter_of(tuple(FACT_PREFILTERS))
 
 
-@functools.lru_cache(maxsize=8)
+_OVERLAY_FACTS: dict = {}  # (path, buffer text) -> its rule facts, the latest OVERLAY_FACTS_KEPT
+
+
+OVERLAY_FACTS_KEPT = 8
+
+
 def overlay_facts(path: str, text: str, should_stop=None) -> F.AstFacts:
     """The facts of an unsaved buffer's text, collected per top-level chunk from the buffer's previous
-    texts (``facts.IncrementalFacts``); memoised for the latest texts. ``should_stop``: the index's (an
-    editor's check gives way to a request between chunks; a stopped call is not memoised)."""
+    texts (``facts.IncrementalFacts``); memoised for the latest texts by (path, text) only, so that a check
+    that may give way (``should_stop``: the index's, asked between chunks) and one that may not share them.
+    A stopped call raises ``pyindex.Stopped`` and memoises nothing."""
+    key = (path, text)
+    hit = _OVERLAY_FACTS.get(key)
+    if hit is not None:
+        return hit
     load_checks()
     inc = F.buffer_facts(path)
     with inc.lock:
-        return inc.collect(text, _prefilter(), should_stop)
+        facts = inc.collect(text, _prefilter(), should_stop)
+    while len(_OVERLAY_FACTS) >= OVERLAY_FACTS_KEPT:
+        _OVERLAY_FACTS.pop(next(iter(_OVERLAY_FACTS)), None)  # the oldest first
+    _OVERLAY_FACTS[key] = facts
+    return facts
 
 
 # --------------------------------------------------------------------------- the engine
