@@ -69,3 +69,39 @@ def test_unwritable_folder_does_not_break_storing(tmp_path):
     cache.store_pickle("py", "k", 1)
     cache.flush()
     assert Cache(blocker / "c").load_pickle("py", "k") is None
+
+
+def test_summaries_pickle_as_field_tuples_and_come_back_equal():
+    """A module summary is pickled as each class and the tuple of its fields (no slot-name dicts): the
+    copy equals the original, every object of every summary class is rebuilt, and it is smaller than the
+    slot-dict form."""
+    from pathlib import Path
+
+    from attnlens import pyindex
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "mini-metax" / "mini_metax"
+    texts = [p for p in sorted(path.rglob("*.py")) if p.stat().st_size > 2000]
+    assert texts
+    for p in texts:
+        s = pyindex.summarize(p.read_text(), str(p), "sha")
+        data = pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)
+        back = pickle.loads(data)
+        assert back == s
+        for name in ("calls", "functions", "classes", "bindings"):
+            assert getattr(back, name) == getattr(s, name)
+        assert type(s).__reduce__(s)[0] is pyindex.ModuleSummary
+
+    # the slot-dict form (what dataclass(slots=True) pickles by default) is larger
+    s = pyindex.summarize(max(texts, key=lambda p: p.stat().st_size).read_text(), "x.py", "sha")
+    kinds = [pyindex.Binding, pyindex.Param, pyindex.Decorator, pyindex.CallSite, pyindex.FunctionInfo,
+             pyindex.ClassInfo, pyindex.Ref, pyindex.AttrPatch, pyindex.ModuleSummary]
+    saved = {k: k.__dict__["__reduce__"] for k in kinds}
+    try:
+        for k in kinds:
+            del k.__reduce__
+        slot_form = pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)
+        assert pickle.loads(slot_form) == s
+    finally:
+        for k, f in saved.items():
+            k.__reduce__ = f
+    assert len(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)) < 0.8 * len(slot_form)

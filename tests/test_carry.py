@@ -161,3 +161,41 @@ def test_a_carried_value_stands_until_something_it_read_changes(ws):
     idx.set_overlay(str(ws.root / FA), (ws.root / FA).read_text() + "\ndef more():\n    pass\n")
     idx.carried(("h",), lambda: handed.append(1) or 0, reads=(fa_mod.name,))
     assert len(handed) == 2
+
+
+def test_installed_text_scan_is_kept_in_the_cache_and_follows_file_changes(tmp_path, monkeypatch):
+    """Index.installed_files_containing: the matching paths are stored with every file's stamp; a fresh
+    index (another process) reads only the matching files while no stamp changed, and scans again when one
+    did."""
+    import os
+
+    import attnlens.index as I
+    from attnlens.cache import Cache
+
+    pkg = tmp_path / "site" / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "tests").mkdir()
+    (pkg / "a.py").write_bytes(b"import torch\nlib = torch.library.Library('x', 'DEF')\n")
+    (pkg / "b.py").write_bytes(b"x = 1\n")
+    (pkg / "sub" / "c.py").write_bytes(b"@custom_op('x::y')\ndef f(): pass\n")
+    (pkg / "tests" / "t.py").write_bytes(b"custom_op\n")
+    needles = (b"custom_op", b"torch.library")
+
+    def index():
+        return I.Index(tmp_path / "ws", None, Cache(tmp_path / "cache"))
+
+    first = index().installed_files_containing(str(pkg), ("tests",), needles)
+    assert sorted(os.path.relpath(p, pkg) for p, _ in first) == ["a.py", os.path.join("sub", "c.py")]
+    from attnlens.cache import flush_all
+
+    flush_all()
+
+    def no_full_scan(*a, **k):
+        raise AssertionError("scanned every file again")
+
+    monkeypatch.setattr(I, "iter_py_bytes", no_full_scan)
+    assert index().installed_files_containing(str(pkg), ("tests",), needles) == first
+    monkeypatch.undo()
+    (pkg / "b.py").write_bytes(b"from torch.library import custom_op\n")  # a new match (size changes)
+    again = index().installed_files_containing(str(pkg), ("tests",), needles)
+    assert sorted(os.path.relpath(p, pkg) for p, _ in again) == ["a.py", "b.py", os.path.join("sub", "c.py")]

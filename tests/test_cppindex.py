@@ -18,6 +18,7 @@ from attnlens.cppindex import (
     FileSummary,
     build_index,
     iter_cpp_files,
+    lazy_index,
     parse_schema,
     resolve_namespace,
     summarize_cpp,
@@ -480,6 +481,61 @@ def test_build_index_on_fixture_project_with_cache(tmp_path: Path) -> None:
         raise ValueError("torn")
 
     assert build_index([FIXTURE_PROJECT], load=bad_load).ops() == idx.ops()
+
+
+def _answers(idx: CppIndex, names: list[str]) -> dict:
+    """Every query's answer, as plain data (what a check or a trace reads)."""
+    out = {"ops": idx.ops(), "blocks": [b.to_json() for b in idx.blocks()]}
+    for op in idx.ops():
+        info = idx.op(op)
+        out[op] = (info.schema, [d.to_json() for d in info.defs],
+                   [(i.function, i.dispatch_key, i.definition.to_json() if i.definition else None) for i in info.impls])
+    for n in names:
+        out["f:" + n] = [f.to_json() for f in idx.functions_named(n)]
+    return out
+
+
+@pytest.mark.parametrize("root", [FIXTURE_PROJECT, MINI_METAX_CSRC, HERE.parent / "examples" / "tiny-npu" / "csrc"])
+def test_lazy_index_answers_as_the_whole_index_and_parses_only_what_a_query_needs(root: Path, monkeypatch) -> None:
+    import attnlens.cppindex as ci
+
+    whole = build_index([root])
+    kernels = sorted({f.name for s in whole.summaries for f in s.functions if f.is_kernel})
+    names = kernels + ["no_such_function", "vllm::paged_attention_kernel"]
+    parsed: list[str] = []
+    real = ci.summarize_cpp
+
+    def counting(data, path, extension_name="_C"):
+        parsed.append(Path(path).name)
+        return real(data, path, extension_name)
+
+    monkeypatch.setattr(ci, "summarize_cpp", counting)
+    lazy = lazy_index([root])
+    registering = sorted(Path(s.path).name for s in whole.summaries if s.blocks)
+    assert sorted(parsed) == registering  # up front: only the files that register ops
+    assert lazy.pending_files == len(whole.summaries) - len(registering)
+    ops_only = lazy.op(lazy.ops()[0])  # one op: its bound function's files, not the others
+    assert ops_only is not None and lazy.pending_files > 0
+    monkeypatch.setattr(ci, "summarize_cpp", real)
+    assert _answers(lazy, names) == _answers(whole, names)
+    import pickle
+
+    again = pickle.loads(pickle.dumps(lazy))  # the cache folder's copy (its reader is not pickled)
+    assert again.summarise is None
+    assert _answers(again, names) == _answers(whole, names)
+    left = list(lazy.complete_steps(budget_s=0.0))
+    assert lazy.pending_files == 0 and left[-1:] in ([0], [])
+    assert _answers(lazy, names) == _answers(whole, names)
+
+
+def test_lazy_index_summarise_bound_reads_the_files_defining_every_bound_function() -> None:
+    lazy = lazy_index([FIXTURE_PROJECT])
+    before = lazy.pending_files
+    n = lazy.summarise_bound()
+    assert n > 0 and lazy.pending_files == before - n
+    after = lazy.pending_files
+    lazy.op("_C_cache_ops::reshape_and_cache_flash")  # nothing more to read for an op lookup
+    assert lazy.pending_files == after
 
 
 def test_mini_metax_example() -> None:

@@ -73,6 +73,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -1497,20 +1498,92 @@ def _common_prefix_len(a: str, b: str) -> int:
 
 
 class CppIndex:
-    """Cross-file view over :class:`FileSummary` objects."""
+    """Cross-file view over :class:`FileSummary` objects.
 
-    def __init__(self, summaries: Iterable[FileSummary]):
-        self.summaries: list[FileSummary] = list(summaries)
+    Built with :func:`lazy_index`, only the files that register ops are summarised up front; a file
+    that does not is summarised when a query asks for a function whose name its text contains (a
+    function's name is always spelled in the file that defines it: this index sees no macro-made
+    definitions), so the answers equal those of the index over every file. :meth:`complete_steps`
+    summarises the rest (the server does it in the background)."""
+
+    def __init__(self, summaries: Iterable[FileSummary], pending: dict | None = None, order: dict | None = None,
+                 summarise: Callable[[str, bytes], FileSummary] | None = None):
+        self.summaries: list[FileSummary] = []
         self._defs: dict[str, list[OpDef]] = {}
         self._impls: dict[str, list[OpImpl]] = {}
         self._funcs: dict[str, list[CppFunction]] = {}
-        for s in self.summaries:
-            for d in s.defs:
-                self._defs.setdefault(d.op, []).append(d)
-            for i in s.impls:
-                self._impls.setdefault(i.op, []).append(i)
-            for f in s.functions:
-                self._funcs.setdefault(f.name, []).append(f)
+        self._pending: dict[str, bytes] = dict(pending or {})  # path -> bytes of files not summarised yet
+        self._order: dict[str, int] = dict(order or {})  # path -> position in the file walk (candidate order)
+        self._probed: set[str] = set()  # function names whose defining files are summarised
+        self.summarise = summarise  # (path, bytes) -> FileSummary, for the pending files (not pickled)
+        self._late = False
+        for s in summaries:
+            self._add(s)
+        self._late = True  # from here on a file's functions join each name's candidates in file-walk order
+
+    def _add(self, s: FileSummary) -> None:
+        self.summaries.append(s)
+        for d in s.defs:
+            self._defs.setdefault(d.op, []).append(d)
+        for i in s.impls:
+            self._impls.setdefault(i.op, []).append(i)
+        for f in s.functions:
+            got = self._funcs.setdefault(f.name, [])
+            got.append(f)
+            if self._late and len(got) > 1:
+                got.sort(key=self._walk_key)
+
+    def _walk_key(self, f: CppFunction) -> tuple:
+        return (self._order.get(f.path, len(self._order)), f.line)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["summarise"] = None  # a callable of the process that built it: set again by the reader
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def pending_files(self) -> int:
+        """How many files are not summarised yet."""
+        return len(self._pending)
+
+    def _summarise_pending(self, paths: list[str]) -> None:
+        for path in paths:
+            data = self._pending.pop(path)
+            if self.summarise is not None:
+                self._add(self.summarise(path, data))
+            else:
+                self._add(summarize_cpp(data, path))
+
+    def _defining(self, base: str) -> None:
+        """Summarise the pending files whose text contains ``base`` (they may define a function of that name)."""
+        if base in self._probed:
+            return
+        if self._pending:
+            key = base.encode("utf-8", "surrogateescape")
+            self._summarise_pending([p for p, data in self._pending.items() if key in data])
+        self._probed.add(base)
+
+    def summarise_bound(self) -> int:
+        """Summarise the pending files that may define a function an op registration binds (what
+        :meth:`op` reads); returns how many were summarised."""
+        before = len(self._pending)
+        for impls in list(self._impls.values()):
+            for i in impls:
+                if i.function:
+                    self._defining(_last_name(i.function))
+        return before - len(self._pending)
+
+    def complete_steps(self, budget_s: float | None = None) -> Iterator[int]:
+        """Summarise every pending file, yielding the number left after each ``budget_s`` of work."""
+        t0 = time.perf_counter()
+        while self._pending:
+            self._summarise_pending([next(iter(self._pending))])
+            if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+                yield len(self._pending)
+                t0 = time.perf_counter()
 
     # -- queries -----------------------------------------------------------
     def ops(self) -> list[str]:
@@ -1523,6 +1596,7 @@ class CppIndex:
         """Definitions whose unqualified name is ``name`` (a qualified ``ns::f`` or
         ``f<T>`` is reduced to ``f`` and then filtered by the qualifier)."""
         base = _last_name(name)
+        self._defining(base)
         cands = list(self._funcs.get(base, []))
         qual = _strip_template_args(_WS_RE.sub("", name)).lstrip(":").lstrip("&")
         if "::" in qual:
@@ -1650,23 +1724,72 @@ def iter_file_summaries(
                 data = f.read_bytes()
             except OSError:
                 continue
-            sha = hashlib.sha256(data).hexdigest()
-            summary: FileSummary | None = None
-            if load is not None:
-                try:
-                    summary = load(sha)
-                except Exception:  # noqa: BLE001 - a broken cache is a miss
-                    summary = None
-                if summary is not None and (not isinstance(summary, FileSummary) or summary.sha256 != sha):
-                    summary = None
-            if summary is None:
-                summary = summarize_cpp(data, spath, extension_name)
-                if store is not None:
-                    try:
-                        store(sha, summary)
-                    except Exception:  # noqa: BLE001
-                        pass
-            yield summary.with_path(spath)
+            yield summary_of(spath, data, load, store, extension_name)
+
+
+def summary_of(
+    path: str,
+    data: bytes,
+    load: Callable[[str], FileSummary | None] | None = None,
+    store: Callable[[str, FileSummary], None] | None = None,
+    extension_name: str = "_C",
+) -> FileSummary:
+    """The :class:`FileSummary` of one file's bytes: ``load(sha256)``'s when it gives one for that content
+    (re-pathed), else a fresh parse handed to ``store(sha256, summary)``. Cache errors are misses."""
+    sha = hashlib.sha256(data).hexdigest()
+    summary: FileSummary | None = None
+    if load is not None:
+        try:
+            summary = load(sha)
+        except Exception:  # noqa: BLE001 - a broken cache is a miss
+            summary = None
+        if summary is not None and (not isinstance(summary, FileSummary) or summary.sha256 != sha):
+            summary = None
+    if summary is None:
+        summary = summarize_cpp(data, path, extension_name)
+        if store is not None:
+            try:
+                store(sha, summary)
+            except Exception:  # noqa: BLE001
+                pass
+    return summary.with_path(path)
+
+
+def lazy_index(
+    paths: Iterable[Path],
+    load: Callable[[str], FileSummary | None] | None = None,
+    store: Callable[[str, FileSummary], None] | None = None,
+    extension_name: str = "_C",
+) -> CppIndex:
+    """A :class:`CppIndex` over the files of ``paths`` (as :func:`build_index`) that summarises only the
+    files that register ops now (their text matches a registration block), the others when a query
+    needs them (see :class:`CppIndex`): on the real vLLM-MetaX checkout 7 of 146 files up front, and a
+    check asks for functions that 21 more define."""
+    seen: set[str] = set()
+    order: dict[str, int] = {}
+    eager: list[FileSummary] = []
+    pending: dict[str, bytes] = {}
+    for p in paths:
+        p = Path(p)
+        for f in (iter_cpp_files(p) if p.is_dir() else [p]):
+            spath = str(f)
+            if spath in seen:
+                continue
+            seen.add(spath)
+            try:
+                data = f.read_bytes()
+            except OSError:
+                continue
+            order[spath] = len(order)
+            if _BLOCK_RE.search(data):
+                eager.append(summary_of(spath, data, load, store, extension_name))
+            else:
+                pending[spath] = data
+
+    def summarise(path: str, data: bytes) -> FileSummary:
+        return summary_of(path, data, load, store, extension_name)
+
+    return CppIndex(eager, pending=pending, order=order, summarise=summarise)
 
 
 def build_index(

@@ -850,6 +850,32 @@ class Index:
         self._carried[key] = (gen, obs, value)
         return value
 
+    def installed_files_containing(self, folder: str, skip_dirs: tuple, needles: tuple) -> list:
+        """(path, bytes) of the ``.py`` files under ``folder`` (installed code, as :func:`iter_py_bytes`
+        walks it) whose bytes contain one of ``needles``. The matching paths are kept in the cache folder
+        with the stamp of every file walked: a later process (the cold check's second checker, the next
+        run) stats the files and reads only the matching ones (vLLM 0.26.0: 180 of 2,209 files; 0.13 s to
+        read and test them all, 0.02 s to stat them)."""
+        import hashlib
+
+        key = hashlib.sha1(repr((folder, skip_dirs, needles)).encode()).hexdigest()[:24]
+        name = f"textscan-{key}"
+        stamps = tuple(_iter_py_stamps(folder, skip_dirs))
+        hit = self.cache.load_pickle("derived", name)
+        if hit is not None and hit[0] == stamps:
+            out = []
+            for p in hit[1]:
+                try:
+                    with open(p, "rb") as f:
+                        out.append((p, f.read()))
+                except OSError:
+                    break
+            else:
+                return out
+        out = [(p, data) for p, data in iter_py_bytes(folder, skip_dirs) if any(n in data for n in needles)]
+        self.cache.store_pickle("derived", name, (stamps, tuple(p for p, _ in out)))
+        return out
+
     def outside_memo(self, key, fn):
         """``fn()`` memoised until something outside the workspace's Python modules changes
         (:attr:`outside_generation`): for answers that read only installed code, or that name the
@@ -928,6 +954,22 @@ def iter_py_bytes(top: str, skip_dirs: tuple = ()) -> Iterator[tuple[str, bytes]
                     yield p, f.read()
             except OSError:
                 continue
+
+
+def _iter_py_stamps(top: str, skip_dirs: tuple = ()) -> Iterator[tuple[str, int, int]]:
+    """(path, mtime_ns, size) of the files :func:`iter_py_bytes` reads, in its order, without reading them."""
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")) and d not in skip_dirs)
+        for fn in filenames:
+            if not fn.endswith(".py"):
+                continue
+            p = os.path.join(dirpath, fn)
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                yield p, st.st_mtime_ns, st.st_size
 
 
 def _listdir(p: Path) -> list[str]:

@@ -36,7 +36,7 @@ import ast
 import functools
 import operator
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from .pyrecover import Parsed, parse_tolerant, syntax_issue
 
@@ -47,6 +47,21 @@ from .pyrecover import Parsed, parse_tolerant, syntax_issue
 Guard = tuple  # (kind, text, line): kind in if/else/try/except/typecheck
 
 
+def _pickled_by_fields(cls):
+    """Pickle ``cls`` as its constructor and the tuple of its field values: summaries are most of a cold
+    check's cache writes and a warm start's reads, and the default (a dict of slot names per object)
+    costs 1.5x the time to write, 2x to read and 1.7x the bytes (386 summaries of the real checkout:
+    dumps 0.44 -> 0.29 s, loads 0.33 -> 0.15 s, 13.8 -> 8.2 MB)."""
+    get = operator.attrgetter(*(f.name for f in fields(cls)))
+
+    def __reduce__(self):
+        return cls, get(self)
+
+    cls.__reduce__ = __reduce__
+    return cls
+
+
+@_pickled_by_fields
 @dataclass(slots=True)
 class Binding:
     name: str
@@ -63,6 +78,7 @@ class Binding:
     scope: str = ""  # for a module global assigned inside a function (`global x`): that function
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class Param:
     name: str
@@ -71,6 +87,7 @@ class Param:
     annotation: str | None = None
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class Decorator:
     func: str  # dotted text of the decorator callee ('' when complex)
@@ -106,6 +123,7 @@ def triton_decorated(decorators, wrappers: bool = True) -> bool:
     return any(d.func.rpartition(".")[2] in names for d in decorators)
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class CallSite:
     line: int
@@ -133,6 +151,7 @@ class CallSite:
     subscript: str = ""  # `f[<this>](...)`: the subscript's source text (a grid, or a dict key)
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class FunctionInfo:
     qualname: str
@@ -164,6 +183,7 @@ class FunctionInfo:
     attr_sets: tuple = ()
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class ClassInfo:
     qualname: str
@@ -185,6 +205,7 @@ class ClassInfo:
     inst_ann: dict = field(default_factory=dict)  # name -> annotation text of `self.x: T = ...` in a method
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class Ref:
     line: int
@@ -195,6 +216,7 @@ class Ref:
     scope: str
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class AttrPatch:
     """``mod.attr = value`` / ``setattr(mod, "attr", value)`` at module level, or inside a function
@@ -208,6 +230,7 @@ class AttrPatch:
     scope: str = ""  # the function that makes the assignment ('' at module level)
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class ModuleSummary:
     path: str

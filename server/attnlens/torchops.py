@@ -126,29 +126,48 @@ class OpRegistry:
             pass
         return self._cpp
 
+    def cpp_with_bound(self):
+        """:meth:`cpp` with the files defining every op-bound function summarised too, stored so that a
+        process reading the index from the cache folder next has them (the cold CLI check's worker)."""
+        cpp = self.cpp()
+        if getattr(cpp, "pending_files", 0) and cpp.summarise_bound() and self._cpp_fp is not None \
+                and not self.r.index.has_overlays():
+            self.r.index.cache.store_pickle("derived", f"cpp-{self._cpp_fp}", cpp)
+        return cpp
+
     def cpp_warm_steps(self, budget_s: float = 0.05):
-        """Build the C++ index a few files at a time (yields the number of files done after each
-        ``budget_s`` of work): background indexing in the server never holds its one analysis
-        thread for the whole C++ tree. Afterwards :meth:`cpp` returns the index at once."""
+        """Build the C++ index, then summarise its remaining files a few at a time (yields the number of
+        files summarised so far after each ``budget_s`` of work): background indexing in the server never
+        holds its one analysis thread for the whole C++ tree, and a later query parses no C++ file.
+        Afterwards :meth:`cpp` returns the index at once."""
         if self._cpp is None:
             yield from self._build_cpp(budget_s)
+        cpp = self._cpp
+        if getattr(cpp, "pending_files", 0):
+            for _ in cpp.complete_steps(budget_s):
+                yield len(cpp.summaries)
+            if not self.r.index.has_overlays() and self._cpp_fp is not None:
+                self.r.index.cache.store_pickle("derived", f"cpp-{self._cpp_fp}", cpp)  # the next start loads it whole
+
+    _cpp_fp: str | None = None  # the fingerprint of the C++ files the index was built from
 
     def _build_cpp(self, budget_s: float | None):
-        """Set ``self._cpp``: the whole index from the cache when no C++ file changed, else from
-        per-file summaries (cached by content). Yields progress every ``budget_s`` (never when None)."""
+        """Set ``self._cpp``: the index from the cache when no C++ file changed, else a lazy index
+        (:func:`cppindex.lazy_index`: the files that register ops summarised now, each cached by
+        content; the others when a query names a function their text spells). Yields progress every
+        ``budget_s`` (never when None)."""
         try:
             from . import cppindex
         except Exception:  # pragma: no cover - tree-sitter missing
             self._cpp = _EmptyCpp()
             return
         import hashlib
-        import time
 
         cache = self.r.index.cache
         files = list(cppindex.iter_cpp_files(self.r.index.root))
         self._cpp_files = files
         h = hashlib.sha1()
-        h.update(f"format={cppindex.SUMMARY_FORMAT}\n".encode())
+        h.update(f"format={cppindex.SUMMARY_FORMAT}|lazy\n".encode())
         for f in sorted(files):
             try:
                 st = os.stat(f)
@@ -156,24 +175,28 @@ class OpRegistry:
             except OSError:
                 pass
         fp = h.hexdigest()[:24]
+        self._cpp_fp = fp
         whole = cache.load_pickle("derived", f"cpp-{fp}")
-        if whole is not None:
+        if isinstance(whole, cppindex.CppIndex):
+            whole.summarise = self._cpp_summarise
             self._cpp = whole
             return
-        summaries = []
-        t0 = time.perf_counter()
         try:
-            for s in cppindex.iter_file_summaries(files, load=self._cpp_load, store=self._cpp_store):
-                summaries.append(s)
-                if budget_s is not None and time.perf_counter() - t0 >= budget_s:
-                    yield len(summaries)
-                    t0 = time.perf_counter()
-            index = cppindex.CppIndex(summaries)
+            index = cppindex.lazy_index(files, load=self._cpp_load, store=self._cpp_store)
         except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
             self._cpp = _EmptyCpp()
             return
+        index.summarise = self._cpp_summarise
         self._cpp = index
         cache.store_pickle("derived", f"cpp-{fp}", index)
+        if budget_s is not None:
+            yield len(index.summaries)
+
+    def _cpp_summarise(self, path: str, data: bytes):
+        """The lazy C++ index's reader of a pending file (cached by content, as every C++ summary)."""
+        from . import cppindex
+
+        return cppindex.summary_of(path, data, self._cpp_load, self._cpp_store)
 
     def _cpp_load(self, sha: str):
         from . import cppindex
@@ -333,11 +356,9 @@ class OpRegistry:
         once until something outside the workspace changes (``Index.outside_memo``: reading every file of
         vLLM was 115 ms after each edit of the workspace); the per-op search then scans only these."""
         def compute():
-            from .index import iter_py_bytes
-
-            return [(p, data) for p, data in iter_py_bytes(folder, ("tests", "benchmarks"))
-                    if b"register_custom_op" in data or b"custom_op" in data or b"Library(" in data
-                    or b"torch.library" in data]
+            # "custom_op" also covers "register_custom_op"
+            return self.r.index.installed_files_containing(folder, ("tests", "benchmarks"),
+                                                           (b"custom_op", b"Library(", b"torch.library"))
 
         return self.r.index.outside_memo(("torchops.installed_registering", pkg, folder), compute)
 

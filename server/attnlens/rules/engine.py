@@ -1043,9 +1043,14 @@ def _prefetch_child(ws, wfd: int, stop=None) -> None:  # pragma: no cover - runs
     ws.cache.flush()
     if debug:
         print(f"[prefetch] workspace {time.perf_counter() - t0:.2f}s", file=sys.stderr)
-    # 2. the C++ index (modules whose checks need it earlier are checked again after the signal)
+    # 2. the C++ index (modules whose checks need it earlier are checked again after the signal), with the
+    #    files defining op-bound functions (the checks' op lookups read them)
     try:
-        ws.query.cpp_index()
+        ws.query.cpp_index_with_bound()
+    except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
+        pass
+    try:  # the installed files that register ops from Python, found once for both checkers (kept in the cache)
+        ws.query.installed_modules_matching("vllm", lambda data: False)
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
         pass
     ws.cache.flush()  # the parent reads the C++ index back from the cache once signalled
