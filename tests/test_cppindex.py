@@ -528,16 +528,6 @@ def test_lazy_index_answers_as_the_whole_index_and_parses_only_what_a_query_need
     assert _answers(lazy, names) == _answers(whole, names)
 
 
-def test_lazy_index_summarise_bound_reads_the_files_defining_every_bound_function() -> None:
-    lazy = lazy_index([FIXTURE_PROJECT])
-    before = lazy.pending_files
-    n = lazy.summarise_bound()
-    assert n > 0 and lazy.pending_files == before - n
-    after = lazy.pending_files
-    lazy.op("_C_cache_ops::reshape_and_cache_flash")  # nothing more to read for an op lookup
-    assert lazy.pending_files == after
-
-
 def test_mini_metax_example() -> None:
     if not MINI_METAX_CSRC.is_dir():
         pytest.skip("examples/mini-metax/csrc not present")

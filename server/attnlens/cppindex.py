@@ -1566,16 +1566,6 @@ class CppIndex:
             self._summarise_pending([p for p, data in self._pending.items() if key in data])
         self._probed.add(base)
 
-    def summarise_bound(self) -> int:
-        """Summarise the pending files that may define a function an op registration binds (what
-        :meth:`op` reads); returns how many were summarised."""
-        before = len(self._pending)
-        for impls in list(self._impls.values()):
-            for i in impls:
-                if i.function:
-                    self._defining(_last_name(i.function))
-        return before - len(self._pending)
-
     def complete_steps(self, budget_s: float | None = None) -> Iterator[int]:
         """Summarise every pending file, yielding the number left after each ``budget_s`` of work."""
         t0 = time.perf_counter()

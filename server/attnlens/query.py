@@ -286,10 +286,6 @@ class Query:
         while a worker of the caller builds it."""
         return self.ws.resolver.ops.cpp()
 
-    def cpp_index_with_bound(self):
-        """:meth:`cpp_index` with the files that define op-bound functions read as well (and stored)."""
-        return self.ws.resolver.ops.cpp_with_bound()
-
     def cpp_op(self, qualname: str):
         """The C++ index's facts of one op (``ns::name``), or None; raises as :meth:`cpp_index`."""
         return self.ws.resolver.ops.cpp().op(qualname)

@@ -126,15 +126,6 @@ class OpRegistry:
             pass
         return self._cpp
 
-    def cpp_with_bound(self):
-        """:meth:`cpp` with the files defining every op-bound function summarised too, stored so that a
-        process reading the index from the cache folder next has them (the cold CLI check's worker)."""
-        cpp = self.cpp()
-        if getattr(cpp, "pending_files", 0) and cpp.summarise_bound() and self._cpp_fp is not None \
-                and not self.r.index.has_overlays():
-            self.r.index.cache.store_pickle("derived", f"cpp-{self._cpp_fp}", cpp)
-        return cpp
-
     def cpp_warm_steps(self, budget_s: float = 0.05):
         """Build the C++ index, then summarise its remaining files a few at a time (yields the number of
         files summarised so far after each ``budget_s`` of work): background indexing in the server never

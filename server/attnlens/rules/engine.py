@@ -1043,10 +1043,9 @@ def _prefetch_child(ws, wfd: int, stop=None) -> None:  # pragma: no cover - runs
     ws.cache.flush()
     if debug:
         print(f"[prefetch] workspace {time.perf_counter() - t0:.2f}s", file=sys.stderr)
-    # 2. the C++ index (modules whose checks need it earlier are checked again after the signal), with the
-    #    files defining op-bound functions (the checks' op lookups read them)
+    # 2. the C++ index (modules whose checks need it earlier are checked again after the signal)
     try:
-        ws.query.cpp_index_with_bound()
+        ws.query.cpp_index()
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
         pass
     try:  # the installed files that register ops from Python, found once for both checkers (kept in the cache)
@@ -1064,6 +1063,8 @@ def _prefetch_child(ws, wfd: int, stop=None) -> None:  # pragma: no cover - runs
     # 3. installed modules the workspace imports, those at the top of a file first (the registry and the
     #    import checks resolve them), until the checkers take over
     first, rest = _upstream_imports(idx, stdlib)
+    if debug:
+        print(f"[prefetch] upstream imports {time.perf_counter() - t0:.2f}s ({len(first)} + {len(rest)})", file=sys.stderr)
     summarise(first)
     summarise(rest)
     # 4. the remaining rule facts, from the end (when the parent has not taken over yet)
