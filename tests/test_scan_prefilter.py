@@ -160,3 +160,58 @@ def test_the_patch_table_equals_the_whole_scan(tmp_path, example):
     finally:
         del idx.workspace_modules_matching
     assert got and {k: repr(v) for k, v in got.items()} == {k: repr(v) for k, v in want.items()}
+
+
+def _hook_and_platform_workspace(tmp_path):
+    """A plugin workspace with decoys for the import-hook and platform scans: modules that call
+    ``__import__(name)`` or mention ``Platform`` without an import hook or a Platform subclass, and one
+    of each real shape (``builtins.__import__ = hook``, ``sys.modules["x"] = m``, ``class P(Platform)`` with
+    the base on its own line)."""
+    root = tmp_path / "ws"
+    pkg = root / "hookpkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a_decoy.py").write_text("def load(n):\n    return __import__(n)\n\n# the Platform of the day\nPLATFORM = 'x'\n")
+    (pkg / "b_decoy.py").write_text("import sys\nm = sys.modules['os']\nif sys.modules['os'] == m:\n    pass\n"
+                                    "from vllm.platforms.interface import Platform\nP = Platform\n")
+    (pkg / "hook.py").write_text("import builtins\nimport sys\nimport hookpkg.real as real\n\n"
+                                 "_MAP = {'flash_attn': 'hookpkg.real'}\n_orig = builtins.__import__\n\n\n"
+                                 "def _hook(name, *a, **k):\n    return _orig(_MAP.get(name, name), *a, **k)\n\n\n"
+                                 "builtins.__import__ = _hook\nsys.modules['fa_alias'] = real\n")
+    (pkg / "real.py").write_text("X = 1\n")
+    (pkg / "zplatform.py").write_text("from vllm.platforms.interface import (\n    Platform,\n)\n\n\n"
+                                      "class HookPlatform(\n    Platform,\n):\n    device_name = 'hook'\n")
+    return root
+
+
+def test_import_hook_and_platform_scans_summarise_only_modules_that_spell_them(tmp_path):
+    root = _hook_and_platform_workspace(tmp_path)
+    ws = Workspace(root, python=sys.executable, cache_dir=tmp_path / "c1")
+    hooks = ws.resolver.import_map()
+    assert hooks == {"flash_attn": ("hookpkg.real", str(root / "hookpkg" / "hook.py"), 13),
+                     "fa_alias": ("hookpkg.real", str(root / "hookpkg" / "hook.py"), 14)}
+    info = ws.resolver.profile.info
+    assert info.class_paths == ["hookpkg.zplatform.HookPlatform"]
+    assert not ws.index.is_loaded("hookpkg.a_decoy") and not ws.index.is_loaded("hookpkg.b_decoy")
+    # the same answers with every module loaded first
+    full = Workspace(root, python=sys.executable, cache_dir=tmp_path / "c2")
+    for n in sorted(full.index.ws_files):
+        full.index.module(n)
+    assert full.resolver.import_map() == hooks
+    assert full.resolver.profile.info.class_paths == info.class_paths
+
+
+def test_realpath_memo_equals_os_realpath(tmp_path):
+    """Index.realpath resolves a file through its folder's memoised real path and one lstat of the file."""
+    from attnlens.cache import Cache
+    from attnlens.index import Index
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f.py").write_text("")
+    os.symlink(tmp_path / "a" / "b", tmp_path / "lnk")
+    os.symlink(tmp_path / "a" / "b" / "f.py", tmp_path / "a" / "g.py")
+    idx = Index(tmp_path, None, Cache(None))
+    t = str(tmp_path)
+    for p in (f"{t}/a/b/f.py", f"{t}/lnk/f.py", f"{t}/a/g.py", f"{t}/a/b/../b/f.py", f"{t}/a/missing.py",
+              f"{t}/lnk/../x.py", "rel/x.py", f"{t}//a//b/f.py", "/", f"{t}/a/", f"{t}/lnk"):
+        assert idx.realpath(p) == os.path.realpath(p), p

@@ -159,7 +159,9 @@ class PlatformProfile:
             info.class_paths = paths
         else:
             # fall back: a workspace class deriving from vllm's Platform
-            for m in self.r.index.workspace_modules_matching(rb"\bPlatform\b"):
+            # (only modules with a class statement whose bases spell Platform are summarised: upstream vLLM as
+            # the workspace summarised the 11 modules before vllm.platforms.cpu that merely mention it)
+            for m in self.r.index.workspace_modules_matching(rb"\bclass\s+\w+\s*\([^)]*\bPlatform\b"):
                 for q, c in m.summary.classes.items():
                     if any(b.rpartition(".")[2] == "Platform" for b in c.bases):
                         info.class_paths = [f"{m.name}.{q}"]

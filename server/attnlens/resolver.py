@@ -57,6 +57,14 @@ TRIVIAL_ROOTS = frozenset({
 })
 
 
+# what a module whose summary holds an import hook ``import_map`` reads must spell: an assignment to
+# ``sys.modules[...]`` or to an ``.__import__`` attribute, or ``"__import__"`` (``setattr(builtins, "__import__",
+# hook)``). A superset decided on the text (a plain ``__import__(name)`` call does not count): on upstream vLLM as
+# the workspace 3 modules instead of 8 are summarised for it, and each alternative has a literal the scan needs
+# (``Index.text_matches``' pre-test)
+_IMPORT_HOOK_TEXT = rb"(?<![\w.])sys\.modules\[[^\]]*\]\s*=(?!=)|\.__import__\s*=(?!=)|[\"']__import__[\"']"
+
+
 class Resolver:
     """Static evaluation of plugin code against the installed vLLM: names, attributes and calls to
     :class:`~attnlens.walk.Val` values, and calls to trees of hops ending in leaves (:class:`model.Chain`).
@@ -894,7 +902,7 @@ class Resolver:
             return memo[1]
         out: dict = {}
         self._import_map_memo = (gen, out)
-        for m in self.index.workspace_modules_matching(rb"__import__|sys\.modules\["):
+        for m in self.index.workspace_modules_matching(_IMPORT_HOOK_TEXT):
             for ap in m.summary.attr_patches:
                 if ap.target.startswith("sys.modules[") and ap.value:
                     try:
