@@ -163,9 +163,10 @@ class Index:
                 if p.is_dir() and not p.is_symlink():
                     if (p / "pyvenv.cfg").exists() or not (p / "__init__.py").exists():
                         continue
-                    for f in _walk_py(p):
-                        rel = Path(f).relative_to(base).with_suffix("")
-                        parts = list(rel.parts)
+                    prefix = os.path.join(str(base), "")
+                    for f in _walk_py(p):  # paths under base ending in .py (string slicing: no Path per file)
+                        rel = f[len(prefix):-3] if f.startswith(prefix) else str(Path(f).relative_to(base).with_suffix(""))
+                        parts = rel.split(os.sep)
                         if parts[-1] == "__init__":
                             parts.pop()
                         if all(x.isidentifier() for x in parts):
@@ -544,10 +545,21 @@ class Index:
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     env=env, close_fds=True)
             assert proc.stdin is not None
-            proc.stdin.write(("\n".join(todo) + "\n\n").encode("utf-8", "surrogateescape"))
-            proc.stdin.flush()  # the pipe stays open: closing it tells the helper to stop
         except (OSError, ValueError):
             return False
+        data = ("\n".join(todo) + "\n\n").encode("utf-8", "surrogateescape")
+        stdin = proc.stdin
+
+        def feed() -> None:
+            # from a thread: the list (110 KB for upstream vLLM) is more than a pipe holds, and the write
+            # waited for the helper's interpreter to start and read it (60 ms of the server's first request)
+            try:
+                stdin.write(data)
+                stdin.flush()  # the pipe stays open: closing it tells the helper to stop
+            except (OSError, ValueError):
+                pass
+
+        threading.Thread(target=feed, name="attnlens-helper-feed", daemon=True).start()
         self._helper = proc
         return True
 
