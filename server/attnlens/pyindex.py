@@ -37,6 +37,7 @@ import functools
 import operator
 import sys
 from dataclasses import dataclass, field, fields
+from sys import intern as _intern
 
 from .pyrecover import Parsed, parse_tolerant, syntax_issue
 
@@ -308,6 +309,14 @@ class ModuleSummary:
 _Attribute, _Name, _Constant, _Starred = ast.Attribute, ast.Name, ast.Constant, ast.Starred
 
 
+_EMPTY_FROZENSET = frozenset()
+
+
+def _frozen(items) -> frozenset:
+    """``frozenset(items)``, the one shared empty frozenset when empty (29,000 of them for upstream vLLM)."""
+    return frozenset(items) if items else _EMPTY_FROZENSET
+
+
 def dotted(node: ast.AST) -> str | None:
     """``a.b.c`` for Name/Attribute chains, else None. (The summary builder's most called helper: exact type
     tests, since the parser makes no subclasses of these nodes.)"""
@@ -324,7 +333,7 @@ def dotted(node: ast.AST) -> str | None:
     if t is _Name:
         parts.append(node.id)
         parts.reverse()
-        return ".".join(parts)
+        return _intern(".".join(parts))  # one string per text (the parser interns the names themselves)
     return None
 
 
@@ -532,6 +541,12 @@ class _Builder:
         self._names = []
         self._lambda_done: set = set()  # ids of Lambda nodes summarised as functions (their bodies are their own scope)
         self._nonlocals: dict[str, frozenset] = {}  # function qualname -> names it declares `nonlocal`
+        # one object per equal value within a summary, for the fields that repeat most (call sites' literal
+        # and argument texts, guards, line numbers above the interpreter's small-int cache): upstream vLLM's
+        # 2,234 summaries held 900,000 tuples of 270,000 values and 660,000 ints of 6,400. Only tuples of
+        # texts, None and guard triples go in (no bools: True == 1 would merge them)
+        self._tup = {}.setdefault
+        self._int = {}.setdefault
 
     # -- positions ---------------------------------------------------------
     def pos(self, node) -> tuple[int, int]:
@@ -546,6 +561,14 @@ class _Builder:
 
     # -- bindings ------------------------------------------------------------
     def bind(self, b: Binding) -> None:
+        if b.guards:
+            b.guards = self._tup(b.guards, b.guards)
+        if b.str_args:
+            b.str_args = self._tup(b.str_args, b.str_args)
+        if b.alternatives and type(b.alternatives[0]) is str:
+            b.alternatives = self._tup(b.alternatives, b.alternatives)
+        if b.line > 256:
+            b.line = self._int(b.line, b.line)
         if self.scope and b.name in self.scope[-1].globals_:
             # `global x; x = ...` inside a function: a lazily filled module global
             b.scope = self.scope[-1].qualname
@@ -876,7 +899,7 @@ class _Builder:
         try:
             self.expr(body, in_return=True)
         finally:
-            fi.names_read = frozenset(self._names.pop())
+            fi.names_read = _frozen(self._names.pop())
             self.qual.pop()
             self.scope.pop()
             self.guards = saved
@@ -1025,8 +1048,8 @@ class _Builder:
         fi.return_alts = tuple(alts)
         if const_ok and len(consts) == 1 and rets:
             fi.returns_const = next(iter(consts))
-        fi.names_read = frozenset(names)
-        fi.kw_reads = frozenset(kw_reads)
+        fi.names_read = _frozen(names)
+        fi.kw_reads = _frozen(kw_reads)
         fi.returns_names = tuple(r for r in rets if r and "." not in r and r.isidentifier())
 
     def _ann(self, p) -> str | None:
@@ -1207,20 +1230,24 @@ class _Builder:
             sub = " ".join((self.seg(f.slice) or "").split())
         # `a.items[k].run(...)`: the callee through a subscript, key elided (`a.items[].run`); still walked as an expression
         func = fd or (_chain_text(f) if isinstance(f, ast.Attribute) else "")
+        tup, num = self._tup, self._int
         if args:
-            str_args = tuple(a.value if type(a) is _Constant and type(a.value) is str else None for a in args)
-            arg_texts = tuple([_literal_text(a) for a in args])
+            str_args = tup(t := tuple([a.value if type(a) is _Constant and type(a.value) is str else None for a in args]), t)
+            arg_texts = tup(t := tuple([_literal_text(a) for a in args]), t)
         else:
             str_args = arg_texts = ()
         if kws:
-            keywords = tuple([k.arg for k in kws if k.arg])
-            kw_texts = tuple([(k.arg, _literal_text(k.value)) for k in kws if k.arg])
+            keywords = tup(t := tuple([k.arg for k in kws if k.arg]), t)
+            kw_texts = tup(t := tuple([(k.arg, _literal_text(k.value)) for k in kws if k.arg]), t)
         else:
             keywords = kw_texts = ()
+        guards = tup(t := tuple(self.guards), t) if self.guards else ()
+        if line > 256:
+            line, el, fl, fel = num(line, line), num(el, el), num(fl, fl), num(fel, fel)
         cs = CallSite(
             line, col, el, ec, fl, fc, fel, fec, func, fi.qualname if fi is not None else "", launch,
             len(args) - n_starred, keywords, n_starred > 0, star_kwargs, str_args, arg_texts, kw_texts,
-            tuple(self.guards), forwards, in_return, assigned_to, sub,
+            guards, forwards, in_return, assigned_to, sub,
         )
         idx = len(self.s.calls)
         self.s.calls.append(cs)
