@@ -523,6 +523,9 @@ def test_lazy_index_answers_as_the_whole_index_and_parses_only_what_a_query_need
     again = pickle.loads(pickle.dumps(lazy))  # the cache folder's copy (its reader is not pickled)
     assert again.summarise is None
     assert _answers(again, names) == _answers(whole, names)
+    fresh = pickle.loads(pickle.dumps(lazy_index([root])))  # a copy that still has every file to read
+    assert fresh.pending_files == lazy_index([root]).pending_files
+    assert _answers(fresh, names) == _answers(whole, names)
     left = list(lazy.complete_steps(budget_s=0.0))
     assert lazy.pending_files == 0 and left[-1:] in ([0], [])
     assert _answers(lazy, names) == _answers(whole, names)

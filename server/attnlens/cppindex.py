@@ -1515,6 +1515,7 @@ class CppIndex:
         self._pending: dict[str, bytes] = dict(pending or {})  # path -> bytes of files not summarised yet
         self._order: dict[str, int] = dict(order or {})  # path -> position in the file walk (candidate order)
         self._probed: set[str] = set()  # function names whose defining files are summarised
+        self._rank: dict[int, tuple] = {}  # id(function) -> (file's walk position, position in its file)
         self.summarise = summarise  # (path, bytes) -> FileSummary, for the pending files (not pickled)
         self._late = False
         for s in summaries:
@@ -1527,22 +1528,28 @@ class CppIndex:
             self._defs.setdefault(d.op, []).append(d)
         for i in s.impls:
             self._impls.setdefault(i.op, []).append(i)
-        for f in s.functions:
+        rank = self._order.get(s.path, len(self._order))
+        for i, f in enumerate(s.functions):
             got = self._funcs.setdefault(f.name, [])
             got.append(f)
+            self._rank[id(f)] = (rank, i)
             if self._late and len(got) > 1:
                 got.sort(key=self._walk_key)
 
     def _walk_key(self, f: CppFunction) -> tuple:
-        return (self._order.get(f.path, len(self._order)), f.line)
+        """Where a whole index lists ``f`` among its name's candidates: its file's place in the walk, then its own."""
+        return self._rank[id(f)]
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["summarise"] = None  # a callable of the process that built it: set again by the reader
+        state["_rank"] = None  # keyed by object id: made again by the reader
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self._rank = {id(f): (self._order.get(s.path, len(self._order)), i)
+                      for s in self.summaries for i, f in enumerate(s.functions)}
 
     @property
     def pending_files(self) -> int:

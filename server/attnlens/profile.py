@@ -160,8 +160,9 @@ class PlatformProfile:
         else:
             # fall back: a workspace class deriving from vllm's Platform
             # (only modules with a class statement whose bases spell Platform are summarised: upstream vLLM as
-            # the workspace summarised the 11 modules before vllm.platforms.cpu that merely mention it)
-            for m in self.r.index.workspace_modules_matching(rb"\bclass\s+\w+\s*\([^)]*\bPlatform\b"):
+            # the workspace summarised the 11 modules before vllm.platforms.cpu that merely mention it; a `)`
+            # in a comment between the class name and the base is the one spelling this text test misses)
+            for m in self.r.index.workspace_modules_matching(rb"\bclass\s+[^\s(:]+\s*\([^)]*\bPlatform\b"):
                 for q, c in m.summary.classes.items():
                     if any(b.rpartition(".")[2] == "Platform" for b in c.bases):
                         info.class_paths = [f"{m.name}.{q}"]

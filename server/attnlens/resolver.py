@@ -59,9 +59,10 @@ TRIVIAL_ROOTS = frozenset({
 
 # what a module whose summary holds an import hook ``import_map`` reads must spell: an assignment to
 # ``sys.modules[...]`` or to an ``.__import__`` attribute, or ``"__import__"`` (``setattr(builtins, "__import__",
-# hook)``). A superset decided on the text (a plain ``__import__(name)`` call does not count): on upstream vLLM as
-# the workspace 3 modules instead of 8 are summarised for it, and each alternative has a literal the scan needs
-# (``Index.text_matches``' pre-test)
+# hook)``). Decided on the text (a plain ``__import__(name)`` call does not count): on upstream vLLM as the
+# workspace 3 modules instead of 8 are summarised for it, and each alternative has a literal the scan needs
+# (``Index.text_matches``' pre-test). It holds every usual spelling; it misses whitespace or parentheses inside
+# ``sys.modules[`` or before ``.__import__``, and a line continuation before the ``=``
 _IMPORT_HOOK_TEXT = rb"(?<![\w.])sys\.modules\[[^\]]*\]\s*=(?!=)|\.__import__\s*=(?!=)|[\"']__import__[\"']"
 
 
