@@ -1497,6 +1497,10 @@ def _common_prefix_len(a: str, b: str) -> int:
     return n
 
 
+def _rank_of(entry: tuple) -> tuple:
+    return entry[0], entry[1]
+
+
 class CppIndex:
     """Cross-file view over :class:`FileSummary` objects.
 
@@ -1511,16 +1515,15 @@ class CppIndex:
         self.summaries: list[FileSummary] = []
         self._defs: dict[str, list[OpDef]] = {}
         self._impls: dict[str, list[OpImpl]] = {}
-        self._funcs: dict[str, list[CppFunction]] = {}
+        # name -> (file's place in the walk, place in its file, function), kept sorted: a file summarised late (a
+        # lazy index's) lands where the whole index lists its functions
+        self._funcs: dict[str, list[tuple[int, int, CppFunction]]] = {}
         self._pending: dict[str, bytes] = dict(pending or {})  # path -> bytes of files not summarised yet
-        self._order: dict[str, int] = dict(order or {})  # path -> position in the file walk (candidate order)
+        self._order: dict[str, int] = dict(order or {})  # path -> position in the file walk
         self._probed: set[str] = set()  # function names whose defining files are summarised
-        self._rank: dict[int, tuple] = {}  # id(function) -> (file's walk position, position in its file)
         self.summarise = summarise  # (path, bytes) -> FileSummary, for the pending files (not pickled)
-        self._late = False
         for s in summaries:
             self._add(s)
-        self._late = True  # from here on a file's functions join each name's candidates in file-walk order
 
     def _add(self, s: FileSummary) -> None:
         self.summaries.append(s)
@@ -1528,28 +1531,14 @@ class CppIndex:
             self._defs.setdefault(d.op, []).append(d)
         for i in s.impls:
             self._impls.setdefault(i.op, []).append(i)
-        rank = self._order.get(s.path, len(self._order))
+        rank = self._order.get(s.path, len(self._order) + len(self.summaries))
         for i, f in enumerate(s.functions):
-            got = self._funcs.setdefault(f.name, [])
-            got.append(f)
-            self._rank[id(f)] = (rank, i)
-            if self._late and len(got) > 1:
-                got.sort(key=self._walk_key)
-
-    def _walk_key(self, f: CppFunction) -> tuple:
-        """Where a whole index lists ``f`` among its name's candidates: its file's place in the walk, then its own."""
-        return self._rank[id(f)]
+            bisect.insort(self._funcs.setdefault(f.name, []), (rank, i, f), key=_rank_of)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["summarise"] = None  # a callable of the process that built it: set again by the reader
-        state["_rank"] = None  # keyed by object id: made again by the reader
         return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._rank = {id(f): (self._order.get(s.path, len(self._order)), i)
-                      for s in self.summaries for i, f in enumerate(s.functions)}
 
     @property
     def pending_files(self) -> int:
@@ -1594,7 +1583,7 @@ class CppIndex:
         ``f<T>`` is reduced to ``f`` and then filtered by the qualifier)."""
         base = _last_name(name)
         self._defining(base)
-        cands = list(self._funcs.get(base, []))
+        cands = [f for _r, _i, f in self._funcs.get(base, ())]
         qual = _strip_template_args(_WS_RE.sub("", name)).lstrip(":").lstrip("&")
         if "::" in qual:
             narrowed = [f for f in cands if f.qualname == qual or f.qualname.endswith("::" + qual)]
@@ -1708,20 +1697,25 @@ def iter_file_summaries(
     content; ``store(sha256, summary)`` is called after each fresh parse. Cache errors are
     ignored; unreadable files are skipped. A cached summary is re-pathed when the same content
     is found at a different path."""
+    for spath, data in _file_bytes(paths):
+        yield summary_of(spath, data, load, store, extension_name)
+
+
+def _file_bytes(paths: Iterable[Path]) -> Iterator[tuple[str, bytes]]:
+    """(path, bytes) of each file of ``paths`` (files, or folders walked with :func:`iter_cpp_files`), once
+    each, in order; unreadable files are skipped."""
     seen: set[str] = set()
     for p in paths:
         p = Path(p)
-        files = iter_cpp_files(p) if p.is_dir() else [p]
-        for f in files:
+        for f in (iter_cpp_files(p) if p.is_dir() else [p]):
             spath = str(f)
             if spath in seen:
                 continue
             seen.add(spath)
             try:
-                data = f.read_bytes()
+                yield spath, f.read_bytes()
             except OSError:
                 continue
-            yield summary_of(spath, data, load, store, extension_name)
 
 
 def summary_of(
@@ -1762,26 +1756,15 @@ def lazy_index(
     files that register ops now (their text matches a registration block), the others when a query
     needs them (see :class:`CppIndex`): on the real vLLM-MetaX checkout 7 of 146 files up front, and a
     check asks for functions that 21 more define."""
-    seen: set[str] = set()
     order: dict[str, int] = {}
     eager: list[FileSummary] = []
     pending: dict[str, bytes] = {}
-    for p in paths:
-        p = Path(p)
-        for f in (iter_cpp_files(p) if p.is_dir() else [p]):
-            spath = str(f)
-            if spath in seen:
-                continue
-            seen.add(spath)
-            try:
-                data = f.read_bytes()
-            except OSError:
-                continue
-            order[spath] = len(order)
-            if _BLOCK_RE.search(data):
-                eager.append(summary_of(spath, data, load, store, extension_name))
-            else:
-                pending[spath] = data
+    for spath, data in _file_bytes(paths):
+        order[spath] = len(order)
+        if _BLOCK_RE.search(data):
+            eager.append(summary_of(spath, data, load, store, extension_name))
+        else:
+            pending[spath] = data
 
     def summarise(path: str, data: bytes) -> FileSummary:
         return summary_of(path, data, load, store, extension_name)

@@ -962,23 +962,22 @@ class Index:
 
 def iter_py_bytes(top: str, skip_dirs: tuple = ()) -> Iterator[tuple[str, bytes]]:
     """(path, content) of every regular ``.py`` file under ``top`` (byte pre-filters over packages)."""
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")) and d not in skip_dirs)
-        for fn in filenames:
-            if not fn.endswith(".py"):
-                continue
-            p = os.path.join(dirpath, fn)
-            try:
-                if not stat.S_ISREG(os.stat(p).st_mode):
-                    continue
-                with open(p, "rb") as f:
-                    yield p, f.read()
-            except OSError:
-                continue
+    for p, _st in _iter_py_stats(top, skip_dirs):
+        try:
+            with open(p, "rb") as f:
+                yield p, f.read()
+        except OSError:
+            continue
 
 
 def _iter_py_stamps(top: str, skip_dirs: tuple = ()) -> Iterator[tuple[str, int, int]]:
     """(path, mtime_ns, size) of the files :func:`iter_py_bytes` reads, in its order, without reading them."""
+    for p, st in _iter_py_stats(top, skip_dirs):
+        yield p, st.st_mtime_ns, st.st_size
+
+
+def _iter_py_stats(top: str, skip_dirs: tuple) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, stat) of every regular ``.py`` file under ``top``, skipping hidden, dunder and ``skip_dirs`` folders."""
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")) and d not in skip_dirs)
         for fn in filenames:
@@ -990,7 +989,7 @@ def _iter_py_stamps(top: str, skip_dirs: tuple = ()) -> Iterator[tuple[str, int,
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                yield p, st.st_mtime_ns, st.st_size
+                yield p, st
 
 
 def _listdir(p: Path) -> list[str]:

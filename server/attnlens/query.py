@@ -311,6 +311,10 @@ class Query:
         (a ``target_lib=`` argument), or None."""
         return self.ws.resolver.ops._library_ns(mod, scope, text)  # noqa: SLF001 - the registry's own reader
 
+    def prepare_installed_scan(self, ns: str) -> None:
+        """Read the installed files that register ops of ``ns`` from Python once (kept in the cache folder)."""
+        self.ws.resolver.ops.prepare_installed_scan(ns)
+
     def installed_modules_matching(self, ns: str, match: "Callable[[bytes], bool]") -> list:
         """Installed modules (of the packages an op of ``ns`` can come from) that use a Python
         op-registration API and whose bytes satisfy ``match``: only these are summarised."""

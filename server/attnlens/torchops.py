@@ -158,7 +158,7 @@ class OpRegistry:
         files = list(cppindex.iter_cpp_files(self.r.index.root))
         self._cpp_files = files
         h = hashlib.sha1()
-        h.update(f"format={cppindex.SUMMARY_FORMAT}|lazy\n".encode())
+        h.update(f"format={cppindex.SUMMARY_FORMAT}|lazy2\n".encode())
         for f in sorted(files):
             try:
                 st = os.stat(f)
@@ -169,7 +169,7 @@ class OpRegistry:
         self._cpp_fp = fp
         whole = cache.load_pickle("derived", f"cpp-{fp}")
         if isinstance(whole, cppindex.CppIndex):
-            whole.summarise = self._cpp_summarise
+            whole.summarise = self._cpp_summarise  # (the reader of the pending files is not pickled)
             self._cpp = whole
             return
         try:
@@ -177,7 +177,6 @@ class OpRegistry:
         except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
             self._cpp = _EmptyCpp()
             return
-        index.summarise = self._cpp_summarise
         self._cpp = index
         cache.store_pickle("derived", f"cpp-{fp}", index)
         if budget_s is not None:
@@ -336,6 +335,11 @@ class OpRegistry:
                     if m is not None:
                         out.append(m)
         return out, searched, sorted(pkgs)
+
+    def prepare_installed_scan(self, ns: str) -> None:
+        """Find (and keep in the cache) the installed files that register ops from Python, for the packages an
+        op of ``ns`` can come from, summarising none: a forked worker does it once for the processes after it."""
+        self._installed_candidates(ns, "", lambda data: False)
 
     def installed_modules_matching(self, ns: str, match) -> list:
         """Installed modules (of the packages an op of ``ns`` can come from) that use a Python

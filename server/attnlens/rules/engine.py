@@ -1049,7 +1049,7 @@ def _prefetch_child(ws, wfd: int, stop=None) -> None:  # pragma: no cover - runs
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
         pass
     try:  # the installed files that register ops from Python, found once for both checkers (kept in the cache)
-        ws.query.installed_modules_matching("vllm", lambda data: False)
+        ws.query.prepare_installed_scan("vllm")  # upstream's op namespace
     except Exception:  # noqa: BLE001, S110 - analysis must not fail on a bad input
         pass
     ws.cache.flush()  # the parent reads the C++ index back from the cache once signalled
