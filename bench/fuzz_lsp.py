@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                    "index: query, after a body edit, after a structural edit) on the session's files")
     p.add_argument("--server-log", default=None, help="--session: write the server's debug log here (its worker "
                    "logs every job that waited or ran longer than 50 ms)")
+    p.add_argument("--slow", type=float, default=None, metavar="MS", help="--session: list the position requests "
+                   "slower than MS with the edit before them")
     args = p.parse_args(argv)
     if args.session:
         return session_main(args)
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 def session_main(args) -> int:
     import shutil
 
-    from tests.reliability.fuzzmachine import FUZZ_FILES, POSITION_P99_BUDGET_S, EditingSession
+    from tests.reliability.fuzzmachine import FUZZ_FILES, POSITION_METHODS, POSITION_P99_BUDGET_S, EditingSession
 
     seed = args.seed if args.seed is not None else 1
     tmp = Path(args.tmp or tempfile.mkdtemp(prefix="attnlens-session-"))
@@ -235,6 +237,13 @@ def session_main(args) -> int:
         print(f"  {m:32s} {v['n']:5d} {v['p50'] or 0:8.2f} {v['p95'] or 0:8.2f} {v['p99'] or 0:8.2f} {v['max'] or 0:8.2f}")
     print(f"wall {wall:.0f} s, {sess.keystrokes} keystrokes, {sess.pastes} pastes, {sess.deletes} whole-file deletes, "
           f"violations {len(sess.violations)}, RSS {rss} MB, load {load0[0]:.2f} -> {os.getloadavg()[0]:.2f}")
+    if args.slow is not None:
+        slow = [e for e in sess.log if e[0] in POSITION_METHODS and e[1] * 1000 > args.slow]
+        print(f"position requests over {args.slow:g} ms: {len(slow)} (method, ms, file, last edit, edited file, "
+              "requests since the edit)")
+        for m, s, doc, kind, edited, since in slow:
+            print(f"  {m.rsplit('/', 1)[-1]:15s} {s * 1000:7.1f}  {doc:28s} {kind:12s} {edited:28s} {since}")
+        result["slow_position_requests"] = slow
     if args.incoming:
         result["incoming_in_process"] = inc = incoming_inprocess(root, files, lspdriver.PYTHON)
         print("incoming calls in-process:", json.dumps(inc))

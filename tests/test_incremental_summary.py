@@ -210,3 +210,52 @@ def test_a_block_pasted_from_another_buffer_is_placed_not_parsed_and_equals_the_
     want = _whole(other)
     assert got == want, _first_difference(want, got)
     assert "m0.attr" not in [p.target for p in got.attr_patches]
+
+
+def _unrecoverable_chunk(n: int = pyrecover.MAX_ROUNDS + 4) -> str:
+    """A class whose every line is broken (an invalid character each): more broken statements than the
+    recovery's rounds, so the chunk cannot be recovered and the whole text is unparsable."""
+    return "class Broken:\n" + "".join(f"    x{i} = {i} \u2014\n" for i in range(n))
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_an_unrecoverable_chunk_gives_the_whole_summary_and_is_not_recovered_again(where, monkeypatch):
+    head = "import os\n\n\ndef f(a):\n    return os.path.join(a)\n\n\n"
+    tail = "\n\nclass After:\n    def g(self):\n        return f(1)\n"
+    text = {"first": _unrecoverable_chunk() + tail, "middle": head + _unrecoverable_chunk() + tail,
+            "last": head + _unrecoverable_chunk()}[where]
+    want = _whole(text)
+    assert want.error.startswith("syntax error: invalid character") and want.functions == {}
+    inc = IncrementalSummary()
+    got = inc.summarize(text, "m.py", "sha")
+    assert got == want, _first_difference(want, got)
+    assert got.error_line == want.error_line > 0 and got.syntax_errors == want.syntax_errors
+
+    runs = []
+    real_run = pyrecover._Recovery.run
+    monkeypatch.setattr(pyrecover._Recovery, "run", lambda self, first: runs.append(1) or real_run(self, first))
+    edited = text.replace("return f(1)", "return f(12)") if where != "last" else text.replace("join(a)", "join(ab)")
+    got = inc.summarize(edited, "m.py", "sha")  # a keystroke in another chunk: the broken one is known
+    assert runs == []
+    assert got == _whole(edited), _first_difference(_whole(edited), got)
+    # the broken chunk mended: the buffer has a summary again, equal to the whole one
+    mended = edited.replace(" \u2014\n", "\n")
+    got = inc.summarize(mended, "m.py", "sha")
+    assert got.error is None and "Broken" in got.classes
+    assert got == _whole(mended), _first_difference(_whole(mended), got)
+
+
+def test_a_failed_recovery_is_memoised_for_the_text():
+    text = "import os\n" + _unrecoverable_chunk()
+    pyindex.parse_source.cache_clear()
+    with pytest.raises(SyntaxError) as first:
+        pyindex.parse_source(text)
+    runs = []
+    real_run = pyrecover._Recovery.run
+    pyrecover._Recovery.run = lambda self, e: runs.append(1) or real_run(self, e)
+    try:
+        with pytest.raises(SyntaxError) as again:
+            pyindex.parse_source(text)
+    finally:
+        pyrecover._Recovery.run = real_run
+    assert runs == [] and (again.value.msg, again.value.lineno) == (first.value.msg, first.value.lineno)

@@ -37,6 +37,17 @@ class _Whole(Exception):
     """This text is summarised whole (see the module doc)."""
 
 
+class _Broken(Exception):
+    """A chunk whose syntax recovery fails (``parse_chunk`` raised ``error``, in the chunk's own lines): the
+    whole text's parse fails on it too (``parse_tolerant`` recovers chunk by chunk, in order), so the
+    buffer's summary is the one ``pyindex.summarize`` gives an unparsable text. Kept by the chunk's text: a
+    keystroke elsewhere in the buffer does not run the failing recovery (16 parses of the chunk) again."""
+
+    def __init__(self, error: SyntaxError):
+        super().__init__(error.msg)
+        self.error = error
+
+
 class _Fragment:
     """One chunk's summary at line 1 (``base``, its calls numbered from 0) and where it was placed lately
     (a text can hold the same chunk more than once: a pasted block)."""
@@ -121,7 +132,11 @@ class IncrementalSummary:
                 raise Stopped(f"{path}: summary stopped at line {chunks[i][2] + 1}")
             a, b, line0 = chunks[i]
             piece = text[a:b]
-            frag = self._fragment(piece, s.bindings, False, should_stop)
+            try:
+                frag = self._fragment(piece, s.bindings, False, should_stop)
+            except _Broken as x:
+                self._keep(used | {piece})
+                return _broken_summary(text, path, sha, x.error, line0)
             if frag.pushes and i + 1 < len(chunks):
                 # a module-level `if c: raise`: what follows it is guarded by it, so the rest is one piece
                 piece = text[a:]
@@ -142,6 +157,10 @@ class IncrementalSummary:
 
     def _fragment(self, piece: str, bindings: dict, tail: bool, should_stop) -> _Fragment:
         frag = self.frags.get(piece)
+        if type(frag) is _Broken:
+            if tail:
+                raise _Whole
+            raise frag
         if frag is not None and frag.fits(bindings):
             return frag
         other = _SHARED.get((piece, tail))
@@ -152,8 +171,13 @@ class IncrementalSummary:
             return frag
         try:
             parsed = parse_tolerant(piece) if tail else parse_chunk(piece, 0)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            raise _Whole from None  # an unrecoverable statement or an absurd one: the whole text's summary says so
+        except SyntaxError as e:
+            if tail:
+                raise _Whole from None  # the rest of the text as one piece: the whole text's summary says so
+            self.frags[piece] = broken = _Broken(e)
+            raise broken from None
+        except (ValueError, RecursionError, MemoryError):
+            raise _Whole from None  # an absurd statement: the whole text's summary says so
         b = _Builder(parsed.text, "", "")
         b.want_refs = self.refs
         b.prefix = bindings
@@ -202,6 +226,20 @@ def _n_lines(text: str) -> int:
     if "\r" in text:
         n += text.count("\r") - text.count("\r\n")
     return n + 1
+
+
+def _broken_summary(text: str, path: str, sha: str, e: SyntaxError, line0: int) -> ModuleSummary:
+    """What ``pyindex.summarize`` says of ``text`` whose chunk at ``line0`` fails recovery with ``e`` (raised
+    for the chunk's own text): ``parse_chunk`` moves the line numbers of its error, not its message."""
+    err = SyntaxError(e.msg)
+    err.lineno, err.offset = (e.lineno + line0 if line0 and e.lineno else e.lineno), e.offset
+    el = getattr(e, "end_lineno", None)
+    err.end_lineno, err.end_offset = (el + line0 if line0 and el else el), getattr(e, "end_offset", None)
+    s = ModuleSummary(path=path, sha=sha, n_lines=_n_lines(text))
+    s.error = f"syntax error: {err.msg}"
+    s.error_line = err.lineno or 0
+    s.syntax_errors = (syntax_issue(text, err),)
+    return s
 
 
 def _unparsable(text: str, path: str, sha: str, first: SyntaxIssue) -> ModuleSummary:

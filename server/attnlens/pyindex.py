@@ -1286,13 +1286,26 @@ def _walk_own(fn: ast.AST):
 
 
 @functools.lru_cache(maxsize=2)
+def _parse_memo(text: str) -> tuple:
+    try:
+        return parse_tolerant(text), None
+    except SyntaxError as e:  # a failed recovery is as costly as a parse per broken statement: kept too
+        return None, e
+
+
 def parse_source(text: str) -> Parsed:
     """The error-tolerant parse of ``text`` (``pyrecover.parse_tolerant``: a syntax error blanks
     the broken statements only), memoised for the two latest texts: the index summary and the
     rules' expression facts of an edited buffer share one parse. Callers must not mutate the
-    tree. Raises ``SyntaxError`` only when recovery fails, and what ``ast.parse`` raises for
-    input that is not text (failures are not memoised)."""
-    return parse_tolerant(text)
+    tree. Raises ``SyntaxError`` only when recovery fails (memoised as well), and what ``ast.parse``
+    raises for input that is not text (those failures are not memoised)."""
+    parsed, error = _parse_memo(text)
+    if error is not None:
+        raise error.with_traceback(None)
+    return parsed
+
+
+parse_source.cache_clear = _parse_memo.cache_clear  # what tests and benchmarks call between runs
 
 
 def parse_module(text: str) -> ast.Module:

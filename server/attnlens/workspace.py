@@ -433,7 +433,7 @@ class Workspace:
     def refs_for(self, mod: Module) -> list:
         """Every name / attribute chain of ``mod`` with its range (editor positions outside a call). An open
         buffer's summary carries them (``Index``); other modules are summarised again with references."""
-        if mod.summary.refs:
+        if mod.summary.refs or mod.summary.error:  # an unparsable text has no references either way
             return mod.summary.refs
         text = self.index.source_text(mod.path) or ""
         key = (mod.path, hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest())

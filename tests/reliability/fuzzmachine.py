@@ -599,6 +599,9 @@ class EditingSession:
     pastes: int = 0
     deletes: int = 0
     keystrokes: int = 0
+    # one entry per answered request: (method, seconds, its file, the last edit's kind, the edited file, requests
+    # since that edit): what the slow tail follows (``fuzz_lsp.py --session --slow``)
+    log: list = field(default_factory=list)
 
     def __post_init__(self):
         import random
@@ -607,6 +610,8 @@ class EditingSession:
         self.docs: dict[str, SessionDoc] = {}
         self.items: list[dict] = []  # call hierarchy items seen (for incoming/outgoing later)
         self.paste_source = self._paste_source()
+        self.last_edit: tuple = ("", "")  # (kind, file name) of the last edit
+        self.since_edit = 0
 
     # -- documents ---------------------------------------------------------------------
     def _paste_source(self) -> str:
@@ -671,6 +676,7 @@ class EditingSession:
             self.deletes += 1
         else:
             self.restore(doc)
+        self.last_edit, self.since_edit = (kind, doc.rel.rsplit("/", 1)[-1]), 0
         return kind
 
     # -- requests ----------------------------------------------------------------------
@@ -701,6 +707,9 @@ class EditingSession:
         self.outcomes[method][rep.outcome] += 1
         if rep.outcome in ("ok", "error"):
             self.latencies.setdefault(method, []).append(rep.latency_s)
+            doc = (params.get("textDocument") or params.get("item") or {}).get("uri", "") if isinstance(params, dict) else ""
+            self.log.append((method, rep.latency_s, doc.rsplit("/", 1)[-1], *self.last_edit, self.since_edit))
+        self.since_edit += 1
         if rep.outcome == "timeout":
             self.violations.append(f"hang: {method} not answered within {self.budget_s} s")
         elif rep.outcome == "dead":
