@@ -351,3 +351,39 @@ def test_a_backend_that_cannot_be_imported_stays_dead_through_body_edits(tmp_pat
     again = ws.never_selected()
     assert calls == [1]
     assert ("mini_metax.attention.backends.flash_attn", "") in again  # flash_attn's import of it fails now
+
+
+def test_a_request_with_a_budget_answers_with_the_set_of_before_the_edit_until_it_is_checked(tmp_path):
+    """After an edit that makes a dead backend class reachable, a budgeted trace (an editor request) does not
+    wait for the edited module's summary or the registry: it answers with the set of before the edit, marked
+    provisional; the background steps check the set again, and the next trace is the checked one."""
+    import sys
+
+    from attnlens.workspace import Workspace
+
+    ws = Workspace(TINY, python=sys.executable, cache_dir=tmp_path / "cache")
+    first = ws.never_selected()
+    dead = ("tiny_npu.attention.custom", "TinyCustomBackend")
+    assert dead in first
+    path = str(TINY / "tiny_npu/attention/custom.py")
+    text = (TINY / "tiny_npu/attention/custom.py").read_text()
+    mod = ws.index.module_for_path(path)
+    line = mod.summary.classes["TinyCustomBackend"].line + 1
+    calls = _counting_backends(ws)
+    ws.index.set_overlay(path, text + "\n\ndef _pick():\n    return TinyCustomBackend\n")  # now used elsewhere
+    assert not ws.index.summary_ready(path)
+    assert ws.never_selected(provisional=True) is first and ws._never_stale and calls == []
+    assert not ws.index.summary_ready(path)  # the edited module's summary is what a request did not wait for
+    stale = ws.mark_selection(mod, line, M.Chain([], M.Final(M.PYTHON_FUNCTION, None, None, "x"), True), provisional=True)
+    assert stale.provisional and [h.kind for h in stale.hops] == [M.HopKind.SELECTION]  # still marked dead
+    assert ws.never_selected(provisional=True) is first and ws._never_stale  # not checked yet: unchanged
+    steps = list(ws.never_selected_steps())
+    assert steps == [0] and calls == [1]  # the summary in a step of its own, then the set computed again
+    checked = ws.never_selected(provisional=True)
+    assert dead not in checked and not ws._never_stale
+    fresh = ws.mark_selection(ws.index.module_for_path(path), line, M.Chain([], M.Final(M.PYTHON_FUNCTION, None, None, "x"), True),
+                              provisional=True)
+    assert not fresh.provisional and fresh.hops == []
+    # without a budget (the CLI, the background) nothing is provisional: the set is checked at once
+    ws.index.set_overlay(path, None)
+    assert ws.never_selected() == first and not ws._never_stale and calls == [1, 1]

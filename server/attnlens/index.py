@@ -404,6 +404,12 @@ class Index:
         """Has ``modname`` been summarised already (so reading its summary costs nothing)?"""
         return self._modules.get(modname) is not None
 
+    def summary_ready(self, path: str) -> bool:
+        """Is the module of ``path`` summarised as its text is now (reading it costs nothing)? False for a path
+        that is not a module's."""
+        name = self._path_to_name.get(self.realpath(path))
+        return name is not None and self.is_loaded(name)
+
     def loaded_modules(self) -> list[Module]:
         return [m for m in self._modules.values() if m is not None]
 

@@ -227,6 +227,9 @@ class Chain:
     reachable: bool | None
     partial: bool = False
     upstream: dict | None = None  # upstream counterpart of the first resolved symbol, when known
+    # marked with the never-selected set of an earlier edit (a request does not wait for it to be checked
+    # again: ``Workspace.never_selected(provisional=True)``); not kept in caches, answered again once it is
+    provisional: bool = False
 
     # -- the tree -------------------------------------------------------------
     def leaves(self) -> list[Leaf]:

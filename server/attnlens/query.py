@@ -215,6 +215,10 @@ class Query:
     def never_selected(self) -> dict:
         return self.ws.never_selected()
 
+    def never_selected_steps(self) -> Iterator[int]:
+        """:meth:`never_selected` brought up to date in steps (the edited modules' summaries one per step)."""
+        return self.ws.never_selected_steps()
+
     def kernel_sites(self, paths: list[str] | None = None) -> "list[CallSiteResult]":
         """Every kernel call site under ``paths`` (default: the workspace), as ``attnlens sites`` lists them."""
         return self.ws.kernel_sites(paths)

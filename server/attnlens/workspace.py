@@ -8,6 +8,7 @@ lines are 1-based, columns are 0-based code points.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -17,7 +18,7 @@ from pathlib import Path
 from . import model as M
 from .cache import Cache
 from .index import Index, Module
-from .pyindex import CallSite, summarize
+from .pyindex import CallSite, Stopped, summarize
 from .resolver import Resolver
 from .target import TargetError, TargetInfo, read_target
 from .walk import ValKind, Walk
@@ -69,6 +70,7 @@ class Workspace:
         self._overrides_memo: tuple | None = None
         self._impls_memo: tuple | None = None
         self._never_memo: tuple | None = None
+        self._never_stale = False  # the last never_selected(provisional=True) answered an unchecked set
         self._impls_busy = False
         self._refs: dict[tuple, list] = {}
         self._backends_memo = None
@@ -334,16 +336,59 @@ class Workspace:
             return True
         return any(q in f.names_read for f in summ.functions.values() if (f.class_name or "").split(".")[0] != q)
 
-    def never_selected(self) -> dict:
+    def never_selected(self, provisional: bool = False) -> dict:
         """(module, class) -> why, for workspace attention-backend classes (and their impl / builder / metadata
         classes) that no registration names and no selector return can reach: their code is dead on this
-        platform. Empty when the selector could not be read (then nothing can be ruled out)."""
+        platform. Empty when the selector could not be read (then nothing can be ruled out).
+
+        ``provisional``: after edits, when telling whether the set still stands would wait for the summary of
+        an edited module or for the set to be computed again, answer the set of before the edits (and set
+        ``_never_stale``) instead: an editor's request does not wait behind a 5,000-line paste in another
+        buffer. The server checks the set again in the background (``Analysis.refresh_steps``)."""
         gen = self.index.generation
         memo = self._never_memo
+        self._never_stale = False
+        if memo is not None and memo[0] != gen and provisional:
+            changed = self.index.changed_since(memo[0])
+            if changed is None or not all(self.index.summary_ready(p) for p in changed) \
+                    or not self._never_still_valid(memo):
+                self._never_stale = True
+                return memo[1]
+            self._never_memo = self._record_selection_facts((gen, *memo[1:]))
+            return memo[1]
         if memo is not None and (memo[0] == gen or self._never_still_valid(memo)):
             self._never_memo = self._record_selection_facts((gen, *memo[1:]))
             return memo[1]
         self._never_memo = (gen, {}, {}, {}, {}, set(), -1)  # while it is computed
+        try:
+            return self._compute_never_selected(gen)
+        except BaseException:  # stopped for a request (``Stopped``) or failed: not an empty set for this generation
+            if self._never_memo is not None and self._never_memo[0] == gen and self._never_memo[-1] == -1:
+                self._never_memo = memo
+            raise
+
+    def never_selected_steps(self):
+        """:meth:`never_selected` checked again after edits, in steps: the summaries of the modules edited since
+        it was last checked one per step, then the check (and the set computed again if it must be). A step
+        stopped for a request (``Stopped``) is done again in the next one."""
+        memo = self._never_memo
+        if memo is not None and memo[0] != self.index.generation:
+            for path in sorted(self.index.changed_since(memo[0]) or ()):
+                while True:
+                    try:
+                        self.index.module_for_path(path)
+                        break
+                    except Stopped:
+                        yield 0
+                yield 0
+        while True:
+            try:
+                self.never_selected()
+                return
+            except Stopped:
+                yield 0
+
+    def _compute_never_selected(self, gen: int) -> dict:
         decided: dict = {}  # (module, class) -> used elsewhere? for the classes nothing registers or selects
         entries = self.backends(with_call_sites=False)
         if any(e.cls == "?" for e in entries):
@@ -507,29 +552,36 @@ class Workspace:
             chain = self.resolver.trace_call(ref.module, ref.call, budget_s, cancel)
         else:
             chain = self.resolver.trace_text(ref.module, ref.scope, ref.text, ref.line, budget_s, col=ref.col, cancel=cancel)
-        return self.mark_selection(ref.module, ref.line, chain)
+        # a request with a time budget (an editor's) takes the never-selected set of before the last edits
+        # when checking it again would wait for summaries or the registry (``never_selected``)
+        return self.mark_selection(ref.module, ref.line, chain, provisional=budget_s is not None)
 
-    def mark_selection(self, mod: Module, line: int, chain: M.Chain, never: dict | None = None) -> M.Chain:
-        """The chain of code inside a class vLLM never instantiates on this platform, marked dead (a new chain)."""
+    def mark_selection(self, mod: Module, line: int, chain: M.Chain, never: dict | None = None,
+                       provisional: bool = False) -> M.Chain:
+        """The chain of code inside a class vLLM never instantiates on this platform, marked dead (a new chain).
+        ``provisional``: see :meth:`never_selected`; a chain marked with a set not checked since the last edits
+        comes back with ``provisional`` set (even when nothing marks it: the next check may)."""
         if not mod.workspace:
             return chain
         cls_q = mod.summary.class_at(line)
         top = cls_q.split(".")[0] if cls_q else ""
+        stale = False
         if never is None:
             if not self._never_may_name(mod, top):
                 return chain
-            never = self.never_selected()
+            never = self.never_selected(provisional)
+            stale = provisional and self._never_stale
         why = never.get((mod.name, top)) if top else None
         if why is None:
             why = never.get((mod.name, ""))  # the whole module cannot be imported
             if why is None:
-                return chain
+                return dataclasses.replace(chain, provisional=True) if stale else chain
             hop = M.Hop(M.HopKind.SELECTION, mod.path, 1, mod.name, f"never runs on this platform: {why}", why, False)
         else:
             hop = M.Hop(M.HopKind.SELECTION, mod.path, mod.summary.classes[top].line if top in mod.summary.classes else line,
                         top, f"never selected on this platform: {why}", why, False)
         hops = [chain.hops[0], hop] + chain.hops[1:] if chain.hops else [hop]
-        return M.Chain(hops, chain.final, False, chain.partial, chain.upstream)
+        return M.Chain(hops, chain.final, False, chain.partial, chain.upstream, stale)
 
     def _never_may_name(self, mod: Module, top: str) -> bool:
         """Can :meth:`never_selected` hold ``(mod, top)`` or ``(mod, "")``? False only when it cannot, decided without

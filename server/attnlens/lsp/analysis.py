@@ -85,7 +85,8 @@ class Analysis(CallsMixin, SymbolsMixin):
         chain = self._chains.get(key)
         if chain is None or (chain.partial and budget_s is None):
             chain = self.q.trace_ref(ref, budget_s, self.cancel)
-            if not (chain.partial and self.cancel is not None and self.cancel()):  # never keep a cancelled one
+            # never keep a cancelled one, nor one marked with a never-selected set not checked since the edits
+            if not (chain.partial and self.cancel is not None and self.cancel()) and not chain.provisional:
                 self._chains.put(key, chain)
         return Resolved(ref, chain)
 
@@ -227,10 +228,12 @@ class Analysis(CallsMixin, SymbolsMixin):
 
     def refresh_steps(self) -> Iterator[int]:
         """After edits: the backends' call-site chains traced again, about ``REFRESH_STEP_S`` per step (the
-        chains land in the resolver's site memo; a following :meth:`backends` assembles them)."""
-        if self.backends_fresh():
-            return
-        yield from self.q.registry_warm_steps(REFRESH_STEP_S)
+        chains land in the resolver's site memo; a following :meth:`backends` assembles them), then the
+        never-selected set checked again (requests meanwhile were answered with the one of before the edits:
+        ``Workspace.never_selected(provisional=True)``), the edited buffers' summaries one per step."""
+        if not self.backends_fresh():
+            yield from self.q.registry_warm_steps(REFRESH_STEP_S)
+        yield from self.q.never_selected_steps()
 
     def callsites_deferred(self, max_modules: int) -> bool:
         """Leave the call-site index to the first request that needs it (incoming calls) when the

@@ -103,7 +103,9 @@ def compute(a: Analysis, req: Request, budget_s: float | None) -> HoverAnswer | 
     text = render(ctx)
     if text is None:
         return None
-    partial = bool(ctx.chain is not None and ctx.chain.partial)
+    # a provisional chain (marked with the never-selected set of before the last edits) is answered again in the
+    # background as well, once the set is checked: the next hover there is the checked one
+    partial = bool(ctx.chain is not None and (ctx.chain.partial or ctx.chain.provisional))
     return HoverAnswer(text, span, partial, ctx.cacheable)
 
 
