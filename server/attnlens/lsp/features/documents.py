@@ -28,6 +28,7 @@ def register(ls: AttnLensServer) -> None:
         ls.open_docs[path] = params.text_document.uri
         if path.endswith(".py") and ls.analysis is not None:
             _overlay_if_changed(ls, path, params.text_document.text)
+            ls.debouncer.schedule("open-sites", 0.5, ls.warm_open_sites)
         _diagnostics_changed(ls, params.text_document.uri)
 
     @ls.feature(T.TEXT_DOCUMENT_DID_CHANGE)
