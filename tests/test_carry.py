@@ -132,6 +132,36 @@ def test_patch_table_is_reused_after_an_edit_it_cannot_see_and_recomputed_after_
         fresh.close()
 
 
+def test_an_edit_of_one_patch_module_collects_only_that_modules_patches(ws, monkeypatch):
+    """The patch table is collected again after an edit of a module that holds a patch, but the other modules'
+    replacements are carried (``patches._module_items`` per module); the table equals a fresh workspace's."""
+    from attnlens import patches as P
+
+    r = ws.resolver
+    first = r.patches()
+    assert first
+    seen = []
+    real = P._module_items
+    monkeypatch.setattr(P, "_module_items", lambda res, m: seen.append(m.name) or real(res, m))
+    fa = str(ws.root / FA)
+    ws.index.set_overlay(fa, (ws.root / FA).read_text()
+                         + "\nimport vllm.v1.attention.backends.utils as _u\n_u.get_kv_cache_layout = lambda: 'HND'\n")
+    second = r.patches()
+    assert second is not first and ("vllm.v1.attention.backends.utils", "get_kv_cache_layout") in second
+    edited = ws.index.module_for_path(fa).name
+    assert seen == [edited]  # only the edited module's replacements collected again
+    assert {k: v for k, v in second.items() if k[1] != "get_kv_cache_layout"}.keys() == first.keys()
+    fresh = _fresh(ws, "fresh-patches-2")
+    try:
+        fresh.index.set_overlay(str(fresh.root / FA), ws.index.source_text(fa))
+        want = fresh.resolver.patches()
+        assert sorted(second) == sorted(want)
+        assert [(v[1], v[2], v[3]) for _k, v in sorted(second.items()) if len(v) == 4] == \
+            [(v[1], v[2], v[3]) for _k, v in sorted(want.items()) if len(v) == 4]
+    finally:
+        fresh.close()
+
+
 def test_a_carried_value_stands_until_something_it_read_changes(ws):
     """``Index.carried``: reused across an edit of a module it did not read (and its reads replayed into a recorder
     observing now), computed again after an edit of a module it read or handed it (``reads``), and after a

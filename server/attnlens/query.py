@@ -188,6 +188,14 @@ class Query:
         self.ws.index.prefetch_summaries()
 
     # -- positions ----------------------------------------------------------------------------
+    def prepare_refs(self, path: str) -> None:
+        """Build what :meth:`ref_at` reads for a position outside a call (the module's references): an open file
+        whose text is the one on disk has a cached summary without them, and the first such position paid a
+        summary of the whole file."""
+        mod = self.ws.index.module_for_path(path)
+        if mod is not None:
+            self.ws.refs_for(mod)
+
     def ref_at(self, path: str, line: int, col: int) -> "CallRef | None":
         """The call or name under a position (:class:`attnlens.workspace.CallRef`)."""
         return self.ws.ref_at(path, line, col)

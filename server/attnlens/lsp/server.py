@@ -288,13 +288,15 @@ class AttnLensServer(LanguageServer):
         await self.settle_memory()
 
     async def warm_open_sites(self) -> None:
-        """The kernel call sites of the open files, traced in small background steps: a hover on a class name
+        """The references of the open files (positions outside a call) and their kernel call sites, traced in
+        small background steps: a hover on a class name
         counts its kernels from them (``kernels.class_kernels``; the first one on a file traced all its sites
         inside the request, 0.2-0.5 s on the real checkout's backend modules). After an edit the sites of
         unchanged files come from the resolver's memo."""
         from .kernels import file_sites
 
         for path in [p for p in self.open_docs if p.endswith(".py")]:
+            await self.idle(lambda a, p=path: a.q.prepare_refs(p))
             while True:
                 done = await self.idle(lambda a, p=path: file_sites(a, p, REFRESH_STEP_S) is not None)
                 if done is None or done or path not in self.open_docs:
