@@ -256,7 +256,7 @@ _MODULE_CACHES = {
     "index.py:_compiled()": "compiled text-scan patterns, a pure function of the pattern",
     "profile.py:_EP_MEMO": "(root, stamps of pyproject.toml/setup.cfg/setup.py) -> their entry points",
     "profile.py:_GUARDS": "guard text -> parsed expression (bounded)",
-    "pyindex.py:parse_source()": "text -> its tolerant parse (lru_cache, 2)",
+    "pyindex.py:_parse_memo()": "text -> its tolerant parse or the SyntaxError of a failed recovery (lru_cache, 2)",
     "render.py:_LEAF_PATHS": "a chain (identity-checked) -> its leaf paths (bounded)",
     "rules/api.py:RULES": "the rules the check modules declare at import",
     "rules/api.py:CHECKS": "the check functions the check modules declare at import",
