@@ -40,12 +40,29 @@ class _Whole(Exception):
 class _Broken(Exception):
     """A chunk whose syntax recovery fails (``parse_chunk`` raised ``error``, in the chunk's own lines): the
     whole text's parse fails on it too (``parse_tolerant`` recovers chunk by chunk, in order), so the
-    buffer's summary is the one ``pyindex.summarize`` gives an unparsable text. Kept by the chunk's text: a
-    keystroke elsewhere in the buffer does not run the failing recovery (16 parses of the chunk) again."""
+    buffer's summary is the one ``pyindex.summarize`` gives an unparsable text. The chunk is kept by its text as
+    a :class:`_BrokenChunk`: a keystroke elsewhere in the buffer does not run the failing recovery (16 parses of
+    the chunk) again."""
 
     def __init__(self, error: SyntaxError):
         super().__init__(error.msg)
         self.error = error
+
+
+class _BrokenChunk:
+    """What ``IncrementalSummary.frags`` keeps for a chunk whose recovery failed: its error (no traceback: a kept
+    traceback would keep the frames of the failed parse, and the buffer's old text with them)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: SyntaxError):
+        self.error = error
+
+
+def _bare(e: BaseException) -> BaseException:
+    """``e`` without its traceback and context, to be kept."""
+    e.__context__ = e.__cause__ = None
+    return e.with_traceback(None)
 
 
 class _Fragment:
@@ -102,7 +119,7 @@ class IncrementalSummary:
     def __init__(self, refs: bool = True):
         self.refs = refs
         self.splitter = ChunkSplitter()
-        self.frags: dict[str, _Fragment] = {}
+        self.frags: dict[str, _Fragment | _BrokenChunk] = {}
         self._used: set = set()
         self._joins = 0
 
@@ -157,10 +174,10 @@ class IncrementalSummary:
 
     def _fragment(self, piece: str, bindings: dict, tail: bool, should_stop) -> _Fragment:
         frag = self.frags.get(piece)
-        if type(frag) is _Broken:
+        if type(frag) is _BrokenChunk:
             if tail:
                 raise _Whole
-            raise frag
+            raise _Broken(frag.error)
         if frag is not None and frag.fits(bindings):
             return frag
         other = _SHARED.get((piece, tail))
@@ -174,8 +191,9 @@ class IncrementalSummary:
         except SyntaxError as e:
             if tail:
                 raise _Whole from None  # the rest of the text as one piece: the whole text's summary says so
-            self.frags[piece] = broken = _Broken(e)
-            raise broken from None
+            e = _bare(e)
+            self.frags[piece] = _BrokenChunk(e)
+            raise _Broken(e) from None
         except (ValueError, RecursionError, MemoryError):
             raise _Whole from None  # an absurd statement: the whole text's summary says so
         b = _Builder(parsed.text, "", "")

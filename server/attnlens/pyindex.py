@@ -1290,7 +1290,8 @@ def _parse_memo(text: str) -> tuple:
     try:
         return parse_tolerant(text), None
     except SyntaxError as e:  # a failed recovery is as costly as a parse per broken statement: kept too
-        return None, e
+        e.__context__ = e.__cause__ = None  # (not the frames of the failed parse: kept with the text)
+        return None, e.with_traceback(None)
 
 
 def parse_source(text: str) -> Parsed:
