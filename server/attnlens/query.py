@@ -223,6 +223,21 @@ class Query:
     def never_selected(self) -> dict:
         return self.ws.never_selected()
 
+    def never_selected_checked(self) -> bool:
+        """Has :meth:`never_selected` been checked since the last edit (an editor request's answer is not provisional)?"""
+        return self.ws.never_selected_checked()
+
+    def check_never_selected(self) -> bool:
+        """Check the never-selected set now (a status report does, so that the answers after it are not
+        provisional); False when it was stopped for a waiting request or failed."""
+        from .pyindex import Stopped
+
+        try:
+            self.ws.never_selected()
+        except (Stopped, Exception):  # noqa: BLE001 - stopped for a request, or a bad input: reported as pending
+            return False
+        return True
+
     def never_selected_steps(self) -> Iterator[int]:
         """:meth:`never_selected` brought up to date in steps (the edited modules' summaries one per step)."""
         return self.ws.never_selected_steps()

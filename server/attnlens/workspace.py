@@ -367,6 +367,11 @@ class Workspace:
                 self._never_memo = memo
             raise
 
+    def never_selected_checked(self) -> bool:
+        """Is the never-selected set checked for the index as it is now (no request can get a provisional answer)?"""
+        memo = self._never_memo
+        return memo is not None and memo[0] == self.index.generation
+
     def never_selected_steps(self):
         """:meth:`never_selected` checked again after edits, in steps: the summaries of the modules edited since
         it was last checked one per step, then the check (and the set computed again if it must be). A step

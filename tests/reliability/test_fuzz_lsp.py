@@ -94,7 +94,9 @@ def editing_session(tmp_path_factory):
         end = time.monotonic() + 60
         while time.monotonic() < end:
             out["status"] = srv.command("attnlens.status", []).result or {}
-            if out["status"].get("callSitesIndex") == "complete":
+            # settled: the call index caught up, and the never-selected set is checked since the last edit (until then
+            # a request answers with the set of before the edits: Workspace.never_selected(provisional=True))
+            if out["status"].get("callSitesIndex") == "complete" and out["status"].get("neverSelected") == "checked":
                 break
             time.sleep(1.0)  # a request is activity: background work starts 0.3 s after the last one
         out["got_incoming"] = incoming_answers(srv, root, probes)
@@ -116,7 +118,7 @@ def test_editing_session_never_hangs_and_answers_equal_a_fresh_server(editing_se
     sess, rep = s["session"], s["report"]
     assert sess.violations == [] and s["left"] == []
     assert sess.pastes >= 2 and sess.deletes >= 2 and rep["callHierarchy/incomingCalls"]["n"] >= 10
-    assert s["status"].get("callSitesIndex") == "complete", s["status"]
+    assert s["status"].get("callSitesIndex") == "complete" and s["status"].get("neverSelected") == "checked", s["status"]
     # incoming calls after all those edits: equal to a fresh server's full scan, at every probe
     assert sum(1 for v in s["want_incoming"].values() for _name, calls in v if calls) >= 5
     diff = {k: (s["want_incoming"][k], s["got_incoming"].get(k)) for k in s["want_incoming"]  # probe -> (fresh, fuzzed)

@@ -244,6 +244,7 @@ class Analysis(CallsMixin, SymbolsMixin):
     # -- status ----------------------------------------------------------------
     def status(self) -> dict:
         q = self.q
+        q.check_never_selected()  # first: after the status, no request answers with the set of before the edits
         try:
             platform = q.platform_summary()
         except Exception as e:  # noqa: BLE001
@@ -256,6 +257,8 @@ class Analysis(CallsMixin, SymbolsMixin):
             "generation": self.generation,
             "platform": platform,
             "backends": len(self._backends[1]) if self._backends else None,
+            # "pending" right after edits: requests then answer with the never-selected set of before them
+            "neverSelected": "checked" if q.never_selected_checked() else "pending",
             "callSitesIndexed": len(self.calls) if self.calls.complete else None,
             "callSitesIndex": ("complete" if self.calls.complete else
                                "on demand" if self.callsites_on_demand and not self.calls.by_path else
