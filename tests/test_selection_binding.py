@@ -292,10 +292,9 @@ def _counting_backends(ws) -> list:
     return calls
 
 
-def test_never_selected_survives_edits_of_the_dead_class_own_module(tmp_path):
-    """A dead class's own module mentions it (its definition): an edit there that adds no use keeps the set
-    without recomputing the registry; a read of it outside its methods, or a mention in another module,
-    recomputes (and it is then reachable)."""
+def _tiny_with_a_dead_backend(tmp_path):
+    """tiny-npu's workspace with its never-selected set computed: (workspace, set, the dead backend's key, its module's
+    path and text)."""
     import sys
 
     from attnlens.workspace import Workspace
@@ -305,7 +304,14 @@ def test_never_selected_survives_edits_of_the_dead_class_own_module(tmp_path):
     dead = ("tiny_npu.attention.custom", "TinyCustomBackend")
     assert dead in first
     path = str(TINY / "tiny_npu/attention/custom.py")
-    text = (TINY / "tiny_npu/attention/custom.py").read_text()
+    return ws, first, dead, path, (TINY / "tiny_npu/attention/custom.py").read_text()
+
+
+def test_never_selected_survives_edits_of_the_dead_class_own_module(tmp_path):
+    """A dead class's own module mentions it (its definition): an edit there that adds no use keeps the set
+    without recomputing the registry; a read of it outside its methods, or a mention in another module,
+    recomputes (and it is then reachable)."""
+    ws, first, dead, path, text = _tiny_with_a_dead_backend(tmp_path)
     calls = _counting_backends(ws)
     body = text.replace("        return TinyCustomImpl\n", "        _edit = 1\n        return TinyCustomImpl\n", 1)
     assert body != text
@@ -357,16 +363,7 @@ def test_a_request_with_a_budget_answers_with_the_set_of_before_the_edit_until_i
     """After an edit that makes a dead backend class reachable, a budgeted trace (an editor request) does not
     wait for the edited module's summary or the registry: it answers with the set of before the edit, marked
     provisional; the background steps check the set again, and the next trace is the checked one."""
-    import sys
-
-    from attnlens.workspace import Workspace
-
-    ws = Workspace(TINY, python=sys.executable, cache_dir=tmp_path / "cache")
-    first = ws.never_selected()
-    dead = ("tiny_npu.attention.custom", "TinyCustomBackend")
-    assert dead in first
-    path = str(TINY / "tiny_npu/attention/custom.py")
-    text = (TINY / "tiny_npu/attention/custom.py").read_text()
+    ws, first, dead, path, text = _tiny_with_a_dead_backend(tmp_path)
     mod = ws.index.module_for_path(path)
     line = mod.summary.classes["TinyCustomBackend"].line + 1
     calls = _counting_backends(ws)

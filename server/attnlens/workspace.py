@@ -348,17 +348,20 @@ class Workspace:
         gen = self.index.generation
         memo = self._never_memo
         self._never_stale = False
-        if memo is not None and memo[0] != gen and provisional:
-            changed = self.index.changed_since(memo[0])
-            if changed is None or not all(self.index.summary_ready(p) for p in changed) \
-                    or not self._never_still_valid(memo):
-                self._never_stale = True
+        if memo is not None:
+            if memo[0] != gen and provisional:
+                # checked only when that costs nothing more than text scans (every edited module summarised)
+                changed = self.index.changed_since(memo[0])
+                if changed is None or not all(self.index.summary_ready(p) for p in changed) \
+                        or not self._never_still_valid(memo):
+                    self._never_stale = True
+                    return memo[1]
+            elif memo[0] != gen and not self._never_still_valid(memo):
+                memo = None
+            if memo is not None:
+                self._never_memo = self._record_selection_facts((gen, *memo[1:]))
                 return memo[1]
-            self._never_memo = self._record_selection_facts((gen, *memo[1:]))
-            return memo[1]
-        if memo is not None and (memo[0] == gen or self._never_still_valid(memo)):
-            self._never_memo = self._record_selection_facts((gen, *memo[1:]))
-            return memo[1]
+            memo = self._never_memo  # (restored if the computation below stops)
         self._never_memo = (gen, {}, {}, {}, {}, set(), -1)  # while it is computed
         try:
             return self._compute_never_selected(gen)
