@@ -55,7 +55,7 @@ def test_forked_worker_summaries_are_what_the_parent_reads(tmp_path, monkeypatch
     idx.allow_fork = True
     monkeypatch.setattr(Index, "PREFETCH_MIN_MODULES", 0)
     assert idx.prefetch_summaries()
-    pid, _shared = idx._prefetch
+    pid, _shared, _names = idx._prefetch
     os.waitpid(pid, 0)  # the parent has not moved: the worker parses every module
     idx._prefetch = None
 
@@ -112,3 +112,53 @@ def test_workspace_modules_matching_is_exact_and_lazy(tmp_path):
     first = idx.ws_files["pkg.m0000"]
     idx.set_overlay(first, "import builtins\nbuiltins.__import__ = None\n")
     assert "pkg.m0000" in [m.name for m in idx.workspace_modules_matching(rb"__import__")]
+
+
+def test_sites_of_a_folder_summarise_only_what_they_reach(tmp_path):
+    """`sites PATH`: the modules under PATH and what their traces lead to are summarised, not the whole
+    workspace (upstream vLLM's `sites vllm/v1/attention` summarised all 2,234 modules for 120)."""
+    from attnlens.workspace import Workspace
+
+    root = tmp_path / "ws"
+    _tree(root, 12)
+    sub = root / "pkg" / "sub"
+    sub.mkdir()
+    (sub / "__init__.py").write_text("")
+    (sub / "k.py").write_text("import triton\n\n@triton.jit\ndef kern(x):\n    pass\n\n"
+                              "def run(x):\n    kern[(1,)](x)\n")
+    ws = Workspace(root, python=sys.executable, use_cache=False)
+    got = ws.kernel_sites([str(sub)])
+    assert [(os.path.basename(s.path), s.line, s.call, s.chain.final.kind.value) for s in got] == \
+        [("k.py", 8, "kern[grid]", "triton_kernel")]
+    loaded = {m.name for m in ws.index.loaded_modules() if m.workspace}
+    assert loaded <= {"pkg", "pkg.sub", "pkg.sub.k"}, loaded
+    assert ws.index.names_under([str(sub)]) == ["pkg.sub", "pkg.sub.k"]
+    assert ws.index.names_under([str(sub / "k.py")]) == ["pkg.sub.k"]
+
+
+def test_a_worker_for_some_names_meets_the_walk_of_those_names(tmp_path, monkeypatch):
+    _tree(tmp_path / "ws", 30)
+    idx = Index(tmp_path / "ws", None, Cache(tmp_path / "cache"))
+    idx.allow_fork = True
+    monkeypatch.setattr(Index, "PREFETCH_MIN_MODULES", 0)
+    names = sorted(idx.ws_files)[5:20]
+    assert idx.prefetch_summaries(names)
+    pid, _shared, kept = idx._prefetch
+    assert kept == names
+    os.waitpid(pid, 0)  # the parent has not moved: the worker summarised exactly those
+    idx._prefetch = None
+    monkeypatch.setattr(I, "summarize", lambda *a, **k: (_ for _ in ()).throw(AssertionError("parsed twice")))
+    assert [m.name for m in idx.modules_named(names)] == names
+    with pytest.raises(AssertionError, match="parsed twice"):
+        idx.module(sorted(idx.ws_files)[25])
+
+
+def test_sites_json_is_an_array_with_one_site_per_line(tmp_path):
+    import json
+
+    out = _sites(EXAMPLE, tmp_path / "c", "--json", force_worker=False)
+    lines = out.splitlines()
+    assert lines[0] == "[" and lines[-1] == "]" and len(lines) > 3
+    sites = [json.loads(x.rstrip(",")) for x in lines[1:-1]]
+    assert sites == json.loads(out)
+    assert all(s["path"].endswith(".py") and s["leaves"] for s in sites)

@@ -102,4 +102,5 @@ def scope_files(ws, globs: list[str]) -> list[str]:
 
 def scope_modules(ws, globs: list[str]):
     wanted = set(scope_files(ws, globs))
-    return [m for m in ws.index.workspace_modules() if m.path in wanted]
+    names = [n for n in sorted(ws.index.ws_files) if ws.index.ws_files[n] in wanted]
+    return list(ws.index.modules_named(names))  # only those are summarised
