@@ -257,6 +257,7 @@ _MODULE_CACHES = {
     "profile.py:_EP_MEMO": "(root, stamps of pyproject.toml/setup.cfg/setup.py) -> their entry points",
     "profile.py:_GUARDS": "guard text -> parsed expression (bounded)",
     "pyindex.py:_parse_memo()": "text -> its tolerant parse or the SyntaxError of a failed recovery (lru_cache, 2)",
+    "pyrecover.py:_chunk_memo()": "chunk text -> its tolerant parse at line 1 or the SyntaxError of a failed recovery (lru_cache, 4)",
     "render.py:_LEAF_PATHS": "a chain (identity-checked) -> its leaf paths (bounded)",
     "rules/api.py:RULES": "the rules the check modules declare at import",
     "rules/api.py:CHECKS": "the check functions the check modules declare at import",

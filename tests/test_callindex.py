@@ -280,3 +280,26 @@ def test_traces_cut_by_the_time_budget_are_done_again_without_one(world):
     run(ci)
     assert ci.complete and ci._partial == {}
     assert set(ci.records()) == set(full_scan(world, {}).records())
+
+
+def test_a_summary_inside_a_step_gives_way_to_a_request(world):
+    """A module summarised inside a trace of the call index stops when a request waits (the index's
+    ``should_stop`` for the step): the step returns early, nothing half-made is kept, and the finished index
+    equals the full scan. (A 2,000-line module's summary held a waiting hover 60-150 ms.)"""
+    root, _cache = world
+    ws = Workspace(root, python=sys.executable, use_cache=False)  # nothing cached: traces summarise modules
+    ci = C.CallIndex(ws.index, ws.resolver, budget_s=None)
+    gave_way = []
+
+    def cancel():  # "a request waits", asked by the summary builder (after its parse, between statements)
+        where = sys._getframe(2).f_code.co_name
+        if where in ("summarize", "body") and len(gave_way) < 3:
+            gave_way.append((where, ws.index.loaded_count()))
+            return True
+        return False
+
+    while not ci.step(10.0, cancel):
+        pass
+    assert len(gave_way) == 3 and ws.index.build_should_stop is None
+    assert len(ws.index._stopped_builds) == 3  # each gave way once: built whole the next time (the job gets on)
+    assert set(ci.records()) == set(full_scan(world, {}).records())

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from . import model as M
+from .pyindex import Stopped
 
 log = logging.getLogger(__name__)
 
@@ -485,11 +486,16 @@ class CallIndex:
                     return False
                 cs = todo[-1]
                 if is_candidate(cs):
+                    before, self.index.build_should_stop = self.index.build_should_stop, stop  # (a summary inside too)
                     try:
                         chain = self.resolver.trace_call(mod, cs, budget, cancel=stop)
+                    except Stopped:
+                        return False  # a request is waiting: this site again next time
                     except Exception:  # noqa: BLE001 - e.g. RecursionError in the resolver: that site only
                         log.debug("tracing %s:%s failed", mod.path, cs.line, exc_info=True)
                         chain = None
+                    finally:
+                        self.index.build_should_stop = before
                     if stopped[0]:
                         return False  # cut short: this site again next time
                     self.traces += 1

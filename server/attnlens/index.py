@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 
 from .cache import Cache
 from .pyincremental import IncrementalSummary
-from .pyindex import ModuleSummary, decode_source, summarize
+from .pyindex import ModuleSummary, Stopped, decode_source, summarize
 from .target import TargetInfo
 
 # a buffer first overlaid with more lines than this is summarised whole: the first incremental build of a
@@ -79,6 +79,8 @@ class Index:
     # asked while an open buffer is summarised (pyindex.summarize's should_stop; the rules engine sets it for
     # the duration of an editor's check): the summary stops with pyindex.Stopped, nothing is kept
     should_stop = None
+    # the same for a file on disk summarised inside a job that gives way to requests (the call index's step)
+    build_should_stop = None
     # below this many workspace modules a second process costs more than it saves
     # (ATTNLENS_PREFETCH_MIN_MODULES overrides it: tests and benchmarks force the worker on)
     PREFETCH_MIN_MODULES = int(os.environ.get("ATTNLENS_PREFETCH_MIN_MODULES") or 400)
@@ -115,6 +117,7 @@ class Index:
         # C++ file, a full refresh): what depends only on those stays valid across edits of the plugin
         self.outside_generation = 0
         self._outside_memo: tuple[int, dict] = (0, {})
+        self._stopped_builds: set = set()  # content shas whose summary gave way once (built whole next time)
         self._prefetch: tuple | None = None  # (pid, shared position, module names) of the summary worker
         self._helper = None  # the server's summary helper process (start_summary_helper)
         self._carried: dict = {}  # key -> (generation, what it read: _Observed, value): see carried
@@ -383,7 +386,20 @@ class Index:
         if cached is not None:
             cached.path = path
             return cached
-        summ = summarize(text, path, sha)
+        # a file summarised inside a job that gives way to requests (``build_should_stop``: the call index's step)
+        # stops too, once per file (so the job always gets on): a 2,000-line module's summary held a waiting hover
+        # 60-150 ms (its parse stays memoised for the next try)
+        stop = self.build_should_stop
+        if stop is not None and sha not in self._stopped_builds:
+            try:
+                summ = summarize(text, path, sha, should_stop=stop)
+            except Stopped:
+                if len(self._stopped_builds) > 4096:
+                    self._stopped_builds.clear()
+                self._stopped_builds.add(sha)
+                raise
+        else:
+            summ = summarize(text, path, sha)
         self.cache.store_pickle("py", sha, summ)
         hook = self.after_parse
         if hook is not None:

@@ -39,7 +39,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from sys import intern as _intern
 
-from .pyrecover import Parsed, parse_tolerant, syntax_issue
+from .pyrecover import Parsed, parse_chunk, parse_tolerant, syntax_issue
 
 # --------------------------------------------------------------------------
 # data model (plain, picklable)
@@ -1306,7 +1306,12 @@ def parse_source(text: str) -> Parsed:
     return parsed
 
 
-parse_source.cache_clear = _parse_memo.cache_clear  # what tests and benchmarks call between runs
+def _clear_parse_memos() -> None:
+    _parse_memo.cache_clear()
+    parse_chunk.cache_clear()
+
+
+parse_source.cache_clear = _clear_parse_memos  # what tests and benchmarks call between runs
 
 
 def parse_module(text: str) -> ast.Module:

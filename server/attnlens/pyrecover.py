@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import itertools
 import operator
 import re
@@ -131,7 +132,34 @@ def parse_chunk(chunk: str, line0: int) -> Parsed:
     """The error-tolerant parse of one top-level chunk whose first line is line ``line0 + 1`` of its
     file: positions in the tree, the errors and the blanked regions are those of the file. The
     recovery runs on the chunk's own text (its lines renumbered afterwards), so it does not depend on
-    where the chunk sits. Raises ``SyntaxError`` (with the file's line) when recovery fails."""
+    where the chunk sits. Raises ``SyntaxError`` (with the file's line) when recovery fails.
+
+    A chunk at line 1 (``line0 == 0``: how an editor buffer's incremental summary and its rule facts
+    parse each chunk) is memoised for the latest few texts, failures too: the two parsed the chunk a
+    keystroke changed one after the other, and a broken chunk's recovery (up to 0.3 s for a long class)
+    ran twice, the second time in a background job that could not yield meanwhile. Callers must not
+    mutate the tree."""
+    if not line0:
+        parsed, error = _chunk_memo(chunk)
+        if error is not None:
+            raise error.with_traceback(None)
+        return parsed
+    return _parse_chunk(chunk, line0)
+
+
+@functools.lru_cache(maxsize=4)
+def _chunk_memo(chunk: str) -> tuple:
+    try:
+        return _parse_chunk(chunk, 0), None
+    except SyntaxError as e:
+        e.__context__ = e.__cause__ = None
+        return None, e.with_traceback(None)
+
+
+parse_chunk.cache_clear = _chunk_memo.cache_clear  # type: ignore[attr-defined]  # (tests and benchmarks)
+
+
+def _parse_chunk(chunk: str, line0: int) -> Parsed:
     try:
         return Parsed(ast.parse("\n" * line0 + chunk if line0 else chunk, type_comments=False), chunk)
     except SyntaxError as e:

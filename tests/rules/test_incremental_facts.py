@@ -158,3 +158,27 @@ def test_a_big_buffer_gives_way_between_chunks_and_goes_on_where_it_stopped(monk
     got = inc.collect(text, cr, should_stop=lambda: False)
     assert got == _whole(text, cr), _first_difference(_whole(text, cr), got)
     assert 0 < len(built) < 64  # the chunks before the stop were kept
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_an_unrecoverable_chunk_gives_the_whole_facts_without_a_whole_parse(where, monkeypatch):
+    """A chunk whose recovery fails makes the text unparsable: the facts are those of the whole-text
+    collection (its error, field for field), and no parse of the whole text is made for them (a background
+    job spent 60-150 ms there, not yielding, after a paste into a long class)."""
+    from tests.test_incremental_summary import _unrecoverable_chunk
+
+    head = "import os\n\n\ndef f(a):\n    capability = os.path.join(a)  # (a capability: the walk enters the text)\n    return capability\n\n\n"
+    tail = "\n\nclass After:\n    def g(self, capability):\n        return f(1)\n"
+    text = {"first": _unrecoverable_chunk() + tail, "middle": head + _unrecoverable_chunk() + tail,
+            "last": head + _unrecoverable_chunk()}[where]
+    cr = _claims()
+    want = _whole(text, cr)
+    assert want.error is not None and want.error.startswith("SyntaxError: invalid character")
+    assert f"line {text.splitlines().index('class Broken:') + 2}" in want.error  # the whole text's line
+    pyindex.parse_source.cache_clear()
+    inc = F.IncrementalFacts()
+    whole = []
+    monkeypatch.setattr(F, "parse_source", lambda t: whole.append(t) or pyindex.parse_source(t))
+    got = inc.collect(text, cr)
+    assert whole == []
+    assert got == want, _first_difference(want, got)

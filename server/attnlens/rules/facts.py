@@ -567,7 +567,29 @@ def collect(text: str, claim_re=None) -> AstFacts:
 
 
 class _Whole(Exception):
-    """This text's facts are collected whole (an unrecoverable or too deep chunk, too many errors)."""
+    """This text's facts are collected whole (a too deep chunk, too many errors)."""
+
+
+class _Unparsable(Exception):
+    """A chunk whose syntax recovery fails: the whole text's parse fails on it too (``parse_tolerant`` recovers
+    chunk by chunk, in order, and the chunks before it parsed), with ``error`` (the whole text's lines). The
+    facts are then what :func:`collect` gives an unparsable text, without its parse of the whole text again
+    (60-150 ms of a background job that could not yield, after a paste into a long class)."""
+
+    def __init__(self, error: SyntaxError):
+        super().__init__(error.msg)
+        self.error = error
+
+
+def _moved(e: SyntaxError, d: int) -> SyntaxError:
+    """``e`` (a chunk's own error) as the whole text's parse raises it: ``parse_chunk`` moves the line numbers of
+    its error, not its message."""
+    out = type(e)(e.msg)
+    out.filename, out.text, out.offset, out.end_offset = e.filename, e.text, e.offset, getattr(e, "end_offset", None)
+    out.lineno = e.lineno + d if d and e.lineno else e.lineno
+    el = getattr(e, "end_lineno", None)
+    out.end_lineno = el + d if d and el else el
+    return out
 
 
 class _ChunkFacts:
@@ -582,7 +604,9 @@ def _cap_state(cap_vars: dict) -> tuple:
 def _chunk_facts(piece: str, claim_re, want_claims: bool, first: bool, caps_in: tuple) -> _ChunkFacts:
     try:
         parsed = parse_chunk(piece, 0)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    except SyntaxError as e:
+        raise _Unparsable(e) from None
+    except (ValueError, RecursionError, MemoryError):
         raise _Whole from None
     f = AstFacts()
     cap_vars = {n: {sc: (0, recv) for sc, recv in by} for n, by in caps_in}
@@ -648,6 +672,10 @@ class IncrementalFacts:
             return facts
         try:
             return self._join(text, claim_re, want_claims, facts, should_stop)
+        except _Unparsable as u:
+            facts = _text_facts(text, claim_re)[0]  # (the one given to _join holds the chunks before it)
+            facts.error = f"{type(u.error).__name__}: {u.error}"
+            return facts
         except _Whole:
             return collect(text, claim_re)
 
@@ -662,7 +690,10 @@ class IncrementalFacts:
                 built += 1
                 if should_stop is not None and not built & 7 and should_stop():
                     raise Stopped(f"facts stopped at line {line0 + 1}")
-                c = self.frags[key] = _chunk_facts(key[0], claim_re, want_claims, first, caps)
+                try:
+                    c = self.frags[key] = _chunk_facts(key[0], claim_re, want_claims, first, caps)
+                except _Unparsable as u:
+                    raise _Unparsable(_moved(u.error, line0)) from None
             used.add(key)
             errors += c.errors
             first = first and not c.has_body
