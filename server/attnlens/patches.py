@@ -21,6 +21,7 @@ fork: each replacement with its condition, and the original when none is uncondi
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from . import model as M
@@ -124,6 +125,39 @@ def _inside_def(text: str, pos: int) -> bool:
     return False
 
 
+class _DefLines:
+    """:func:`_inside_def` for every line of a text at once: one pass keeps the stack of the lines a statement's
+    upward walk would meet (each the nearest line above, less indented than every line between, blank, comment
+    and closing-bracket lines skipped), so a text with thousands of attribute assignments in methods is not
+    walked up once per assignment (a pasted 5,000-line class: 60 ms per keystroke)."""
+
+    def __init__(self, text: str):
+        self.starts = [0]
+        self.inside: list[bool] = []
+        stack: list[tuple[int, bool]] = []  # (indent, a def header or inside one) of the lines met going down
+        pos = 0
+        for line in text.split("\n"):
+            body = line.lstrip(" \t")
+            ind = len(line) - len(body)
+            # a statement on this line (at its indentation): the nearest less indented line above decides
+            if body and not body.startswith(("#", ")", "]", "}")):
+                while stack and stack[-1][0] >= ind:
+                    stack.pop()
+                up = ind > 0 and bool(stack) and stack[-1][1]
+                self.inside.append(up)
+                stack.append((ind, up or _DEF_HEADER.match(line) is not None))
+            else:  # a line the walk skips: it leaves the stack as it is
+                k = len(stack) - 1
+                while k >= 0 and stack[k][0] >= ind:
+                    k -= 1
+                self.inside.append(ind > 0 and k >= 0 and stack[k][1])
+            pos += len(line) + 1
+            self.starts.append(pos)
+
+    def at(self, pos: int) -> bool:
+        return self.inside[bisect.bisect_right(self.starts, pos) - 1]
+
+
 def patch_candidate(text: str | None) -> bool:
     """Can this module text hold a patch? A superset decided on the text alone; ``collect_patches`` decides."""
     if not text:
@@ -133,12 +167,15 @@ def patch_candidate(text: str | None) -> bool:
     # roots of attribute assignments inside a def (they patch only through a name bound by an import) and elsewhere
     in_def: set = set()
     roots: set = set()
+    lines = None
     for m in _ASSIGN_END.finditer(text):
         ls = text.rfind("\n", 0, m.start()) + 1
         seg = text[ls:m.end()]
         t = _AT_STATEMENT.search(seg) or _AFTER_HEADER.match(seg)
         if t is not None:
-            (in_def if _inside_def(text, ls + t.start(1)) else roots).add(t.group(1))
+            if lines is None:
+                lines = _DefLines(text)
+            (in_def if lines.at(ls + t.start(1)) else roots).add(t.group(1))
     if not roots and not in_def:
         return False
     imported = set()
