@@ -9,7 +9,6 @@ import os
 import shutil
 import sys
 import time
-from pathlib import Path
 
 from attnlens.workspace import Workspace
 from tests.helpers import EXAMPLE, have_vllm
@@ -205,46 +204,6 @@ def test_the_patch_table_equals_the_whole_scan(tmp_path, example):
     finally:
         del idx.workspace_modules_matching
     assert got and {k: repr(v) for k, v in got.items()} == {k: repr(v) for k, v in want.items()}
-
-
-@pytest.mark.parametrize("example", ["mini-metax", "tiny-npu"])
-def test_one_patch_entry_after_an_edit_equals_the_table_and_reads_only_modules_that_spell_it(tmp_path, example):
-    """Right after an edit, ``Resolver.patched`` answers one entry (``patches.patched_entry``): equal to the whole
-    table's for every key and for keys nothing replaces, and an edited patch module is summarised only for keys
-    whose attribute its text spells; a replacement typed into it is found."""
-    from attnlens.patches import patch_candidate, patched_entry
-    from attnlens.walk import Val, ValKind
-
-    root = tmp_path / "ws"
-    shutil.copytree(EXAMPLE.parent / example, root)
-    ws = Workspace(root, python=sys.executable, cache_dir=tmp_path / "c")
-    idx, r = ws.index, ws.resolver
-    table = dict(r.patches())
-    assert table and r._patches_done
-    names = idx.matching_names(patch_candidate)
-    edited = names[0]
-    path = idx.ws_files[edited]
-    text = Path(path).read_text(encoding="utf-8")
-    idx.set_overlay(path, text + "\n\n# an edit that replaces nothing\nUNRELATED_NAME = 1\n")
-    keys = list(table) + [("vllm.nothing_here", "never_replaced")]
-    got = {k: patched_entry(r, k) for k in keys}
-    r._patches = None
-    after = r.patches()  # the whole table of this generation
-    assert set(after) == set(table)
-    assert {k: repr(v) for k, v in got.items() if v is not None} == {k: repr(v) for k, v in after.items()}
-    assert got[("vllm.nothing_here", "never_replaced")] is None
-    # a key whose attribute the edited text does not spell: the buffer is not summarised for it
-    idx.set_overlay(path, text + "\n\nUNRELATED_NAME = 2\n")
-    assert not idx.summary_ready(path)
-    assert patched_entry(r, ("vllm.nothing_here", "never_replaced")) is None and not idx.summary_ready(path)
-    # a replacement typed into a patch module is found, as the whole table finds it
-    typed = text + "\n\nimport vllm.envs as _envs_mod\n_envs_mod.typed_in_attr = len\n"
-    idx.set_overlay(path, typed)
-    one = patched_entry(r, ("vllm.envs", "typed_in_attr"))
-    r._patches = None
-    whole = r.patches().get(("vllm.envs", "typed_in_attr"))
-    assert one is not None and repr(one) == repr(whole)
-    assert whole[1] == path and whole[3] == "_envs_mod.typed_in_attr = len"
 
 
 def _hook_and_platform_workspace(tmp_path):

@@ -918,22 +918,6 @@ class Index:
         self._carried[key] = (gen, obs, value)
         return value
 
-    def carried_if_valid(self, key, default=None):
-        """The value :meth:`carried` keeps for ``key`` when it still stands (its reads replayed), else ``default``:
-        nothing is computed."""
-        gen = self.generation
-        hit = self._carried.get(key)
-        if hit is not None and (hit[0] == gen or self.still_valid(hit[1], hit[0])):
-            if hit[0] != gen:
-                self._carried[key] = (gen, hit[1], hit[2])
-            self.replay(hit[1])
-            return hit[2]
-        return default
-
-    def observed(self) -> bool:
-        """Is a recorder observing module reads now (:meth:`observe`, the rules engine's)?"""
-        return "module" in self.__dict__
-
     def installed_files_containing(self, folder: str, skip_dirs: tuple, needles: tuple) -> list:
         """(path, bytes) of the ``.py`` files under ``folder`` (installed code, as :func:`iter_py_bytes`
         walks it) whose bytes contain one of ``needles``. The matching paths are kept in the cache folder

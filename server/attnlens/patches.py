@@ -215,33 +215,6 @@ def collect_patches(resolver: Lookup) -> dict:
     return {key: _entry(resolver, key, items) for key, items in found.items()}
 
 
-_UNKNOWN = object()
-
-
-def patched_entry(resolver: Lookup, key: tuple) -> tuple | None:
-    """``collect_patches(resolver).get(key)`` without the whole table: a module whose replacements are not known
-    for this index generation (an edited buffer) is summarised only when its text spells the last segment of
-    the key's attribute, as every replacement of it must (``mod.f = ...``, ``setattr(mod, "f", ...)``, a patch
-    decorator's name or its function's). A hover on one file right after a paste into another summarised
-    the pasted buffer (40-120 ms) for the table, though nothing in it replaced what the hover traced."""
-    idx = resolver.index
-    last = key[1].rpartition(".")[2]
-    items = []
-    for name in idx.matching_names(patch_candidate):
-        got = idx.carried_if_valid(("patch-items", name), _UNKNOWN)
-        if got is _UNKNOWN:
-            path = idx.ws_files.get(name)
-            text = idx.source_text(path) if path else None
-            if not text or last not in text:
-                continue
-            mod = idx.module(name)
-            if mod is None:
-                continue
-            got = idx.carried(("patch-items", name), lambda m=mod: _module_items(resolver, m), reads=(name,))
-        items.extend(item for k, item in got if k == key)
-    return _entry(resolver, key, items) if items else None
-
-
 def _module_items(resolver: Lookup, mod) -> tuple:
     """((module, attribute path), (replacement Val, mod, guards, scope, line, text)) of every replacement ``mod``
     makes, in source order of its summary."""

@@ -35,7 +35,7 @@ import re
 from . import model as M
 from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
-from .patches import collect_patches, freeze_patches, is_patch_decorator, lambda_text, patched_entry, thaw_patches
+from .patches import collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
 from .profile import PlatformProfile
 from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, is_passthrough,
                       triton_decorated)
@@ -85,8 +85,6 @@ class Resolver:
         self.ops = ops if ops is not None else OpRegistry(self)
         self._patches: dict | None = None
         self._patch_gen = -1
-        self._patches_done = False
-        self._entry_busy = False
         self._active: set = set()
         # every place that cuts a resolution short (a cycle, a depth or width bound, the time budget)
         # bumps this counter: a result computed without a cut does not depend on the path that led to
@@ -1432,7 +1430,6 @@ class Resolver:
             self._patches = thaw_patches(self, frozen)
         else:
             self._patches = idx.carried(("patches",), self._collect_patches)
-            self._patches_done = True  # every module's replacements are carried: one entry can be had alone
         return self._patches
 
     def _collect_patches(self) -> dict:
@@ -1445,18 +1442,6 @@ class Resolver:
         if v.module is None or v.module.workspace:
             return None
         key = (v.module.name, v.qual)
-        idx = self.index
-        if (self._patches is None or self._patch_gen != idx.generation) and self._patches_done and idx.has_overlays() \
-                and not idx.observed():
-            # right after an edit, one entry costs less than the table (an edited module is read only when it can
-            # hold this entry); where reads are recorded, the table (what it reads is the dependency)
-            if self._entry_busy:
-                return None  # a lookup while collecting a module's replacements sees none (as the table's do)
-            self._entry_busy = True
-            try:
-                return patched_entry(self, key)
-            finally:
-                self._entry_busy = False
         return self.patches().get(key)
 
     # ------------------------------------------------------------------
