@@ -129,7 +129,8 @@ class _DefLines:
     """:func:`_inside_def` for every line of a text at once: one pass keeps the stack of the lines a statement's
     upward walk would meet (each the nearest line above, less indented than every line between, blank, comment
     and closing-bracket lines skipped), so a text with thousands of attribute assignments in methods is not
-    walked up once per assignment (a pasted 5,000-line class: 60 ms per keystroke)."""
+    walked up once per assignment (quadratic in a long method: 8.4 s for 6,000 assignments in one). Equal to
+    :func:`_inside_def` at every position (which the tests keep as the reference)."""
 
     def __init__(self, text: str):
         self.starts = [0]
