@@ -27,8 +27,8 @@ import weakref
 from .gcpolicy import paused
 from .pyindex import (AttrPatch, Binding, CallSite, ClassInfo, Decorator, FunctionInfo, ModuleSummary, Ref, Stopped,
                       _Builder, import_only, summarize)
-from .pyrecover import (MAX_ROUNDS, ChunkSplitter, SyntaxIssue, issue_error, parse_chunk, parse_tolerant, shift_issue,
-                        syntax_issue)
+from .pyrecover import (MAX_ROUNDS, ChunkSplitter, SyntaxIssue, issue_error, moved_error, parse_chunk, parse_tolerant,
+                        shift_issue, syntax_issue)
 
 _LAMBDA = re.compile(r"<lambda:(\d+):")
 
@@ -249,10 +249,7 @@ def _n_lines(text: str) -> int:
 def _broken_summary(text: str, path: str, sha: str, e: SyntaxError, line0: int) -> ModuleSummary:
     """What ``pyindex.summarize`` says of ``text`` whose chunk at ``line0`` fails recovery with ``e`` (raised
     for the chunk's own text): ``parse_chunk`` moves the line numbers of its error, not its message."""
-    err = SyntaxError(e.msg)
-    err.lineno, err.offset = (e.lineno + line0 if line0 and e.lineno else e.lineno), e.offset
-    el = getattr(e, "end_lineno", None)
-    err.end_lineno, err.end_offset = (el + line0 if line0 and el else el), getattr(e, "end_offset", None)
+    err = moved_error(e, line0)
     s = ModuleSummary(path=path, sha=sha, n_lines=_n_lines(text))
     s.error = f"syntax error: {err.msg}"
     s.error_line = err.lineno or 0

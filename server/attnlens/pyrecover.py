@@ -121,6 +121,17 @@ def shift_issue(i: SyntaxIssue, d: int) -> SyntaxIssue:
     return SyntaxIssue(i.line + d, i.col, i.end_line + d, i.end_col, msg)
 
 
+def moved_error(e: SyntaxError, d: int) -> SyntaxError:
+    """A copy of ``e`` (raised for a chunk's own text) as the whole text's parse raises it, ``d`` lines down:
+    :func:`parse_chunk` moves the line numbers of its error, not its message."""
+    out = type(e)(e.msg)
+    out.filename, out.text, out.offset, out.end_offset = e.filename, e.text, e.offset, getattr(e, "end_offset", None)
+    out.lineno = e.lineno + d if d and e.lineno else e.lineno
+    el = getattr(e, "end_lineno", None)
+    out.end_lineno = el + d if d and el else el
+    return out
+
+
 def issue_error(i: SyntaxIssue) -> SyntaxError:
     """The ``SyntaxError`` a file with too many broken statements is reported with: its first one."""
     e = SyntaxError(i.message)
@@ -172,10 +183,8 @@ def _parse_chunk(chunk: str, line0: int) -> Parsed:
     try:
         p = _Recovery(chunk).run(first)
     except SyntaxError as e:
-        if line0 and e.lineno:
-            e.lineno += line0
-            if getattr(e, "end_lineno", None):
-                e.end_lineno += line0
+        if line0:
+            raise moved_error(e, line0) from None
         raise
     p = _at_next_statement(chunk, p)
     if line0:

@@ -115,7 +115,7 @@ class AstFacts:
 from ..pyindex import dotted as _dotted  # one implementation of Name/Attribute chains
 from ..pyindex import Stopped
 from ..pyindex import parse_source  # shares the index's (error-tolerant) parse of the same text
-from ..pyrecover import MAX_ROUNDS, ChunkSplitter, parse_chunk
+from ..pyrecover import MAX_ROUNDS, ChunkSplitter, moved_error, parse_chunk
 
 
 class _Cols:
@@ -581,17 +581,6 @@ class _Unparsable(Exception):
         self.error = error
 
 
-def _moved(e: SyntaxError, d: int) -> SyntaxError:
-    """``e`` (a chunk's own error) as the whole text's parse raises it: ``parse_chunk`` moves the line numbers of
-    its error, not its message."""
-    out = type(e)(e.msg)
-    out.filename, out.text, out.offset, out.end_offset = e.filename, e.text, e.offset, getattr(e, "end_offset", None)
-    out.lineno = e.lineno + d if d and e.lineno else e.lineno
-    el = getattr(e, "end_lineno", None)
-    out.end_lineno = el + d if d and el else el
-    return out
-
-
 class _ChunkFacts:
     __slots__ = ("comments", "docs", "caps", "shapes", "tests", "self_assigns", "has_body", "caps_out", "errors")
 
@@ -693,7 +682,7 @@ class IncrementalFacts:
                 try:
                     c = self.frags[key] = _chunk_facts(key[0], claim_re, want_claims, first, caps)
                 except _Unparsable as u:
-                    raise _Unparsable(_moved(u.error, line0)) from None
+                    raise _Unparsable(moved_error(u.error, line0)) from None
             used.add(key)
             errors += c.errors
             first = first and not c.has_body
