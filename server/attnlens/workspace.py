@@ -347,26 +347,29 @@ class Workspace:
         gen = self.index.generation
         memo = self._never_memo
         self._never_stale = False
-        if memo is not None:
-            if memo[0] != gen and provisional:
+        if memo is not None and memo[0] != gen:
+            if provisional:
                 # checked only when that costs nothing more than text scans (every edited module summarised)
                 changed = self.index.changed_since(memo[0])
                 if changed is None or not all(self.index.summary_ready(p) for p in changed) \
                         or not self._never_still_valid(memo):
                     self._never_stale = True
                     return memo[1]
-            elif memo[0] != gen and not self._never_still_valid(memo):
-                memo = None
-            if memo is not None:
-                self._never_memo = self._record_selection_facts((gen, *memo[1:]))
-                return memo[1]
-            memo = self._never_memo  # (restored if the computation below stops)
+            elif not self._never_still_valid(memo):
+                return self._recompute_never_selected(gen, memo)
+        if memo is not None:
+            self._never_memo = self._record_selection_facts((gen, *memo[1:]))
+            return memo[1]
+        return self._recompute_never_selected(gen, None)
+
+    def _recompute_never_selected(self, gen: int, before) -> dict:
+        """:meth:`_compute_never_selected`; the memo of ``before`` is put back when the computation stops."""
         self._never_memo = (gen, {}, {}, {}, {}, set(), -1)  # while it is computed
         try:
             return self._compute_never_selected(gen)
         except BaseException:  # stopped for a request (``Stopped``) or failed: not an empty set for this generation
             if self._never_memo is not None and self._never_memo[0] == gen and self._never_memo[-1] == -1:
-                self._never_memo = memo
+                self._never_memo = before
             raise
 
     def never_selected_checked(self) -> bool:

@@ -37,7 +37,7 @@ class Analysis(CallsMixin, SymbolsMixin):
         self.ws = ws  # only handed to the rules, upgrade and runtime entry points (they take a workspace)
         self.q = ws.query  # every question of the core
         self._chains: LRU = LRU(4096)
-        self._lines: LRU = LRU(128)  # path -> (text, its lines)
+        self._lines: LRU = LRU(128)  # path -> (generation, text, its lines)
         self._backends: tuple[int, list] | None = None
         self._roles: tuple[int, dict] | None = None
         self._symbols: tuple[int, list[Sym]] | None = None
@@ -63,12 +63,13 @@ class Analysis(CallsMixin, SymbolsMixin):
         """The lines of ``path``'s current text, kept while that text stays the same object (the index keeps a
         file's text while its stamp holds, a buffer's until it changes): a workspace-symbol request after an
         edit split every file of its 200 results again (100-380 ms on the real checkout, not yielding)."""
-        text = self.q.source_text(path) or ""
+        gen = self.generation
         hit = self._lines.get(path)
-        if hit is not None and hit[0] is text:
-            return hit[1]
-        got = split_lines(text)
-        self._lines.put(path, (text, got))
+        if hit is not None and hit[0] == gen:
+            return hit[2]  # (no stat of the file for each position a request converts)
+        text = self.q.source_text(path) or ""
+        got = hit[2] if hit is not None and hit[1] is text else split_lines(text)
+        self._lines.put(path, (gen, text, got))
         return got
 
     def line_text(self, path: str, line: int) -> str:
