@@ -55,7 +55,7 @@ def test_forked_worker_summaries_are_what_the_parent_reads(tmp_path, monkeypatch
     idx.allow_fork = True
     monkeypatch.setattr(Index, "PREFETCH_MIN_MODULES", 0)
     assert idx.prefetch_summaries()
-    pid, _shared, _names = idx._prefetch
+    pid, _shared = idx._prefetch
     os.waitpid(pid, 0)  # the parent has not moved: the worker parses every module
     idx._prefetch = None
 
@@ -134,23 +134,6 @@ def test_sites_of_a_folder_summarise_only_what_they_reach(tmp_path):
     assert loaded <= {"pkg", "pkg.sub", "pkg.sub.k"}, loaded
     assert ws.index.names_under([str(sub)]) == ["pkg.sub", "pkg.sub.k"]
     assert ws.index.names_under([str(sub / "k.py")]) == ["pkg.sub.k"]
-
-
-def test_a_worker_for_some_names_meets_the_walk_of_those_names(tmp_path, monkeypatch):
-    _tree(tmp_path / "ws", 30)
-    idx = Index(tmp_path / "ws", None, Cache(tmp_path / "cache"))
-    idx.allow_fork = True
-    monkeypatch.setattr(Index, "PREFETCH_MIN_MODULES", 0)
-    names = sorted(idx.ws_files)[5:20]
-    assert idx.prefetch_summaries(names)
-    pid, _shared, kept = idx._prefetch
-    assert kept == names
-    os.waitpid(pid, 0)  # the parent has not moved: the worker summarised exactly those
-    idx._prefetch = None
-    monkeypatch.setattr(I, "summarize", lambda *a, **k: (_ for _ in ()).throw(AssertionError("parsed twice")))
-    assert [m.name for m in idx.modules_named(names)] == names
-    with pytest.raises(AssertionError, match="parsed twice"):
-        idx.module(sorted(idx.ws_files)[25])
 
 
 def test_sites_json_is_an_array_with_one_site_per_line(tmp_path):

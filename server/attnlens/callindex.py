@@ -486,7 +486,8 @@ class CallIndex:
                     return False
                 cs = todo[-1]
                 if is_candidate(cs):
-                    before, self.index.build_should_stop = self.index.build_should_stop, stop  # (a summary inside too)
+                    # a summary inside the trace gives way too (only there: taking the next module off the queue must not stop)
+                    before, self.index.build_should_stop = self.index.build_should_stop, stop
                     try:
                         chain = self.resolver.trace_call(mod, cs, budget, cancel=stop)
                     except Stopped:

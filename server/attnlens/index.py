@@ -121,7 +121,7 @@ class Index:
         self.outside_generation = 0
         self._outside_memo: tuple[int, dict] = (0, {})
         self._stopped_builds: set = set()  # content shas whose summary gave way once (built whole next time)
-        self._prefetch: tuple | None = None  # (pid, shared position, module names) of the summary worker
+        self._prefetch: tuple[int, object] | None = None  # (pid, shared position) of the summary worker
         self._helper = None  # the server's summary helper process (start_summary_helper)
         self._carried: dict = {}  # key -> (generation, what it read: _Observed, value): see carried
         self._match_memo: dict = {}  # workspace_modules_matching: pattern -> (generation, module names)
@@ -392,17 +392,14 @@ class Index:
         # a file summarised inside a job that gives way to requests (``build_should_stop``: the call index's step)
         # stops too, once per file (so the job always gets on): a 2,000-line module's summary held a waiting hover
         # 60-150 ms (its parse stays memoised for the next try)
-        stop = self.build_should_stop
-        if stop is not None and sha not in self._stopped_builds:
-            try:
-                summ = summarize(text, path, sha, should_stop=stop)
-            except Stopped:
-                if len(self._stopped_builds) > 4096:
-                    self._stopped_builds.clear()
-                self._stopped_builds.add(sha)
-                raise
-        else:
-            summ = summarize(text, path, sha)
+        stop = self.build_should_stop if sha not in self._stopped_builds else None
+        try:
+            summ = summarize(text, path, sha, should_stop=stop)
+        except Stopped:  # (only a stop raises it)
+            if len(self._stopped_builds) > 4096:
+                self._stopped_builds.clear()
+            self._stopped_builds.add(sha)
+            raise
         self.cache.store_pickle("py", sha, summ)
         hook = self.after_parse
         if hook is not None:
@@ -437,13 +434,24 @@ class Index:
         return len(self._modules)
 
     def workspace_modules(self) -> Iterator[Module]:
-        return self._walk(sorted(self.ws_files))
+        names = sorted(self.ws_files)
+        shared = self._prefetch[1] if self._prefetch is not None else None
+        for i, name in enumerate(names):
+            if shared is not None:
+                _POS.pack_into(shared, 0, i)  # the summary worker stops where this loop is
+            m = self.module(name)
+            if m is not None:
+                yield m
+        if shared is not None:
+            _POS.pack_into(shared, 0, len(names))
 
     def modules_named(self, names: list[str]) -> Iterator[Module]:
         """The modules of ``names`` (workspace module names, e.g. :meth:`names_under`), in that order, each read
-        through :meth:`module` (so dependency recorders see exactly these reads). With a summary worker started
-        for the same list (:meth:`prefetch_summaries`), the two meet as in :meth:`workspace_modules`."""
-        return self._walk(list(names))
+        through :meth:`module` (so dependency recorders see exactly these reads)."""
+        for name in names:
+            m = self.module(name)
+            if m is not None:
+                yield m
 
     def names_under(self, paths) -> list[str]:
         """The sorted names of the workspace modules whose file lies at or under one of ``paths``."""
@@ -455,17 +463,6 @@ class Index:
             if real in wanted or real.startswith(prefixes):
                 out.append(name)
         return out
-
-    def _walk(self, names: list[str]) -> Iterator[Module]:
-        shared = self._prefetch[1] if self._prefetch is not None and self._prefetch[2] == names else None
-        for i, name in enumerate(names):
-            if shared is not None:
-                _POS.pack_into(shared, 0, i)  # the summary worker stops where this loop is
-            m = self.module(name)
-            if m is not None:
-                yield m
-        if shared is not None:
-            _POS.pack_into(shared, 0, len(names))
 
     def workspace_modules_matching(self, pattern) -> Iterator[Module]:
         """The workspace modules whose source matches the regular expression ``pattern`` (bytes;
@@ -521,23 +518,20 @@ class Index:
         self._prefetch = None
         self._helper = None
 
-    def prefetch_summaries(self, names: list[str] | None = None) -> bool:
-        """Fork a worker that builds the workspace summaries (of ``names``, default all) into the cache folder
-        from the *end* of the module list while this process walks it from the front (:meth:`workspace_modules`,
-        or :meth:`modules_named` of the same names, publishes its position in shared memory; the worker stops
-        where the two meet). The
+    def prefetch_summaries(self) -> bool:
+        """Fork a worker that builds the workspace summaries into the cache folder from the *end*
+        of the module list while this process walks it from the front (:meth:`workspace_modules`
+        publishes its position in shared memory; the worker stops where the two meet). The
         summaries are content-addressed and deterministic, so what this process computes is the
         same with or without the worker; only who parses a file changes. Only where forking is
         safe (``allow_fork``: a single-threaded CLI process), with a cache folder, and for a
         workspace of at least ``PREFETCH_MIN_MODULES`` modules. True when a worker started."""
         if (self._prefetch is not None or not self.allow_fork or not self.cache.enabled
-                or not hasattr(os, "fork")):
-            return False
-        names = sorted(self.ws_files) if names is None else list(names)
-        if len(names) < self.PREFETCH_MIN_MODULES:
+                or not hasattr(os, "fork") or len(self.ws_files) < self.PREFETCH_MIN_MODULES):
             return False
         import mmap
 
+        names = sorted(self.ws_files)
         shared = mmap.mmap(-1, _POS.size)
         _POS.pack_into(shared, 0, -1)
         try:
@@ -551,7 +545,7 @@ class Index:
             except BaseException:  # noqa: BLE001 - the parent parses what is missing itself
                 code = 1
             os._exit(code)
-        self._prefetch = (pid, shared, names)
+        self._prefetch = (pid, shared)
         return True
 
     def _prefetch_worker(self, names: list[str], shared) -> None:
@@ -625,7 +619,7 @@ class Index:
                 helper.wait()
         if self._prefetch is None:
             return
-        pid, shared, _names = self._prefetch
+        pid, shared = self._prefetch
         self._prefetch = None
         _POS.pack_into(shared, 0, 1 << 62)
         try:

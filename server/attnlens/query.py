@@ -184,10 +184,8 @@ class Query:
     def stop_prefetch(self) -> None:
         self.ws.index.stop_prefetch()
 
-    def prefetch_summaries(self, paths: list[str] | None = None) -> None:
-        """A worker summarises the workspace modules (those under ``paths`` when given) from the end of the list."""
-        idx = self.ws.index
-        idx.prefetch_summaries(idx.names_under(paths) if paths else None)
+    def prefetch_summaries(self) -> None:
+        self.ws.index.prefetch_summaries()
 
     # -- positions ----------------------------------------------------------------------------
     def prepare_refs(self, path: str) -> None:
