@@ -259,3 +259,38 @@ def test_realpath_memo_equals_os_realpath(tmp_path):
     for p in (f"{t}/a/b/f.py", f"{t}/lnk/f.py", f"{t}/a/g.py", f"{t}/a/b/../b/f.py", f"{t}/a/missing.py",
               f"{t}/lnk/../x.py", "rel/x.py", f"{t}//a//b/f.py", "/", f"{t}/a/", f"{t}/lnk"):
         assert idx.realpath(p) == os.path.realpath(p), p
+
+
+def test_def_pattern_scans_answer_from_the_def_names_as_the_text_search(tmp_path):
+    """``rb"def\\s+NAME\\b"`` (the subclasses that override a method) is answered from each text's names after
+    ``def``: the same module names as searching every text, for names that are, are not, or are prefixes of
+    defined ones, through an edit (the next generation) and for a non-ASCII name (searched)."""
+    import re
+
+    from tests.helpers import fixture_ws
+
+    ws = fixture_ws(tmp_path, {
+        "fx/__init__.py": "",
+        "fx/a.py": "class A:\n    def forward(self):\n        pass\n    async  def  run_x(self): pass\n",
+        "fx/b.py": "def forwarding():\n    pass\nundef forward = 1\ndef def helper(): pass\n",
+        "fx/c.py": "x = 'def\tforward'\ndef ñame(): pass\n",
+    })
+    idx = ws.index
+
+    def both(name):
+        pat = rb"def\s+" + re.escape(name).encode() + rb"\b"
+        slow = [n for n in sorted(idx.ws_files) if idx.text_matches(idx.ws_files[n], pat)]
+        fast = idx._def_scan(pat)
+        assert fast is None or fast == slow, name
+        idx._match_memo.clear()
+        assert idx.matching_names(pat) == slow
+        return fast, slow
+
+    assert both("forward") == (["fx.a", "fx.b", "fx.c"], ["fx.a", "fx.b", "fx.c"])
+    assert both("forwarding")[0] == ["fx.b"]
+    assert both("forw")[0] == [] and both("run_x")[0] == ["fx.a"]
+    assert both("def")[0] == ["fx.b"] and both("helper")[0] == ["fx.b"]
+    assert both("ñame") == (None, ["fx.c"])
+    assert idx._def_scan(rb"Attention") is None
+    idx.set_overlay(str(ws.root / "fx/c.py"), "y = 1\n")
+    assert both("forward")[0] == ["fx.a", "fx.b"]

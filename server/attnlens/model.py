@@ -104,6 +104,10 @@ class HopKind(Kind):
     SELECTION = "selection"  # code that never runs on this platform (never selected)
 
 
+_RUNTIME_KINDS = frozenset(RUNTIME_LEAF_KINDS)  # (hashed as their strings: see Kind)
+_RUNTIME_HOPS = (HopKind.TORCH_OP, HopKind.PATCH)
+
+
 # the hops that import what follows (plain, conditional, lazy, importlib, a re-export)
 IMPORT_HOP_KINDS = (HopKind.IMPORT, HopKind.CONDITIONAL_IMPORT, HopKind.LAZY_IMPORT, HopKind.DYNAMIC_IMPORT, HopKind.REEXPORT)
 
@@ -253,19 +257,35 @@ class Chain:
     def truncated(self) -> bool:
         return any(f.truncated for f in self.forks())
 
-    def reaches_runtime(self) -> bool:
-        """Does the tree end in (or pass through) kernel-like code: a leaf of RUNTIME_LEAF_KINDS, or a
-        torch-op or patch hop on the trunk or a branch?"""
-        for lf in self.leaves():
-            if lf.final.kind in RUNTIME_LEAF_KINDS:
-                return True
+    def leaf_count(self) -> int:
+        """``len(self.leaves())``, without making the leaves (the resolver's leaf budget asks it per branch)."""
+        n = 0
         stack = [self]
         while stack:
             c = stack.pop()
-            if any(h.kind in (HopKind.TORCH_OP, HopKind.PATCH) for h in c.hops):
-                return True
-            if c.final.fork is not None:
-                stack.extend(b.chain for b in c.final.fork.branches)
+            fk = c.final.fork
+            if fk is None:
+                n += 1
+            else:
+                stack.extend(b.chain for b in fk.branches)
+        return n
+
+    def reaches_runtime(self) -> bool:
+        """Does the tree end in (or pass through) kernel-like code: a leaf of RUNTIME_LEAF_KINDS, or a
+        torch-op or patch hop on the trunk or a branch? (One walk of the nodes: the resolver asks it of every
+        branch it expands.)"""
+        stack = [self]
+        while stack:
+            c = stack.pop()
+            fk = c.final.fork
+            if fk is None:
+                if c.final.kind in _RUNTIME_KINDS:
+                    return True
+            else:
+                stack.extend(b.chain for b in fk.branches)
+            for h in c.hops:
+                if h.kind in _RUNTIME_HOPS:
+                    return True
         return False
 
     def forks(self) -> list[Fork]:

@@ -91,6 +91,11 @@ class Resolver:
         # it, so it may be memoised (see resolve_dotted and follow)
         self.cuts = 0
         self.bound_cuts = 0  # the cuts made by the leaf / fork-depth bounds (see _bound_cut)
+        # the cuts that depend on the path (a value met again while it is being resolved, a walk's cycle), as
+        # ("a", key in _active) / ("s", key in a walk's seen); a resolution whose path cuts all hit keys it
+        # opened itself (none on the path above it) is as complete as one without a cut (see _outside_cuts)
+        self.cut_log: list = []
+        self.inner_cuts = 0  # path cuts found internal by a finished resolution (taken out of cut_log)
         self._val_memo: dict = {}  # (module, sha, scope, text, line) -> (Val, hops it added)
         self._follow_memo: dict = {}  # (value identity, launch, receiver) -> (Final, hops it added, shape, met)
         self._visits: list[set] = []  # per follow / body being computed: the values it met (see follow)
@@ -402,7 +407,7 @@ class Resolver:
     def call_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
         key = ("call", mod.name, scope, b.name, b.line)
         if key in self._active:
-            self.cuts += 1
+            self._path_cut("a", key)
             return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line,
                        reason=f"cycle: `{b.name}` at {os.path.basename(mod.path)}:{b.line} is bound to a call that reaches itself")
         self._active.add(key)
@@ -974,7 +979,7 @@ class Resolver:
             return Val(ValKind.UNKNOWN, mod, "", reason="the callee is not a plain name or attribute chain")
         key = (mod.name, scope, text, line)
         if key in self._active:
-            self.cuts += 1
+            self._path_cut("a", key)
             return Val(ValKind.UNKNOWN, mod, text, reason=f"`{text}` is defined in terms of itself")
         if len(self._active) > 80:
             self.cuts += 1
@@ -994,12 +999,12 @@ class Resolver:
                 w.hops.extend(hit[1])
                 return hit[0]
         self._active.add(key)
-        cuts, n0 = self.cuts, len(w.hops)
+        cuts, inner, n_log, n0 = self.cuts, self.inner_cuts, len(self.cut_log), len(w.hops)
         try:
             v = self._resolve_dotted(mod, scope, text, w, line)
         finally:
             self._active.discard(key)
-        if mkey is not None and self.cuts == cuts and not w.partial:
+        if mkey is not None and not w.partial and (self.cuts == cuts or self._outside_cuts(cuts, inner, n_log, None) == 0):
             if len(self._val_memo) > 200000:
                 self._val_memo.clear()
             self._val_memo[mkey] = (v, tuple(w.hops[n0:]))
@@ -1147,7 +1152,7 @@ class Resolver:
     def attr_of_module(self, m: Module, name: str, w: Walk, from_import: bool = False) -> Val:
         key = ("attr", m.name, name)
         if key in self._active:
-            self.cuts += 1
+            self._path_cut("a", key)
             return Val(ValKind.UNKNOWN, m, f"{m.name}.{name}", reason=f"`{m.name}.{name}` is defined in terms of itself (import cycle)")
         self._active.add(key)
         try:
@@ -1183,7 +1188,7 @@ class Resolver:
             if sm is not None and (name in sm.summary.bindings or any(b.kind == "star" for b in sm.summary.bindings.get("*", []))):
                 key = ("star", m.name, target, name)
                 if key in self._active:
-                    self.cuts += 1
+                    self._path_cut("a", key)
                     continue
                 self._active.add(key)
                 try:
@@ -1463,7 +1468,7 @@ class Resolver:
         if self._visits:
             self._visits[-1].add(key)  # (what a memoised subtree met: reusable only off those paths)
         if key in w.seen and v.kind != ValKind.ALTS:  # (a fork is a finite value: only its branches can cycle)
-            self.cuts += 1
+            self._path_cut("s", key)
             return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle in the chain")
         mkey = None
         if self.memo_enabled and (v.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE) and v.module is not None or v.kind == ValKind.TORCH_OP):
@@ -1486,20 +1491,21 @@ class Resolver:
                 w.hops.extend(hit[1])
                 return hit[0]
         w.seen.add(key)
-        cuts, bcuts, n0 = self.cuts, self.bound_cuts, len(w.hops)
+        cuts, bcuts, inner, n_log, n0 = self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log), len(w.hops)
         vis_n = self._visits_push()
         try:
             fin = self._follow(v, w, launch)
         finally:
             met = self._visits_pop(vis_n)
         w.seen.discard(key)
-        if mkey is not None and not w.partial and (self.cuts == cuts or self.cuts - cuts == self.bound_cuts - bcuts):
+        outside = self.cuts - cuts if mkey is None or w.partial or self.cuts == cuts else self._outside_cuts(cuts, inner, n_log, w.seen)
+        if mkey is not None and not w.partial and (outside == 0 or outside == self.bound_cuts - bcuts):
             if len(self._follow_memo) > 100000:
                 self._follow_memo.clear()
             # complete, or cut only by the leaf / depth bounds (then the same for the same budget and depth);
             # with what it met on the way: on a path through any of those, a fresh trace would end in a cycle
             met = frozenset(met)
-            if self.cuts == cuts:  # complete: reusable wherever a walk has as much room (Walk.has_room)
+            if outside == 0:  # complete: reusable wherever a walk has as much room (Walk.has_room)
                 self._follow_memo[mkey] = (fin, tuple(w.hops[n0:]), (w.fork_depth, w.budget), met)
             else:
                 self._follow_memo[mkey + (w.budget, w.fork_depth)] = (fin, tuple(w.hops[n0:]), None, met)
@@ -1519,6 +1525,33 @@ class Resolver:
         if self._visits:
             self._visits[-1] |= met
         return met
+
+    def _new_trace(self) -> None:
+        """A trace starts: outside any resolution, the path cuts of earlier traces are of no use."""
+        if not self._active and not self._visits:
+            self.cut_log.clear()
+
+    def _path_cut(self, kind: str, key) -> None:
+        """A resolution cut short because ``key`` is already on the path: ``kind`` "a" for a value being
+        resolved (``_active``), "s" for a walk's cycle (``Walk.seen``)."""
+        self.cuts += 1
+        self.cut_log.append((kind, key))
+
+    def _outside_cuts(self, cuts0: int, inner0: int, n_log: int, seen) -> int:
+        """How many of the cuts made since a resolution began (``cuts0``, ``inner0``, ``n_log``: the counters
+        and the log's length then) depend on the path above it, now that it is done: every cut but the path cuts
+        at keys the resolution opened itself (no longer in ``_active``, nor in ``seen``, the walk's visited set
+        above it; None: a walk cycle counts as outside). Those inner cuts are the same wherever the resolution
+        runs, like its own code: they leave the log (an enclosing resolution counts them as inner too: what is
+        off the path here is off the shorter path above)."""
+        log = self.cut_log
+        if len(log) > n_log:
+            active = self._active
+            keep = [(k, key) for k, key in log[n_log:]
+                    if (key in active if k == "a" else seen is None or key in seen)]
+            self.inner_cuts += len(log) - n_log - len(keep)
+            log[n_log:] = keep
+        return self.cuts - cuts0 - (self.inner_cuts - inner0)
 
     def _bound_cut(self) -> None:
         """A tree cut by the leaf or fork-depth bound (deterministic for a given budget and depth, unlike a
@@ -1652,7 +1685,8 @@ class Resolver:
         out = []
         partial = False
         truncated = None
-        cuts0, bcuts0 = self.cuts, self.bound_cuts  # a subtree cut short below makes the result depend on the budget
+        # a subtree cut short below makes the result depend on the budget (bounds) or on the path (cycles above)
+        cuts0, bcuts0, inner0, n_log = self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log)
         vis_n = self._visits_push()
         # the calls worth a branch, in source order; then expanded live and run-time ones first (dead ones get
         # what is left, a few leaves each), so a dead subtree never starves what can run
@@ -1715,11 +1749,12 @@ class Resolver:
         if truncated is not None:
             self._bound_cut()
         met = frozenset(self._visits_pop(vis_n))
+        outside = self.cuts - cuts0 if partial or self.cuts == cuts0 else self._outside_cuts(cuts0, inner0, n_log, w.seen)
         if partial:
             w.partial = True
-        elif self.cuts == cuts0 and truncated is None:
+        elif outside == 0 and truncated is None:
             memo[key] = (out, None, met, (w.fork_depth, w.budget))
-        elif self.cuts - cuts0 == self.bound_cuts - bcuts0:
+        elif outside == self.bound_cuts - bcuts0:
             # cut only by the leaf / depth bounds: the same for the same budget and depth
             memo[key + (w.budget, w.fork_depth)] = (out, truncated, met, None)
         return out, truncated
@@ -1945,6 +1980,7 @@ class Resolver:
         """The tree behind one call site. ``receiver`` is ``(module, class qualname)`` of the concrete
         class when the call sits in a method it inherits (``self`` then means that class)."""
         w = Walk(budget_s, cancel)
+        self._new_trace()
         w.receiver = receiver
         cond = self.guard_text(cs.guards)
         reach = self.guard_value(mod, cs.guards, cs.scope) if cs.guards else None
@@ -1964,6 +2000,7 @@ class Resolver:
     def trace_text(self, mod: Module, scope: str, text: str, line: int, budget_s: float | None = None, col: int = 0,
                    cancel=None) -> Chain:
         w = Walk(budget_s, cancel)
+        self._new_trace()
         w.add(Hop(HopKind.CALL, mod.path, line, text, f"reference in {mod.name}{'.' + scope if scope else ''}", None, None, col))
         try:
             v = self.resolve_dotted(mod, scope, text, w, line=line)
@@ -1975,6 +2012,7 @@ class Resolver:
 
     def trace_value(self, v: Val, first: Hop | None = None, budget_s: float | None = None, cancel=None) -> Chain:
         w = Walk(budget_s, cancel)
+        self._new_trace()
         if first is not None:
             w.add(first)
         try:
@@ -2077,7 +2115,7 @@ def _expand_within(leaves: int, reach: list, expand) -> tuple[dict, int]:
         b = expand(i, share)
         if b is not None:
             kept[i] = b
-            budget.spend(len(b.chain.leaves()))
+            budget.spend(b.chain.leaf_count())
     _second_chance(kept, budget, expand)
     return kept, skipped
 
@@ -2091,10 +2129,10 @@ def _second_chance(kept: dict, budget, expand) -> None:
         b = kept[i]
         if b.reachable is False or not b.chain.truncated():
             continue
-        used = len(b.chain.leaves())
+        used = b.chain.leaf_count()
         nb = expand(i, used + budget.remaining)
         if nb is not None:
-            budget.spend(len(nb.chain.leaves()) - used)
+            budget.spend(nb.chain.leaf_count() - used)
             kept[i] = nb
 
 
