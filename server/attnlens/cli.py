@@ -6,6 +6,7 @@ server uses too (``.importlinter``: the CLI imports no analysis module behind it
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -114,10 +115,13 @@ def cmd_sites(args) -> int:
     key = q.derived_key("sites", repr(sorted(paths or [])), "json-lines" if args.json else "text")
     out = q.load_derived(key) if not args.no_cache else None
     if out is None:
+        split = not args.no_cache and q.sites_split(paths)
         if not args.no_cache:
             q.prefetch_cpp()
-            q.prefetch_summaries()  # a worker parses from the end of the module list (what the traces lead to)
-        out = _sites_output(q.root, q.kernel_sites(paths), args.json)
+            if not split:
+                q.prefetch_summaries()  # a worker parses from the end of the module list (what the traces lead to)
+        out = _sites_output(q.root, q.kernel_site_records(paths, functools.partial(_site_record, str(q.root), args.json)),
+                            args.json)
         # an output past 256 MB is cheaper to recompute than to keep (upstream vLLM's JSON is ~80-100 MB, ~2 min to make)
         if not args.no_cache and len(out) < 256 << 20:
             q.store_derived(key, out)
@@ -126,45 +130,42 @@ def cmd_sites(args) -> int:
     return 0
 
 
-def _sites_output(root, sites, as_json: bool) -> str:
-    import io
-    from contextlib import redirect_stdout
-
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        _print_sites(root, sites, as_json)
-    return buf.getvalue()
-
-
-def _print_sites(root, sites, as_json: bool) -> None:
+def _site_record(root: str, as_json: bool, s) -> tuple:
+    """What the output says of one site (a plain value: a forked helper renders its own sites): its JSON line, or
+    its text line, its leaf kinds, whether every live leaf runs on the device and whether every leaf is dead."""
     if as_json:
-        # a JSON array with one site per line: the C encoder (json's indenting encoder is pure Python: upstream
-        # vLLM's 23,000 sites took 3.5 s to write indented, 1.2 s like this), and a site greps as one line
-        print("[" + ",".join("\n" + json.dumps(s.to_json()) for s in sites) + ("\n]" if sites else "]"))
-        return
-    from collections import Counter
-
+        return (json.dumps(s.to_json()),)
     from . import model as M
     from .render import site_leaves_text
 
-    runtime_kinds = set(M.RUNTIME_LEAF_KINDS)
-    counts: Counter = Counter()
-    all_runtime = 0
-    all_dead = 0
-    for s in sites:
-        leaves = s.chain.leaves()
-        rel = os.path.relpath(s.path, root)
-        print(f"{rel}:{s.line}:{s.col + 1}  {s.call} -> {site_leaves_text(s.chain)}")
-        counts["+".join(sorted({lf.final.kind for lf in leaves})) or "none"] += 1
-        live = [lf for lf in leaves if lf.reachable is not False]
-        if live and all(lf.final.kind in runtime_kinds for lf in live):
-            all_runtime += 1
-        elif leaves and not live:
-            all_dead += 1
-    print()
-    print(f"{len(sites)} kernel call sites by leaf kinds: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()))
-    print(f"{all_runtime} of {len(sites)} sites have every live leaf in {{{', '.join(M.RUNTIME_LEAF_KINDS)}}}; "
-          f"{all_dead} are dead on this platform (every leaf)")
+    leaves = s.chain.leaves()
+    rel = os.path.relpath(s.path, root)
+    live = [lf for lf in leaves if lf.reachable is not False]
+    runtime = bool(live) and all(lf.final.kind in M.RUNTIME_LEAF_KINDS for lf in live)
+    return (f"{rel}:{s.line}:{s.col + 1}  {s.call} -> {site_leaves_text(s.chain)}",
+            "+".join(sorted({str(lf.final.kind) for lf in leaves})) or "none", runtime, bool(leaves) and not live)
+
+
+def _sites_output(root, records: list, as_json: bool) -> str:
+    """The output of ``attnlens sites`` from the sites' records (:func:`_site_record`)."""
+    if as_json:
+        # a JSON array with one site per line: the C encoder (json's indenting encoder is pure Python: upstream
+        # vLLM's 23,000 sites took 3.5 s to write indented, 1.2 s like this), and a site greps as one line
+        return "[" + ",".join("\n" + r[0] for r in records) + ("\n]" if records else "]") + "\n"
+    from collections import Counter
+
+    from . import model as M
+
+    counts: Counter = Counter(r[1] for r in records)
+    lines = [r[0] for r in records]
+    all_runtime = sum(1 for r in records if r[2])
+    all_dead = sum(1 for r in records if not r[2] and r[3])
+    n = len(records)
+    lines.append("")
+    lines.append(f"{n} kernel call sites by leaf kinds: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()))
+    lines.append(f"{all_runtime} of {n} sites have every live leaf in {{{', '.join(M.RUNTIME_LEAF_KINDS)}}}; "
+                 f"{all_dead} are dead on this platform (every leaf)")
+    return "\n".join(lines) + "\n"
 
 
 def cmd_profile(args) -> int:

@@ -246,6 +246,15 @@ class Query:
         """Every kernel call site under ``paths`` (default: the workspace), as ``attnlens sites`` lists them."""
         return self.ws.kernel_sites(paths)
 
+    def kernel_site_records(self, paths: list[str] | None, render) -> list:
+        """``render(site)`` of each of :meth:`kernel_sites`, in order (a CLI process may share the modules with a
+        forked helper: ``render`` gives a plain, picklable value)."""
+        return self.ws.kernel_site_records(paths, render)
+
+    def sites_split(self, paths: list[str] | None) -> bool:
+        """Does :meth:`kernel_site_records` of ``paths`` fork a helper?"""
+        return self.ws.sites_split(paths)
+
     def kernel_tracer(self) -> "Callable[[Module, object], CallSiteResult | None]":
         """``trace(module, call_site)``: the call site's chain when it is a kernel call site, else None; one
         registry's memo for a batch of calls (a file's, a function's). The chain is the raw one:

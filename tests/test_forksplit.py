@@ -1,0 +1,67 @@
+"""Two processes over one list (``attnlens.forksplit``): the results of one process, in order, on every run; a
+helper that dies leaves its half to this process; `attnlens sites` split over two processes gives what one
+process gives (the example plugin, the split forced by a low module threshold)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from attnlens import forksplit
+from tests.helpers import have_vllm
+
+needs_two = pytest.mark.skipif(forksplit.cores() < 2 or not hasattr(os, "fork"), reason="needs two cores and fork")
+
+
+def test_split_point_halves_by_weight():
+    assert forksplit.split_point([1.0] * 10) == 5
+    assert forksplit.split_point([10.0, 1.0, 1.0, 1.0]) == 1
+    assert forksplit.split_point([1.0, 1.0, 1.0, 10.0]) == 3
+    assert forksplit.split_point([0.0, 0.0]) == 1
+
+
+@needs_two
+def test_results_are_in_order_and_the_helper_computes_the_second_half():
+    parent = os.getpid()
+    got = forksplit.run_split(9, lambda i: (i * i, os.getpid() == parent), weights=[1.0] * 9)
+    assert [v for v, _ in got] == [i * i for i in range(9)]
+    assert [here for _, here in got] == [True] * 4 + [False] * 5
+    assert forksplit.run_split(9, lambda i: i, allowed=False) == list(range(9))
+
+
+@needs_two
+def test_a_helper_that_dies_leaves_its_half_here():
+    parent = os.getpid()
+
+    def work(i):
+        if os.getpid() != parent:
+            os._exit(3)  # the helper dies at its first item
+        return i
+
+    assert forksplit.run_split(6, work) == list(range(6))
+
+
+@pytest.mark.skipif(not have_vllm(), reason="vllm 0.26.0 is not installed in the test interpreter")
+@needs_two
+def test_sites_split_over_two_processes_gives_what_one_gives(tmp_path, monkeypatch):
+    """The example plugin's sites with the split forced (a threshold of 1 module): the helper renders the second
+    half, and the records equal one process's (which `attnlens sites` prints: the CLI's equality is the same
+    function of these records)."""
+    import json
+
+    from attnlens.index import Index
+    from tests.helpers import example_ws
+
+    def records(ws):
+        return ws.kernel_site_records(None, lambda s: (json.dumps(s.to_json()), os.getpid()))
+
+    one = records(example_ws(tmp_path / "one"))
+    ws = example_ws(tmp_path / "two")
+    ws.allow_fork = ws.index.allow_fork = True
+    monkeypatch.setattr(Index, "PREFETCH_MIN_MODULES", 1)
+    assert ws.sites_split(None)
+    two = records(ws)
+    assert len(one) > 20 and [r[0] for r in two] == [r[0] for r in one]
+    assert {pid for _j, pid in one} == {os.getpid()}
+    assert len({pid for _j, pid in two}) == 2  # (the second half came from the helper)
