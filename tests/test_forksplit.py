@@ -50,7 +50,7 @@ def test_sites_split_over_two_processes_gives_what_one_gives(tmp_path, monkeypat
     function of these records)."""
     import json
 
-    from attnlens.index import Index
+    from attnlens.workspace import Workspace
     from tests.helpers import example_ws
 
     def records(ws):
@@ -59,7 +59,7 @@ def test_sites_split_over_two_processes_gives_what_one_gives(tmp_path, monkeypat
     one = records(example_ws(tmp_path / "one"))
     ws = example_ws(tmp_path / "two")
     ws.allow_fork = ws.index.allow_fork = True
-    monkeypatch.setattr(Index, "PREFETCH_MIN_MODULES", 1)
+    monkeypatch.setattr(Workspace, "SITES_SPLIT_MIN_MODULES", 1)
     assert ws.sites_split(None)
     two = records(ws)
     assert len(one) > 20 and [r[0] for r in two] == [r[0] for r in one]

@@ -234,9 +234,13 @@ class Workspace:
             out.extend(self._module_sites(reg, mod, never))
         return out
 
+    # a sites run over this many modules shares them with a forked helper (upstream vLLM: 2,234); below it one
+    # process (answers of large trees depend a little on what was traced before: docs/resolver.md)
+    SITES_SPLIT_MIN_MODULES = int(os.environ.get("ATTNLENS_SITES_SPLIT_MIN_MODULES") or 1000)
+
     def kernel_site_records(self, paths: list[str] | None, render) -> list:
         """``render(site)`` of every site :meth:`kernel_sites` gives, in its order; in a CLI process on two cores
-        and a workspace of at least ``Index.PREFETCH_MIN_MODULES`` modules to read, a forked helper traces
+        and at least ``SITES_SPLIT_MIN_MODULES`` modules to read, a forked helper traces
         the second half of the modules (:func:`attnlens.forksplit.run_split`: ``render`` must give a
         picklable value). Upstream vLLM as the workspace: 22,888 sites of 2,234 modules."""
         from . import forksplit
@@ -280,7 +284,7 @@ class Workspace:
 
         idx = self.index
         return bool(self.allow_fork and idx.allow_fork and idx.cache.enabled and cores() >= 2
-                    and len(self._site_module_names(paths)) >= idx.PREFETCH_MIN_MODULES)
+                    and len(self._site_module_names(paths)) >= self.SITES_SPLIT_MIN_MODULES)
 
     def _module_sites(self, reg, mod: Module, never: dict):
         """The kernel call sites of one module (:meth:`kernel_sites`)."""
