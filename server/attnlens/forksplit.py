@@ -17,6 +17,7 @@ import os
 import pickle
 from collections.abc import Callable
 
+
 def cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -43,8 +44,8 @@ def run_split(n: int, work: Callable[[int], object], in_helper: Callable[[], Non
     helper the second, each in order, when ``allowed`` and there are two cores. The halves are fixed, not
     claimed as the two go: ``work`` may depend on what its process computed before (memos), and the results
     must not depend on timing. ``in_helper`` runs first in the helper (drop what belongs to this process's
-    other children); ``helper_done`` after its last item (put what it cached on disk). A ``work`` that raises in the helper leaves its items to this process, which then raises
-    as it would alone."""
+    other children); ``helper_done`` after its last item (put what it cached on disk). A ``work`` that raises
+    in the helper leaves its items to this process, which then raises as it would alone."""
     if not allowed or n < 2 or cores() < 2 or not hasattr(os, "fork"):
         return [work(i) for i in range(n)]
     k = split_point(weights if weights is not None else [1.0] * n)
@@ -78,14 +79,20 @@ def _helper(k: int, n: int, work, in_helper, helper_done, wfd: int) -> None:  # 
     done = [work(j) for j in range(k, n)]
     if helper_done is not None:
         helper_done()
-    view = memoryview(pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL))
+    write_all(wfd, pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def write_all(wfd: int, data: bytes) -> None:
+    """Write ``data`` to the pipe ``wfd`` (a helper's results) and close it."""
+    view = memoryview(data)
     while view:
         wrote = os.write(wfd, view)
         view = view[wrote:]
     os.close(wfd)
 
 
-def _join(pid: int, rfd: int) -> list:
+def read_all_and_reap(pid: int, rfd: int) -> bytes:
+    """Everything a forked helper wrote to the pipe ``rfd`` (closed after), once the helper ``pid`` has ended."""
     chunks = []
     try:
         while True:
@@ -104,8 +111,13 @@ def _join(pid: int, rfd: int) -> list:
         os.waitpid(pid, 0)
     except ChildProcessError:
         pass
+    return b"".join(chunks)
+
+
+def _join(pid: int, rfd: int) -> list:
+    data = read_all_and_reap(pid, rfd)
     try:
-        got = pickle.loads(b"".join(chunks)) if chunks else []
+        got = pickle.loads(data) if data else []
     except Exception:  # noqa: BLE001 - a helper that died mid-write: this process does its items
         got = []
     return got if isinstance(got, list) else []

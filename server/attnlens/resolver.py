@@ -1004,7 +1004,7 @@ class Resolver:
             v = self._resolve_dotted(mod, scope, text, w, line)
         finally:
             self._active.discard(key)
-        if mkey is not None and not w.partial and (self.cuts == cuts or self._outside_cuts(cuts, inner, n_log, None) == 0):
+        if mkey is not None and not w.partial and self._outside_cuts(cuts, inner, n_log, None) == 0:
             if len(self._val_memo) > 200000:
                 self._val_memo.clear()
             self._val_memo[mkey] = (v, tuple(w.hops[n0:]))
@@ -1498,8 +1498,8 @@ class Resolver:
         finally:
             met = self._visits_pop(vis_n)
         w.seen.discard(key)
-        outside = self.cuts - cuts if mkey is None or w.partial or self.cuts == cuts else self._outside_cuts(cuts, inner, n_log, w.seen)
-        if mkey is not None and not w.partial and (outside == 0 or outside == self.bound_cuts - bcuts):
+        outside = None if mkey is None or w.partial else self._outside_cuts(cuts, inner, n_log, w.seen)
+        if outside is not None and outside in (0, self.bound_cuts - bcuts):
             if len(self._follow_memo) > 100000:
                 self._follow_memo.clear()
             # complete, or cut only by the leaf / depth bounds (then the same for the same budget and depth);
@@ -1544,6 +1544,8 @@ class Resolver:
         above it; None: a walk cycle counts as outside). Those inner cuts are the same wherever the resolution
         runs, like its own code: they leave the log (an enclosing resolution counts them as inner too: what is
         off the path here is off the shorter path above)."""
+        if self.cuts == cuts0:
+            return 0
         log = self.cut_log
         if len(log) > n_log:
             active = self._active
@@ -1749,7 +1751,7 @@ class Resolver:
         if truncated is not None:
             self._bound_cut()
         met = frozenset(self._visits_pop(vis_n))
-        outside = self.cuts - cuts0 if partial or self.cuts == cuts0 else self._outside_cuts(cuts0, inner0, n_log, w.seen)
+        outside = None if partial else self._outside_cuts(cuts0, inner0, n_log, w.seen)
         if partial:
             w.partial = True
         elif outside == 0 and truncated is None:

@@ -244,11 +244,14 @@ class Workspace:
         the second half of the modules (:func:`attnlens.forksplit.run_split`: ``render`` must give a
         picklable value). Upstream vLLM as the workspace: 22,888 sites of 2,234 modules."""
         from . import forksplit
+        from .cache import flush_all
         from .registry import Registry
 
         idx = self.index
         names = self._site_module_names(paths)
-        split = self.sites_split(paths)
+        if not self._splits(len(names)):
+            # (kernel_sites walks workspace_modules, whose position the summary worker stops at)
+            return [render(s) for s in self.kernel_sites(paths)]
         never = self.never_selected()  # (before the fork: both processes start from it)
         reg = Registry(self.resolver)
 
@@ -258,18 +261,14 @@ class Workspace:
                 return []
             return [render(s) for s in self._module_sites(reg, mod, never)]
 
-        weights = None
-        if split:  # the halves by bytes of source (what the traces of a module cost grows with)
-            weights = []
-            for n in names:
-                try:
-                    weights.append(float(os.path.getsize(idx.ws_files[n])))
-                except OSError:
-                    weights.append(0.0)
-        from .cache import flush_all
-
+        weights = []  # the halves by bytes of source (what the traces of a module cost grows with)
+        for n in names:
+            try:
+                weights.append(float(os.path.getsize(idx.ws_files[n])))
+            except OSError:
+                weights.append(0.0)
         out = []
-        for part in forksplit.run_split(len(names), one, idx.after_fork_in_child, allowed=split, weights=weights,
+        for part in forksplit.run_split(len(names), one, idx.after_fork_in_child, weights=weights,
                                         helper_done=flush_all):
             out.extend(part)
         return out
@@ -280,11 +279,14 @@ class Workspace:
     def sites_split(self, paths: list[str] | None) -> bool:
         """Will :meth:`kernel_site_records` share the modules with a forked helper (then a summary worker would
         only compete with the two)?"""
+        return self._splits(len(self._site_module_names(paths)))
+
+    def _splits(self, n_modules: int) -> bool:
         from .forksplit import cores
 
         idx = self.index
-        return bool(self.allow_fork and idx.allow_fork and idx.cache.enabled and cores() >= 2
-                    and len(self._site_module_names(paths)) >= self.SITES_SPLIT_MIN_MODULES)
+        return bool(self.allow_fork and idx.allow_fork and idx.cache.enabled and n_modules >= self.SITES_SPLIT_MIN_MODULES
+                    and cores() >= 2)
 
     def _module_sites(self, reg, mod: Module, never: dict):
         """The kernel call sites of one module (:meth:`kernel_sites`)."""

@@ -907,28 +907,13 @@ class _Checker:
 
     def join(self) -> tuple[list[str], dict]:
         """Wait for the helper; its warnings and its findings (path -> list of :class:`Finding`)."""
-        chunks = []
-        try:
-            while True:
-                b = os.read(self.rfd, 65536)
-                if not b:
-                    break
-                chunks.append(b)
-        except OSError:
-            pass
-        finally:
-            try:
-                os.close(self.rfd)
-            except OSError:
-                pass
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+        from ..forksplit import read_all_and_reap
+
+        data = read_all_and_reap(self.pid, self.rfd)
         try:
             import pickle
 
-            errors, done = pickle.loads(b"".join(chunks)) if chunks else ([], {})
+            errors, done = pickle.loads(data) if data else ([], {})
         except Exception:  # noqa: BLE001 - a helper that died: the parent checks its modules
             errors, done = [], {}
         if not isinstance(done, dict):
@@ -957,12 +942,9 @@ def _checker_child(engine: "Engine", files: list[str], shared, wfd: int) -> None
     from ..cache import flush_all
 
     flush_all()
-    data = pickle.dumps((engine.errors[n_errors:], done))
-    view = memoryview(data)
-    while view:
-        k = os.write(wfd, view)
-        view = view[k:]
-    os.close(wfd)
+    from ..forksplit import write_all
+
+    write_all(wfd, pickle.dumps((engine.errors[n_errors:], done)))
 
 
 _IMPORT_RE = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.MULTILINE)
