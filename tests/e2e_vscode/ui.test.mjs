@@ -493,7 +493,8 @@ async function hoverShows(lineLocator, word, want, timeout) {
   while (Date.now() < end) {
     const box = await textBox(lineLocator, word);
     await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
-    if (await hover.waitFor({ timeout: 4000 }).then(() => true, () => false)) return (await hover.innerText()).split("\n")[0];
+    const raw = await hover.waitFor({ timeout: 4000 }).then(() => hover.innerText({ timeout: 2000 }), () => null).catch(() => null);
+    if (raw !== null) return raw.split("\n")[0];
     await page.mouse.move(1200, 780);
     await page.waitForTimeout(300);
   }
@@ -840,7 +841,7 @@ async function lensFlows() {
       await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
       await page.waitForTimeout(2500); // editor.hover.delay is 200 ms
       const n = await page.locator(".monaco-hover:visible").count();
-      const t = n ? (await page.locator(".monaco-hover:visible").first().innerText()).slice(0, 80) : "";
+      const t = n ? ((await page.locator(".monaco-hover:visible").first().innerText({ timeout: 2000 }).catch(() => "")) || "").slice(0, 80) : "";
       if (n && t.trim()) shown.push(`${word}: ${t}`);
       await page.mouse.move(1200, 780);
       await page.waitForTimeout(300);
@@ -971,23 +972,22 @@ try {
     await line.waitFor({ timeout: 10000 });
     const hover = page.locator(".monaco-hover:visible", { hasText: "_C_cache_ops::reshape_and_cache_flash" }).first();
     // The server may still be starting/indexing: re-hover until the chain shows (or 90 s).
+    // The text is read inside the loop: the widget can close (re-layout as the editor settles)
+    // between showing and being read, and then the next pass hovers again.
     const end = Date.now() + 90000;
-    let ok = false;
-    while (Date.now() < end) {
+    let raw = null;
+    while (Date.now() < end && raw === null) {
       const box = await textBox(line, "reshape_and_cache_flash");
       await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
-      try {
-        await hover.waitFor({ timeout: 4000 });
-        ok = true;
-        break;
-      } catch {
+      raw = await hover.waitFor({ timeout: 4000 }).then(() => hover.innerText({ timeout: 2000 }), () => null).catch(() => null);
+      if (raw === null) {
         await page.mouse.move(1200, 780);
         await page.waitForTimeout(300);
       }
     }
-    if (!ok) throw new Error("no hover containing _C_cache_ops::reshape_and_cache_flash within 90 s");
+    if (raw === null) throw new Error("no hover containing _C_cache_ops::reshape_and_cache_flash within 90 s");
     hoverSeenAt = Date.now();
-    const text = (await hover.innerText()).replace(/\s+\n/g, "\n");
+    const text = raw.replace(/\s+\n/g, "\n");
     fs.writeFileSync(path.join(ART, "hover.txt"), text);
     const firstLines = text.split("\n").filter(Boolean).slice(0, 3).join(" | ");
     clearInterval(sampler);
