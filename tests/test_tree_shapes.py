@@ -168,3 +168,15 @@ def test_constructor_argument_flows_into_the_base_class_attribute(ws):
     got = base.leaves()
     assert [(lf.final.kind, lf.final.symbol) for lf in got][1:] == [RESHAPE]
     assert got[0].final.kind == M.UNRESOLVED and "writer_cls" in got[0].final.reason
+
+
+def test_one_name_returned_twice_forks_per_return_and_a_failing_try_import_is_not_taken(ws):
+    """`module = import_module("minivendor_ops")` / `return module` in a `try`, then `module = import_module(
+    "...vendored_block_ops")` / `return module`: each return is resolved with the binding that reaches it; the
+    `try` arm returns a package this environment lacks, so its import raises and the vendored copy runs."""
+    c = trace(ws, "block_ops.copy_blocks(src")
+    assert c.final.kind == M.FORK and c.final.fork.kind == M.ForkKind.FACTORY
+    assert leaves(c) == [
+        (M.NOT_INSTALLED, "minivendor_ops", ["`minivendor_ops` imports (it is not installed here)"], False),
+        (*COPY, [], True),
+    ]

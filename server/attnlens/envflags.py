@@ -343,24 +343,51 @@ class DefaultProvider:
 def default_provider(resolver: Lookup, defaults: EnvDefaults) -> DefaultProvider | None:
     """Of ``OpRegistry.providers()`` (in the order ``import_kernels`` imports them), the first whose guard
     holds with every environment flag at its default; None when no guard can be decided."""
+    for p in default_providers(resolver, defaults):
+        return p
+    return None
+
+
+def default_providers(resolver: Lookup, defaults: EnvDefaults):
+    """Every provider of ``OpRegistry.providers()`` whose guard holds with every environment flag at its default,
+    in import order (a generator: the first is :func:`default_provider`); one whose guard cannot be decided is
+    left out."""
     ops = getattr(resolver, "ops", None)
     if ops is None:
-        return None
+        return
     try:
         provs = ops.providers()
     except Exception:  # noqa: BLE001 - no providers: nothing to say
-        return None
+        return
     scopes = _kernel_import_scopes(resolver)
     for module, guard, status in provs:
         if not guard:
-            return DefaultProvider(module, status, None, ())
+            yield DefaultProvider(module, status, None, ())
+            continue
         for mod, scope in scopes:
             v, flags = defaults.explain(mod, scope, guard)
             if v is True:
-                return DefaultProvider(module, status, guard, flags)
+                yield DefaultProvider(module, status, guard, flags)
+                break
             if v is False:
                 break
-    return None
+
+
+def provider_for_namespace(providers: list, ns: str) -> DefaultProvider | None:
+    """Of the providers loaded by default, the one that holds torch-op namespace ``ns``: the extension module
+    named like it (``_moe_C`` -> ``pkg._moe_C``), else the one whose name is the longest prefix of it
+    (``_C_cache_ops`` -> ``pkg._C``: torch extensions register their sub-namespaces from the main module),
+    else the first one loaded."""
+    if not providers:
+        return None
+    best, best_len = None, -1
+    for p in providers:
+        last = p.module.rpartition(".")[2]
+        if last == ns:
+            return p
+        if ns.startswith(last) and len(last) > best_len:
+            best, best_len = p, len(last)
+    return best if best is not None else providers[0]
 
 
 def _kernel_import_scopes(resolver: Lookup) -> list:
@@ -388,6 +415,7 @@ class PlatformDefaults:
         self.r = resolver
         self.env = EnvDefaults(resolver)
         self._provider: tuple | None = None
+        self._providers: tuple | None = None
 
     def condition(self, text: str, path: str | None, line: int | None) -> bool | None:
         if not text or not path:
@@ -400,6 +428,16 @@ class PlatformDefaults:
             return self.env.evaluate(mod, scope or "", text)
         except Exception:  # noqa: BLE001 - a default is a nicety: never fail the caller
             return None
+
+    def provider_for(self, ns: str) -> DefaultProvider | None:
+        """The provider loaded by default that holds torch-op namespace ``ns`` (:func:`provider_for_namespace`)."""
+        gen = self.r.index.generation
+        if self._providers is None or self._providers[0] != gen:
+            try:
+                self._providers = (gen, list(default_providers(self.r, self.env)))
+            except Exception:  # noqa: BLE001
+                self._providers = (gen, [])
+        return provider_for_namespace(self._providers[1], ns)
 
     @property
     def provider(self) -> DefaultProvider | None:

@@ -99,6 +99,8 @@ class Index:
         ws = {str(p) for p in self.workspace_roots}
         self.search_path = [str(p) for p in self.workspace_roots] + [p for p in sp if p not in ws]
         self.ext_suffixes = tuple(sorted(set((target.ext_suffixes if target else []) + [".so", ".pyd"]), key=len, reverse=True))
+        # the target's own suffixes in its import system's order (an exact `name + suffix` wins, as in FileFinder)
+        self.ext_order = tuple(dict.fromkeys((target.ext_suffixes if target else []) + [".so", ".pyd"]))
         self._modules: dict[str, Module | None] = {}
         self._path_to_name: dict[str, str] = {}
         self._loc_cache: dict[str, Location | None] = {}
@@ -260,7 +262,12 @@ class Index:
                     namespace = Location("namespace", pkg, True)
             if name + ".py" in listing:
                 return Location("py", os.path.join(d, name + ".py"), False)
-            for entry in listing:
+            for suffix in self.ext_order:
+                if name + suffix in listing:
+                    return Location("ext", os.path.join(d, name + suffix), False)
+            # another interpreter's build (`_C.cpython-312-...so` for a 3.11 target): the first in name order, so
+            # the answer never depends on the listing's (hash-seeded) iteration order
+            for entry in sorted(listing):
                 if entry.startswith(name + ".") and entry.endswith(self.ext_suffixes):
                     rest = entry[len(name):]
                     if any(rest == s or rest.endswith(s) and rest.count(".") >= 2 for s in self.ext_suffixes):
@@ -1238,7 +1245,7 @@ _DEF_NAMES = re.compile(r"(?=def\s+(\w+))", re.ASCII)  # (a lookahead: `def def 
 
 
 def _def_names(text) -> frozenset:
-    """The ASCII words after ``def`` and white space anywhere in ``text``: ``rb"def\s+NAME\b"`` matches the
+    r"""The ASCII words after ``def`` and white space anywhere in ``text``: ``rb"def\s+NAME\b"`` matches the
     text exactly when NAME is one of them (the same ASCII classes as :func:`_compiled`)."""
     if not text or "def" not in text:
         return frozenset()

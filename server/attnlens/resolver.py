@@ -506,7 +506,8 @@ class Resolver:
             rets = [(t, g, ln) for t, g, ln in f.return_alts if t and t != "None"]
             texts = {t for t, _g, _ln in rets}
 
-            def ret_value(t: str, ln: int) -> Val:
+            def ret_value(t: str, ln: int, g: tuple = ()) -> Val:
+                t = t.partition("@")[0]  # (a return text made unique by its line, below)
                 arg = self._bound_arg(f, t, args)
                 if arg is not None:  # a parameter returned: the caller's argument, read where the call is
                     return self.value_text(mod, scope, arg, w.sub(), b_line)
@@ -521,8 +522,18 @@ class Resolver:
                 if arg is not None:
                     # a returned closure made with functools.wraps(param): calling it runs the caller's argument
                     return self.value_text(mod, scope, arg, w.sub(), b_line)
-                return self.value_text(tm, f.qualname, t, self._callee_walk(target, w), ln)
+                cw = self._callee_walk(target, w)
+                saved, cw.use_guards = cw.use_guards, g  # which local bindings reach this return
+                try:
+                    return self.value_text(tm, f.qualname, t, cw, ln)
+                finally:
+                    cw.use_guards = saved
 
+            if len(texts) == 1 and len({ln for _t, _g, ln in rets}) > 1 and f.locals.get(next(iter(texts)), ()) \
+                    and len(f.locals[next(iter(texts))]) > 1:
+                # one name returned at several places, bound again before each (`module = import_module("a")` /
+                # `return module` in a try, the same with "b" after it): the value at each return is its own arm
+                texts = {f"{t}@{ln}" for t, _g, ln in rets}
             if len(texts) == 1:
                 text = next(iter(texts))
                 inner = ret_value(text, rets[0][2])
@@ -533,9 +544,16 @@ class Resolver:
             elif len(texts) > 1:
                 arms = []
                 for t, g, ln in rets:
-                    av = ret_value(t, ln)
+                    av = ret_value(t, ln, g)
+                    if av.kind == ValKind.NOT_INSTALLED and any(k == "try" for k, _t, _l in g):
+                        # returned inside a `try` after importing a package this environment lacks: the import
+                        # raises, so this return is not what runs here (the handler's fallback is)
+                        pkg = av.qual.split(".", 1)[0]
+                        arms.append(Alt(av, f"`{pkg}` imports (it is not installed here)", False, f"returns {t.partition('@')[0]}",
+                                        tm.path, ln))
+                        continue
                     arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname) if g else True,
-                                    f"returns {t}", tm.path, ln))
+                                    f"returns {t.partition('@')[0]}", tm.path, ln))
                 arms = _merge_same(arms)
                 if len(arms) == 1 and arms[0].val.kind != ValKind.UNKNOWN:
                     w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...): every return that can give it is "

@@ -92,7 +92,7 @@ def test_capability_advertisement_whose_entry_raises(loading):
     _ws, _eng, findings = loading
     f = _by(findings, "AL116", "fxload/backends/fp8.py", 17)
     assert f.message == ("TRITON_ATTN advertises the 'fp8' KV cache, but `_fp8_decode_stub` raises NotImplementedError "
-                         "on that path (fp8.py:53): it fails when used.")
+                         "on that path (called at fp8.py:53): it fails when used.")
     assert [(r["line"], r["message"]) for r in f.related] == [
         (53, "`_fp8_decode_stub` raises NotImplementedError when `not (self.sinks is not None) and "
              "self.kv_cache_dtype.startswith(\"fp8\")`")]
@@ -111,8 +111,8 @@ def test_unregistered_ops(loading):
         (24, "error", "`torch.ops._fxload_C.paged_decode` is registered nowhere in reach (csrc has `paged_decode_v2`): "
                       "this call fails (no such operator)."),
         (32, "error", "`torch.ops._fxload_C.missing_op` is registered nowhere in reach: this call fails (no such operator)."),
-        (62, "info", "`torch.ops._fxload_C.unused_missing_op` is registered nowhere in reach: this call fails (no such "
-                     "operator). Nothing in the workspace calls `uncalled_wrapper`."),
+        (62, "info", "`torch.ops._fxload_C.unused_missing_op` is registered nowhere in reach: nothing in the workspace "
+                     "calls `uncalled_wrapper`."),
     ]
 
 

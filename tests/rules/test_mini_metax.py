@@ -23,10 +23,6 @@ EXPECTED = [
     ("AL105", "mini_metax/attention/backends/mla/triton_mla.py", "current_platform.is_device_capability(100)"),
     ("AL105", "mini_metax/attention/backends/mla/triton_mla.py", "cap >= DeviceCapability(9, 0)"),
     ("AL106", "mini_metax/attention/backends/flash_attn.py", "scheduler_metadata = get_scheduler_metadata("),
-    # one finding per missing package, at this module's import of it (the calls are related locations)
-    ("AL107", "mini_metax/attention/backends/flash_attn.py", "    from mini_metax.attention.backends.fa_utils import ("),
-    ("AL107", "mini_metax/attention/backends/mla/prefill_flash_attn.py",
-     "from mini_metax.attention.backends.fa_utils import flash_attn_varlen_func"),
     ("AL108", "mini_metax/attention/backends/flash_attn.py",
      "from vllm.v1.attention.backends.fa_utils import flash_attn_supports_fp8"),
     ("AL114", "mini_metax/attention/backends/flash_attn.py", "query[:n].view(num_reqs, -1, self.num_heads, self.head_size)"),
@@ -106,9 +102,23 @@ def test_folded_shape_not_reported(mini, rule, rel, text):
 
 
 def test_calls_of_a_missing_package_are_related_locations(mini):
+    """One finding per missing package and the import that binds it: flash_attn.py and mla/prefill_flash_attn.py
+    reach `miniflash` through fa_utils' re-export, so their finding is one, anchored at fa_utils' import, with each
+    module's own import and every call as related locations."""
     _ws, findings = mini
-    path = MINI / "mini_metax/attention/backends/flash_attn.py"
-    f = next(f for f in findings if f.rule == "AL107" and Path(f.path).resolve() == path.resolve())
-    lines = path.read_text(encoding="utf-8").splitlines()
-    calls = [i for i, t in enumerate(lines, 1) if "flash_attn_varlen_func(" in t and not t.lstrip().startswith("def ")]
-    assert [r["line"] for r in f.related if r["message"].startswith("call of flash_attn_varlen_func")] == calls
+    fa_utils = MINI / "mini_metax/attention/backends/fa_utils.py"
+    users = [MINI / "mini_metax/attention/backends/flash_attn.py", MINI / "mini_metax/attention/backends/mla/prefill_flash_attn.py"]
+    got = [f for f in findings if f.rule == "AL107" and f.data.get("package") == "miniflash"]
+    assert [(Path(f.path).resolve(), f.line) for f in got] == [(fa_utils.resolve(), 18)]
+    f = got[0]
+    assert f.message.startswith("`miniflash` is not installed: ") and " in 2 modules via this import " in f.message
+    assert not [x for x in findings if x.rule == "AL107" and Path(x.path).resolve() in {u.resolve() for u in users}]
+    imports = [(Path(r["path"]).resolve(), r["line"]) for r in f.related if r["message"] == "imports it through the re-export"]
+    assert imports == [(users[0].resolve(), _line_of(users[0], "    from mini_metax.attention.backends.fa_utils import (")),
+                       (users[1].resolve(), _line_of(users[1], "from mini_metax.attention.backends.fa_utils import flash_attn_varlen_func"))]
+    for path in users:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        calls = [i for i, t in enumerate(lines, 1) if "flash_attn_varlen_func(" in t and not t.lstrip().startswith("def ")]
+        assert [r["line"] for r in f.related if Path(r["path"]).resolve() == path.resolve()
+                and r["message"].startswith("call of flash_attn_varlen_func")] == calls
+    assert f.data["calls_total"] == sum(1 for r in f.related if r["message"].startswith("call of "))

@@ -498,7 +498,9 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
                 beyond[n] = extra
     routes = _routes(sites)
     at_import = h is not None and h.path == ctx.path
-    calls = f"{len(sites)} call{'s' if len(sites) > 1 else ''}" + (" via this import" if at_import else "")
+    n_imports = len({x[4].line for x in local})
+    calls = f"{len(sites)} call{'s' if len(sites) > 1 else ''}" + (
+        f" via {n_imports} imports" if n_imports > 1 else " via this import" if at_import else "")
     msg = f"`{pkg}` is not installed: {calls} {'are' if len(sites) > 1 else 'is'} unchecked ({counted})."
     if beyond:
         kw = sorted({k for ks in beyond.values() for k in ks})
@@ -513,10 +515,18 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
         if misfit:
             msg = msg[:-1] + f"; none covers `{misfit[0][0]}` yet."
     elif misfit and contract is not None:
-        msg += f" No probe covers `{misfit[0][0]}` yet."
-    detail = [f"`{v0.qual}`" + (f" is imported at {_rel(h.path, root)}:{h.line}" + (f" under `{h.condition}`" if h.condition else "")
-                                 if h is not None else "") + f"; the target environment has no `{pkg}`, so its "
-              "signature and capabilities cannot be read."]
+        msg += f" No probe covers {short_list((n for n, _r in misfit), 50)} yet."
+    bh = _binding_hop(ctx, chain0)
+    if bh is not None and h is not None and (bh.path, bh.line) != (h.path, h.line):
+        # the package is bound by another module's import, re-exported to this one
+        where = (f" is imported at {_rel(bh.path, root)}:{bh.line}" + (f" under `{bh.condition}`" if bh.condition else "")
+                 + f" (and from there at {_rel(h.path, root)}:{h.line}" + (f" under `{h.condition}`" if h.condition else "") + ")")
+    elif h is not None:
+        where = f" is imported at {_rel(h.path, root)}:{h.line}" + (f" under `{h.condition}`" if h.condition else "")
+    else:
+        where = ""
+    detail = [f"`{v0.qual}`{where}; the target environment has no `{pkg}`, so its signature and capabilities cannot "
+              "be read."]
     if contract is not None:
         detail.append(f"Contract {contract.id} ({contract.family}) lists what is known.")
     for n, rname in sorted(refs.items()):
@@ -530,13 +540,47 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
                for cs, v, *_r in sites]
     data = dict(chain=chain0, contract=contract.id if contract else None, probe=fitting[0].probe if fitting else None,
                 package=pkg, symbol=v0.qual, symbols=sorted(per_name), unverified_keywords=beyond, calls=len(sites),
+                per_name={n: len(xs) for n, xs in sorted(per_name.items())},
                 detail="\n".join(detail))
+    if bh is not None:
+        # one cause per import that binds the package in the workspace: modules that reach it through a re-export
+        # (`from .fa_utils import f`, where fa_utils imports the package) are merged into one finding anchored there
+        data["cause"] = f"AL107:{pkg}@{_rel(bh.path, root)}:{bh.line}"
+        if bh.path != ctx.path:
+            data["anchor"] = _anchor_at(ctx, bh, v0.qual.rpartition(".")[2], pkg)
     if at_import:
         name = v0.qual.rpartition(".")[2] if h.symbol is None else h.symbol.rpartition(".")[2]
         l0, c_0, l1, c_1 = ctx.name_range(h.line, name)
         ctx.add("AL107", l0, c_0, l1, c_1, msg, related=related, **data)
     else:
         ctx.add_at_call("AL107", cs0, msg, related=related[1:], **data)
+
+
+def _binding_hop(ctx, chain):
+    """The import hop that binds the missing package itself: the last import hop of the chain (re-exports
+    followed), when it is in a workspace file; else None."""
+    if chain is None:
+        return None
+    last = None
+    for hop in chain.hops:
+        if hop.kind in M.IMPORT_HOP_KINDS:
+            last = hop
+    if last is None or not last.path or not ctx.ws.index.is_workspace_path(last.path):
+        return None
+    return last
+
+
+def _anchor_at(ctx, hop, name: str, pkg: str) -> dict:
+    """The range of ``name`` on the hop's line in its (other) workspace file, as a related location."""
+    text = ctx.ws.query.source_text(hop.path) or ""
+    lines = text.splitlines()
+    line_text = lines[hop.line - 1] if 0 < hop.line <= len(lines) else ""
+    m = re.search(r"\b" + re.escape(name) + r"\b", line_text) if name else None
+    if m is None:
+        m = re.search(r"\b" + re.escape(pkg) + r"\b", line_text)
+    col, end = (m.start(), m.end()) if m is not None else (len(line_text) - len(line_text.lstrip()), max(len(line_text), 1))
+    return {"path": hop.path, "line": hop.line, "col": col, "end_line": hop.line, "end_col": end,
+            "message": f"imports `{pkg}` (re-exported to the modules that call it)"}
 
 
 def _routes(sites: list) -> dict:
@@ -661,14 +705,22 @@ def torch_op_schema(ctx):
                 continue
             sch, where, _ws, probs = bad
             loc = _rel(where.rsplit(':', 1)[0], root) + (f":{where.rsplit(':', 1)[1]}" if ":" in where else "")
-            record = _schema_of_record(ctx, where)
+            record = _schema_of_record(ctx, where, ns)
             msg = (f"`torch.ops.{ns}.{op}` does not fit its source-build schema ({loc}): {_problem(probs, op)}; {record}."
                    if record else
                    f"`torch.ops.{ns}.{op}` does not fit its schema ({loc}): {_problem(probs, op)}; the call fails when it runs.")
             detail = (f"Called with {cs.nargs} positional argument(s)" + (f" and keyword(s) {', '.join(cs.keywords)}" if cs.keywords else "")
                       + f"; schema `{sch}`: " + "; ".join(probs) + ".")
+            from .checks_loading import _uncalled_function
+
+            unused = _uncalled_function(ctx, cs.scope)
+            extra = {}
+            if unused:
+                # a stale wrapper nothing calls: worth deleting or updating, not an error of what runs
+                msg = msg[:-1] + f"; nothing in the workspace calls `{unused}`."
+                extra["severity"] = "info"
             ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
-                            detail=detail)
+                            detail=detail, **extra)
         elif v.kind == ValKind.FUNCTION and v.module is not None and not v.module.workspace and v.func is not None:
             inner = _upstream_op_call(ctx, v)
             if inner is None:
@@ -683,7 +735,7 @@ def torch_op_schema(ctx):
             sch, where, _ws, probs = bad
             upath = _short(v.module.path)
             loc = f"{_rel(where.rsplit(':', 1)[0], root)}:{where.rsplit(':', 1)[-1]}"
-            record = _schema_of_record(ctx, where)
+            record = _schema_of_record(ctx, where, ns)
             if record:
                 msg = (f"`{cs.func}` fails in a source build: upstream `{v.qual}` passes {ics.nargs} arguments to "
                        f"`{ns}::{op}` ({loc}: {_problem(probs, op, verb=True)}); {record}.")
@@ -696,12 +748,13 @@ def torch_op_schema(ctx):
                             upstream_call=f"{upath}:{ics.line}", detail=detail, cause=f"AL113:{ns}::{op}@{upath}:{ics.line}")
 
 
-def _schema_of_record(ctx, where: str) -> str:
+def _schema_of_record(ctx, where: str, ns: str) -> str:
     """When the schema comes from the workspace's C++ (the source build) but the platform's default
-    configuration loads a precompiled provider instead, say which one and that it is not installed here."""
+    configuration loads a precompiled provider of namespace ``ns`` instead, say which one and that it is not
+    installed here."""
     if not where or not ctx.ws.index.is_workspace_path(where.rsplit(":", 1)[0]):
         return ""
-    prov = ctx.ws.query.platform_defaults().provider
+    prov = ctx.ws.query.platform_defaults().provider_for(ns)
     if prov is None or prov.guard is None or "not installed" not in (prov.status or ""):
         return ""
     flag = prov.flags[0].text.rpartition(".")[2] if prov.flags else prov.guard

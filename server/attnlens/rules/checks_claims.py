@@ -268,7 +268,8 @@ def module_kernels(ctx) -> list[Kernel]:
                 continue
             v = ctx.engine.apply_patch(v)
 
-            k = _kernel_of(ctx, ctx.mod, SimpleNamespace(line=b.line), v, "")  # a call-site stand-in: its line
+            # a call-site stand-in: its line, and how the name is bound there
+            k = _kernel_of(ctx, ctx.mod, SimpleNamespace(line=b.line, bound="imported" if b.kind in ("from", "import") else "bound"), v, "")
             if k is not None:
                 out.append(k)
         return out
@@ -354,6 +355,12 @@ def judge(ctx, kernels: list[Kernel], cap: str, positive: bool = True, value=Non
     return out
 
 
+def _verb(k: Kernel) -> str:
+    """How the kernel is reached at its place: a call, or a module-level binding (an import names the kernel;
+    it calls nothing there)."""
+    return getattr(k.cs, "bound", None) or "called"
+
+
 def _where(ctx, k: Kernel) -> str:
     return f"{_rel(k.path, ctx.ws.root)}:{k.line}"
 
@@ -401,8 +408,10 @@ def _cs_range(cs):
     return cs.line, cs.col, cs.end_line, cs.end_col
 
 
-def _claim_action(probe, undecided: list) -> str:
-    """The probe that decides the claim, or that none can: routed by the undecided kernels' names."""
+def _claim_action(probe, undecided: list, option: str | None = None) -> str:
+    """The probe that decides the claim, or that none can: routed by the undecided kernels' names. ``option``: the
+    probe option the claim needs (``head_size=512`` for a claim about head size 512: the default case would not
+    test it)."""
     from .probe_routing import route
 
     if not probe:
@@ -410,14 +419,15 @@ def _claim_action(probe, undecided: list) -> str:
     names = list(dict.fromkeys(k.symbol.rpartition(".")[2] for k in undecided))
     fit = [n for n in names if route(probe, (), n).probe]
     miss = [n for n in names if n not in fit]
+    run = f"`{probe}` probe" + (f" (`--option {option}`)" if option else "")
     if miss and fit:
-        return f"The `{probe}` probe decides `{fit[0]}`; none covers `{miss[0]}` yet."
+        return f"The {run} decides `{fit[0]}`; none covers `{miss[0]}` yet."
     if miss:
         return f"No probe family covers `{miss[0]}` yet."
-    return f"Decide with the `{probe}` probe."
+    return f"Decide with the {run}."
 
 
-def _report(ctx, rule_id, pos, claim_text, cap, verdicts, extra_no=(), subject="", **data):
+def _report(ctx, rule_id, pos, claim_text, cap, verdicts, extra_no=(), subject="", probe_option=None, **data):
     no, unk, yes, contract, probe = _summarise(ctx, verdicts, cap)
     no = list(extra_no) + no
     if not no and not unk and yes:
@@ -426,11 +436,11 @@ def _report(ctx, rule_id, pos, claim_text, cap, verdicts, extra_no=(), subject="
     chain = _chain_for(ctx, first[0]) if first is not None and first[0] is not None else None
     kernels = [{"symbol": k.symbol, "kind": k.kind, "at": _where(ctx, k), "verdict": vd, "reason": why,
                 "contract": c.id if c else None} for k, vd, why, c in verdicts]
-    evidence = [f"{why} (called at {_where(ctx, k)})" if k is not None else why for k, _vd, why, _c in no + unk + yes]
+    evidence = [f"{why} ({_verb(k)} at {_where(ctx, k)})" if k is not None else why for k, _vd, why, _c in no + unk + yes]
     if subject:
         evidence.insert(0, f"Kernels looked at:{subject}.")
         subject = ""
-    action = _claim_action(probe, [k for k, *_r in unk if k is not None])
+    action = _claim_action(probe, [k for k, *_r in unk if k is not None], probe_option)
     if no:
         why0 = _first_clause(no[0][2])
         if yes and not extra_no:
@@ -808,7 +818,15 @@ def claim_comments(ctx):
         # backed when every relevant kernel says yes and nothing contradicts
         if not extra_no and verdicts and all(v[1] == "yes" for v in verdicts):
             continue
-        _report(ctx, "AL104", pos, claim_text, cap, verdicts, extra_no=extra_no, subject=subject, claim_kind=cl["kind"])
+        if not extra_no and not verdicts:
+            # no kernel behind the written claim was resolved: nothing here backs or contradicts it, and a finding
+            # saying so is not one a maintainer can act on (the claim may even be decided by the platform, e.g. in
+            # the docstring of a `supports_*` whose return is False here). A capability method (AL103) is what vLLM
+            # acts on: its True is reported even then
+            continue
+        option = f"head_size={cl['value']}" if cap == "head_sizes" and cl.get("value") else None
+        _report(ctx, "AL104", pos, claim_text, cap, verdicts, extra_no=extra_no, subject=subject, claim_kind=cl["kind"],
+                probe_option=option)
 
 
 _ = (M, _short)

@@ -59,8 +59,8 @@ def custom_op_parameters(ctx):
         where = f"{_short(um.path)}:{uf.line}"
         names = ", ".join(f"`{n}`" for n in d["missing"])
         role = "fake of " if d["which"] == "fake" else ""
-        msg = (f"`{pf.name}` ({role}a variant of {v.upstream.qualname}) lacks the {names} upstream's op takes: "
-               "callers passing them fail.")
+        msg = (f"`{pf.name}` ({role}variant of {v.upstream.qualname}) lacks upstream's {names}: calls written for "
+               "upstream's op fail.")
         detail = (f"Registered as {v.plugin.qualname} (line {v.plugin.line}); paired with upstream's "
                   f"{v.upstream.qualname} by {'its name' if v.via == 'name' else 'the call site of its layer'}; "
                   f"upstream's {'fake' if d['which'] == 'fake' else 'op function'} `{uf.name}` is at {where}.")

@@ -1030,6 +1030,7 @@ class _Entry:
     what: str  # `callee` raises NotImplementedError / `raise NotImplementedError`
     cond: str  # the condition it runs under ('' when unconditional)
     note: str = ""  # the exception's message, when literal
+    called: bool = False  # the place is a call of the raising / dummy function (not the `raise` itself)
 
 
 def _advertisements(ctx, cv: Val) -> list:
@@ -1258,7 +1259,7 @@ def _entries(ctx, cvs: list) -> list[_Entry]:
     out: list[_Entry] = []
     stubs = ("raises NotImplementedError", "only logs and returns None", "body only logs")
 
-    def record(mod, cs_or_pos, what, frames, core, name_hint="", raises=True, note=""):
+    def record(mod, cs_or_pos, what, frames, core, name_hint="", raises=True, note="", called=True):
         cap = _path_cap(frames, core)
         if cap == "device" and name_hint:
             cap = _cap_of_condition(name_hint) or cap  # `flash_mla_fp8(...)`: named for what it serves
@@ -1267,7 +1268,7 @@ def _entries(ctx, cvs: list) -> list[_Entry]:
         if cap:
             line, col, el, ec = cs_or_pos
             cond = " and ".join(c for _f, cs in frames for c in cs)
-            out.append(_Entry(cap, mod.path, line, col, el, ec, what, cond, note))
+            out.append(_Entry(cap, mod.path, line, col, el, ec, what, cond, note, called))
 
     for cv in cvs:
         chain, _ok = mro(ctx.engine, cv)
@@ -1345,7 +1346,7 @@ def _entries(ctx, cvs: list) -> list[_Entry]:
                 if live is None:
                     continue
                 record(mod, (line, col, el, ec), "`raise NotImplementedError`", frames + ((f.name, tuple(live)),), core,
-                       note=emsg)
+                       note=emsg, called=False)
     uniq: dict = {}
     for e in out:
         uniq.setdefault((e.cap, e.path, e.line, e.col), e)
@@ -1388,7 +1389,7 @@ def capability_entries(ctx):
             if not hits:
                 continue
             first = hits[0]
-            where = f"{_rel(ctx, first.path).rpartition('/')[2]}:{first.line}"
+            where = ("called at " if first.called else "") + f"{_rel(ctx, first.path).rpartition('/')[2]}:{first.line}"
             if cap == "device":
                 msg = f"{e.name} claims {adv}, but {first.what} on every call ({where}): the backend fails when selected."
             else:
@@ -1398,7 +1399,8 @@ def capability_entries(ctx):
                                 + (f" when `{_clip(x.cond, 80)}`" if x.cond else ""), path=x.path) for x in hits]
             detail = (f"{e.name} ({e.cls}) advertises {CAP_TEXT[cap]}: {adv_long}. Reached from "
                       f"{', '.join(p.qual for p in parts)}: "
-                      + "; ".join(f"{x.what} at {_rel(ctx, x.path)}:{x.line}" + (f" when `{x.cond}`" if x.cond else "")
+                      + "; ".join(f"{x.what} ({'called ' if x.called else ''}at {_rel(ctx, x.path)}:{x.line})"
+                                  + (f" when `{x.cond}`" if x.cond else "")
                                   for x in hits[:6])
                       + ". Drop the advertisement, or implement the path.")
             ctx.add("AL116", *pos, _clip(msg), detail=detail, related=related, capability=cap, backend=e.name,
@@ -1458,6 +1460,17 @@ def _cpp_namespaces(ctx) -> tuple[set, bool]:
         return names, unresolved
 
     return ctx.engine.memo("al117-cpp-ns", compute)
+
+
+def _unregistered_definition(ctx, op: str):
+    """A C++ function of the workspace named like the op (a host wrapper, not a ``__global__`` kernel), defined
+    but bound by no registration: what an ``ops.def``/``ops.impl`` would register; None when there is none."""
+    try:
+        funcs = [f for f in ctx.r.ops.cpp().functions_named(op) if not f.is_kernel and f.name == op]
+    except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
+        return None
+    funcs = [f for f in funcs if ctx.ws.index.is_workspace_path(f.path)]
+    return min(funcs, key=lambda f: (f.path, f.line)) if funcs else None
 
 
 def _similar_ops(ctx, ns: str, op: str) -> list[str]:
@@ -1565,25 +1578,33 @@ def unregistered_ops(ctx):
         conds = [c.guards for c in sites]
         runtime = all(g and ctx.r.guard_value(ctx.mod, g, c.scope) is None for g, c in zip(conds, sites))
         similar = _similar_ops(ctx, ns, op)
-        near = f" (csrc has `{similar[0]}`" + (f" +{len(similar) - 1}" if len(similar) > 1 else "") + ")" if similar else ""
+        defined = _unregistered_definition(ctx, op)
+        if defined is not None:
+            # the function is in the workspace's C++: registering it is the fix
+            near = f" (unregistered at {os.path.basename(defined.path)}:{defined.line})"
+        else:
+            near = f" (csrc has `{similar[0]}`" + (f" +{len(similar) - 1}" if len(similar) > 1 else "") + ")" if similar else ""
+        unused = _uncalled_function(ctx, cs.scope)
         if missing:
-            msg = (f"`torch.ops.{ns}.{op}` is registered nowhere here{near}: a source build lacks it; "
-                   f"only `{missing[0][0]}` (not installed) may provide it.")
+            msg = (f"`torch.ops.{ns}.{op}` is not in the source build{near}; "
+                   + (f"nothing in the workspace calls `{unused}`." if unused else
+                      f"only `{missing[0][0]}` (not installed) may provide it."))
             sev = "warning"
         else:
-            msg = f"`torch.ops.{ns}.{op}` is registered nowhere in reach{near}: this call fails (no such operator)."
+            msg = (f"`torch.ops.{ns}.{op}` is registered nowhere in reach{near}: "
+                   + (f"nothing in the workspace calls `{unused}`." if unused else "this call fails (no such operator)."))
             sev = "warning" if runtime else "error"
         if len(msg) > _MAX_MSG and near:
             msg = msg.replace(near, "")
-        unused = _uncalled_function(ctx, cs.scope)
         if unused:
             sev = "info"
-            msg = _clip(msg, _MAX_MSG - 40 - len(unused)) + f" Nothing in the workspace calls `{unused}`."
         try:
             searched = ctx.r.ops._searched_text(ns, op)  # noqa: SLF001
         except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
             searched = ""
         detail = (f"Nothing registers {ns}::{op}" + (f" (searched {searched})" if searched else "") + "."
+                  + (f" `{op}` is defined at {_rel(ctx, defined.path)}:{defined.line} ({defined.qualname}) but no "
+                     "`ops.def`/`ops.impl` registers it." if defined is not None else "")
                   + (f" Registered ops of `{ns}` with a similar name: {', '.join(similar)}." if similar else "")
                   + (f" Would-be providers that are not installed here: {', '.join(t for t, _g, _w in missing)}." if missing else "")
                   + " Register it (csrc `ops.def`/`ops.impl`, or a Python `torch.library` registration), or call the op "

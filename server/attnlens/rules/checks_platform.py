@@ -88,6 +88,7 @@ def _platform_facts(engine):
         return {
             "names": names,
             "enum": info.enum,
+            "cap_source": _capability_source(query, classes, engine.ws.root),
             "is_cuda": query.platform_method_value("is_cuda"),
             "getters": getters,
             "getter_none": getter_none,
@@ -95,6 +96,24 @@ def _platform_facts(engine):
         }
 
     return engine.memo("platform_facts", compute)
+
+
+def _capability_source(query, classes, root) -> str | None:
+    """Where the capability a backend's ``supports_compute_capability`` / ``validate_configuration`` receives
+    comes from: the ``get_device_capability()`` call inside the platform's ``get_attn_backend_cls`` (the plugin's
+    override, else the inherited one), as ``Owner.get_attn_backend_cls (path:line)``; None when no such call is
+    visible (the text then says nothing about its origin)."""
+    for cv in classes:
+        try:
+            fv = query.class_attr(cv.module, cv.qual, "get_attn_backend_cls")
+        except RecursionError:
+            fv = None
+        if fv is None or fv.func is None or fv.module is None:
+            continue
+        for cs in fv.module.summary.calls_in(fv.qual):
+            if cs.func.rpartition(".")[2] == "get_device_capability":
+                return f"{fv.owner or fv.dotted}.get_attn_backend_cls ({_rel(fv.module.path, root)}:{cs.line})"
+    return None
 
 
 def _documented_capability(engine):
@@ -255,7 +274,7 @@ def _capability_finding(ctx, uses: list, pf: dict, getters_txt: str, root) -> No
                + " for the wrong reason" + (f" ({eff})" if eff else "") + ".")
     detail = (f"On {pf['names']} get_device_capability() reports "
               + (f"what {getters_txt} returns" if getters_txt else "vendor values") + ", not an NVIDIA architecture."
-              + (" The capability comes from upstream's selector (current_platform.get_device_capability())." if u.kind == "param_compare" else "")
+              + (f" The capability is the one {pf['cap_source']} passes." if u.kind == "param_compare" and pf.get("cap_source") else "")
               + more)
     ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, constant=value, detail=detail,
             documented=(f"{doc[0].major}.{doc[0].minor}" if value is not None else None), backend=backend, **common)

@@ -11,7 +11,8 @@ and its condition (see docs/resolver.md, "Trees"):
 * a lazily filled module global (``global`` + ``importlib``);
 * ``torch.compile`` / ``functools.partial`` results and a decorator without ``functools.wraps``;
 * helpers that are *not* pass-throughs (a platform query, a host synchronise);
-* a name bound to its own call result (must end as a cycle, not a crash).
+* a name bound to its own call result (must end as a cycle, not a crash);
+* one name returned twice, bound again before each return (a `try` import with a vendored fallback).
 """
 
 import functools
@@ -256,3 +257,20 @@ class _WriterBase:
 class Fp8Writer(_WriterBase):
     def __init__(self):
         super().__init__(writer_cls=CacheFp8)
+
+
+# 12. one name returned twice, bound again before each return: the pip package in a `try` (not installed
+# here, so its import raises), else the copy vendored in this plugin
+def _import_block_ops():
+    try:
+        module = importlib.import_module("minivendor_ops")
+        return module
+    except ImportError:
+        pass
+    module = importlib.import_module("mini_metax.attention.ops.vendored_block_ops")
+    return module
+
+
+def copy_blocks_vendored(src, dst):
+    block_ops = _import_block_ops()
+    block_ops.copy_blocks(src, dst)
