@@ -1603,7 +1603,7 @@ def unregistered_ops(ctx):
         except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
             searched = ""
         detail = (f"Nothing registers {ns}::{op}" + (f" (searched {searched})" if searched else "") + "."
-                  + (f" `{op}` is defined at {_rel(ctx, defined.path)}:{defined.line} ({defined.qualname}) but no "
+                  + (f" `{op}` is defined at {_rel(ctx, defined.path)}:{defined.line} but no "
                      "`ops.def`/`ops.impl` registers it." if defined is not None else "")
                   + (f" Registered ops of `{ns}` with a similar name: {', '.join(similar)}." if similar else "")
                   + (f" Would-be providers that are not installed here: {', '.join(t for t, _g, _w in missing)}." if missing else "")
