@@ -93,6 +93,11 @@ def test_capability_tests_of_one_expression_are_one_finding_with_the_documented_
     line2 = _line_of(py, "return capability.major in [9, 10]")
     f2 = next(f for f in findings if f.rule == "AL105" and f.line == line2)
     assert f2.data["constant"] is False
+    # the detail names who passes the `capability` parameter: the platform's get_attn_backend_cls, not "upstream"
+    plat = ROOTS["platform"] / "fxplat" / "platform.py"
+    src = _line_of(plat, "device_capability = cls.get_device_capability()")
+    for x in (f, f2):
+        assert f"The capability is the one FxPlatform.get_attn_backend_cls (fxplat/platform.py:{src}) passes." in x.detail
 
 
 def test_folded_assert_is_stated(platform):
