@@ -157,3 +157,29 @@ def test_example_plugins(checked):
          "`smi_available` is never True."),
     ]
     assert [f for f in checked(REPO / "examples" / "tiny-npu")[2] if f.rule in NEW_RULES] == []
+
+
+def test_a_reexported_missing_kernel_is_one_finding_at_the_import_that_binds_it(loading, tmp_path):
+    """reexp_user.py and reexp_user2.py call a kernel of a declared but missing package through reexp_utils' import:
+    one AL107 there, counting every module's calls, with each module's own import and every call as related
+    locations; a per-file check (what the editor publishes) gives the same answer."""
+    ws, eng, findings = loading
+    got = [f for f in findings if f.rule == "AL107" and f.data.get("package") == "fx_declared_pkg"
+           and _rel(f).startswith("fxload/reexp")]
+    assert [(_rel(f), f.line) for f in got] == [("fxload/reexp_utils.py", 6)]
+    f = got[0]
+    assert f.message == ("`fx_declared_pkg` is not installed: 3 calls in 2 modules via this import are unchecked "
+                         "(fused_decode_kernel ×3).")
+    assert (f.data["calls"], f.data["modules"], f.data["local_calls"]) == (3, 2, 0)
+    rel = [(Path(r["path"]).name, r["line"], r["message"]) for r in f.related]
+    assert rel == [("reexp_user.py", 5, "imports it from here"), ("reexp_user.py", 10, "call of fused_decode_kernel"),
+                   ("reexp_user2.py", 2, "imports it from here"), ("reexp_user2.py", 6, "call of fused_decode_kernel"),
+                   ("reexp_user2.py", 8, "call of fused_decode_kernel with causal=")]
+    from attnlens.rules.engine import Engine
+
+    from .conftest import make_workspace
+
+    fresh = Engine(make_workspace(ws.root, tmp_path))
+    one = [x for x in fresh.check_module(str(ws.root / "fxload/reexp_utils.py")) if x.rule == "AL107"]
+    assert [(x.line, x.message) for x in one] == [(6, f.message)]
+    assert not [x for x in fresh.check_module(str(ws.root / "fxload/reexp_user.py")) if x.rule == "AL107"]

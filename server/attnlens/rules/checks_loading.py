@@ -890,8 +890,12 @@ def unloadable_imports(ctx):
                 ctx.note_dep(name, sha)
             if not allsites or allsites[0][0] != ctx.mod.name or (key[2], key[3]) != (allsites[0][3].mode, allsites[0][1] if allsites[0][3].mode == "lazy" else ""):
                 continue  # reported once, at the most severe import of the package
-            if any(f.rule == "AL107" and f.data.get("package") == key[1] for f in ctx.findings):
+            mine = [f for f in ctx.findings if f.rule == "AL107" and f.data.get("package") == key[1]]
+            if any(f.data.get("local_calls") for f in mine):
                 continue  # AL107 (run before this check) already reports the package at this import: one cause
+            # an AL107 here only for other modules' calls through a re-export of this import: that this module cannot
+            # load at all is the graver consequence of the one cause, so AL115 stands for both
+            ctx.findings[:] = [f for f in ctx.findings if not any(f is g for g in mine)]
             _report_import(ctx, sites, others=[x for x in allsites if x[0] != ctx.mod.name])
         else:
             _report_import(ctx, sites)

@@ -78,53 +78,11 @@ def merge_causes(findings: list[Finding]) -> list[Finding]:
             continue
         keep.related = list(keep.related) + [{"path": f.path, "line": f.line, "col": f.col, "end_line": f.end_line,
                                               "end_col": f.end_col, "message": "same cause"}] + list(f.related)
-        calls = (f.data or {}).get("calls")
-        if isinstance(calls, int) and isinstance((keep.data or {}).get("calls"), int):
-            keep.data = dict(keep.data)  # (a cached finding's dict is not changed)
-            keep.data["calls_total"] = keep.data.get("calls_total", keep.data["calls"]) + calls
-            names = dict(keep.data.get("per_name_total") or keep.data.get("per_name") or {})
-            for k, c in ((f.data or {}).get("per_name") or {}).items():
-                names[k] = names.get(k, 0) + c
-            keep.data["per_name_total"] = names
-    moved = False
     for f in first.values():
         n = sum(1 for r in f.related if r.get("message") == "same cause")
-        if not n:
-            continue
-        anchor = (f.data or {}).get("anchor")
-        if anchor and (anchor["path"], anchor["line"]) != (f.path, f.line):
-            _move_to_anchor(f, anchor, n)
-            moved = True
-        elif "(also reached from" not in f.message:
+        if n and "(also reached from" not in f.message:
             f.message = f.message[:-1] + f" (also reached from {n} other place{'s' if n > 1 else ''})."
-    if moved:
-        out.sort(key=Finding.sort_key)
     return out
-
-
-_CALLS_VIA = re.compile(r"\b\d+ calls? (?:via this import )?(are|is) unchecked")
-
-
-def _move_to_anchor(f: Finding, anchor: dict, n: int) -> None:
-    """A finding merged from ``n + 1`` modules that reach one cause through re-exports, moved to the place that
-    binds it (``data["anchor"]``): each module's own import becomes a related location, and a call count in the
-    message counts the calls of every module (``data["calls"]`` of each, summed by :func:`merge_causes`)."""
-    via = "imports it through the re-export"
-    own = {"path": f.path, "line": f.line, "col": f.col, "end_line": f.end_line, "end_col": f.end_col, "message": via}
-    related = [own] + [dict(r, message=via) if r.get("message") == "same cause" else r for r in f.related]
-    total = (f.data or {}).get("calls_total")
-    if total:
-        msg = _CALLS_VIA.sub(f"{total} calls in {n + 1} modules via this import are unchecked", f.message, count=1)
-        names = (f.data or {}).get("per_name_total")
-        head, sep, rest = msg.partition(" are unchecked (")
-        if names and sep and ")" in rest:
-            counted = short_list((f"{k} ×{c}" if c > 1 else k for k, c in sorted(names.items(), key=lambda x: (-x[1], x[0]))),
-                                 60, "{}")
-            msg = f"{head}{sep}{counted}){rest.partition(')')[2]}"
-        f.message = msg
-    f.path, f.line, f.col, f.end_line, f.end_col = (anchor["path"], anchor["line"], anchor["col"], anchor["end_line"],
-                                                    anchor["end_col"])
-    f.related = related
 
 
 def _facts_key(sha: str) -> str:
