@@ -468,7 +468,7 @@ def dummy_and_missing(ctx):
                 detail += f", which replaces {v.extra['patched_from']} through a patch"
             ctx.add_at_call("AL106", cs, msg, chain=chain, contract=c.id if c else None,
                             probe=c.probe_for() if c else None, callee=v.dotted, reason=f.dummy, detail=detail + ".")
-    for pkg, sites in _reexported_sites(ctx).items():
+    for pkg, sites in (yield from _reexported_site_steps(ctx)).items():
         missing.setdefault(pkg, []).extend(sites)
     for pkg, sites in missing.items():
         _not_installed_finding(ctx, pkg, sites, root)
@@ -488,10 +488,12 @@ def _missing_site(ctx, cs, v):
     return pkg, (cs, v, chain, c, _import_hop(chain))
 
 
-def _module_missing_sites(ctx) -> list:
-    """Every ``(package, site)`` of :func:`_missing_site` in ``ctx``'s module (the calls AL107 looks at)."""
+def _module_missing_site_steps(ctx):
+    """Every ``(package, site)`` of :func:`_missing_site` in ``ctx``'s module (the calls AL107 looks at), as steps
+    (a generator yielding between calls, returning the list)."""
     out = []
     for cs in ctx.s.calls:
+        yield
         if not cs.func:
             continue
         head = cs.func.split(".", 1)[0]
@@ -524,23 +526,26 @@ def _binds_missing(ctx) -> bool:
     return False
 
 
-def _reexported_sites(ctx) -> dict:
+def _reexported_site_steps(ctx):
     """The calls of other workspace modules that reach a missing package through an import of *this* module
     (``from .fa_utils import flash_attn_varlen_func`` where ``fa_utils`` imports ``flash_attn``): one cause, the
     import that binds the package, so they are reported here, where it is (in the editor and in a workspace
     report alike). Their modules are found by a text scan for this module's name; their reads are recorded."""
     if not _binds_missing(ctx):
         return {}
+    yield
     from .api import ModuleContext
 
     me = ctx.mod.name.rpartition(".")[2]
     out: dict = {}
     pattern = rb"\b" + re.escape(me).encode() + rb"\b"
     for m in ctx.ws.index.workspace_modules_matching(pattern):
+        yield
         if m.name == ctx.mod.name:
             continue
         ctx.note_dep(m.name, ctx.engine.current_sha(m.name))
-        sites = ctx.engine.memo(("al107-sites", m.name, m.summary.sha), lambda m=m: _module_missing_sites(ModuleContext(ctx.engine, m)))
+        sites = yield from ctx.engine.memo_steps(("al107-sites", m.name, m.summary.sha),
+                                                 lambda m=m: _module_missing_site_steps(ModuleContext(ctx.engine, m)))
         for pkg, x in sites:
             bh = _binding_hop(ctx, x[2])
             if bh is not None and bh.path == ctx.path:
