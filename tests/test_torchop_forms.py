@@ -361,8 +361,8 @@ def test_no_provider_to_name_lists_what_was_searched(tmp_path):
     assert f.kind == M.TORCH_OP and f.registrations == [] and f.providers == []
     assert f.reason == (
         "no registration of _vx_C::nothing found (searched workspace C++: 1 file; workspace Python: "
-        "0 modules using a registration API, 0 of them mentioning `nothing`; installed Python: none (no installed package `vx` for namespace "
-        "`_vx_C`); extension schemas: 0 .so files)")
+        "0 modules using a registration API, 0 of them mentioning `nothing`; installed Python: no installed package named after "
+        "namespace `_vx_C` (looked for `vx`); extension schemas: 0 installed .so files read, none defines it)")
 
 
 # -- build-flag conditions around C++ registrations --------------------------------------------

@@ -73,6 +73,7 @@ class OpRegistry:
         self._providers = None
         self._searched: dict = {}  # (ns, op) -> what the Python scan looked at (for "no registration found")
         self._ext_searched = 0  # .so files the last extension-schema search read
+        self._ext_searched_for: tuple | None = None  # the (namespace, op) of that search
         self._reg_files_memo: tuple | None = None  # (generation, files that can register ops from Python)
 
     # -- C++ ---------------------------------------------------------------
@@ -317,6 +318,8 @@ class OpRegistry:
         (byte pre-filter), installed packages searched, package names tried)."""
         pkgs = {"vllm"} if ns == "vllm" else set()
         pkgs.add(ns.lstrip("_").split("_")[0])
+        if ns.isidentifier() and not ns.startswith("_"):
+            pkgs.add(ns)  # a namespace named after its package (`sgl_kernel`)
         out = []
         searched = []
         if match is None:
@@ -560,6 +563,7 @@ class OpRegistry:
             except OSError:
                 continue
         self._ext_searched = len(cands)
+        self._ext_searched_for = (ns, op)
         for p in sorted(cands):
             info = self._ext_info(p, elfscan)
             if info is None:
@@ -782,9 +786,12 @@ class OpRegistry:
             parts.append(f"installed Python: {', '.join(pk)} ({k} module{'s' if k != 1 else ''} mentioning `{op}`)")
         else:
             tried = ", ".join(f"`{p}`" for p in s.get("tried") or [])
-            parts.append(f"installed Python: none (no installed package {tried} for namespace `{ns}`)")
-        e = self._ext_searched
-        parts.append(f"extension schemas: {e} .so file{'s' if e != 1 else ''}")
+            parts.append(f"installed Python: no installed package named after namespace `{ns}` (looked for {tried})")
+        if self._ext_searched_for == (ns, op):
+            e = self._ext_searched
+            parts.append(f"extension schemas: {e} installed .so file{'s' if e != 1 else ''} read, none defines it")
+        else:
+            parts.append("extension schemas: not read for it")
         return "; ".join(parts)
 
 
