@@ -430,19 +430,10 @@ def dummy_and_missing(ctx):
     missing: dict[str, list] = {}  # cause (a package missing here) -> [(call site, Val, chain, contract, import hop)]
     for cs in ctx.s.calls:
         yield
-        if not cs.func:
+        v = _plugin_callee(ctx, cs)
+        if v is None:
             continue
         head = cs.func.split(".", 1)[0]
-        if head in _CALL_SKIP_ROOTS or head == "torch":
-            continue
-        if head in ("self", "cls"):
-            if not _self_alias(ctx, cs):
-                continue
-        elif _head_binding_kind(ctx, cs) in ("upstream", "local", "other"):
-            continue  # upstream callees are not placeholders of this plugin; locals are values
-        if ctx.call_dead(cs):
-            continue
-        v = ctx.resolve_call(cs)
         if v.kind == ValKind.NOT_INSTALLED:
             site = _missing_site(ctx, cs, v)
             if site is not None:
@@ -474,6 +465,24 @@ def dummy_and_missing(ctx):
         _not_installed_finding(ctx, pkg, sites, root)
 
 
+def _plugin_callee(ctx, cs):
+    """The resolved callee of a call AL106/AL107 look at, else None: not a builtin-like or torch root, not an
+    upstream callee (not a placeholder of this plugin), not a local value, not dead on this platform."""
+    if not cs.func:
+        return None
+    head = cs.func.split(".", 1)[0]
+    if head in _CALL_SKIP_ROOTS or head == "torch":
+        return None
+    if head in ("self", "cls"):
+        if not _self_alias(ctx, cs):
+            return None
+    elif _head_binding_kind(ctx, cs) in ("upstream", "local", "other"):
+        return None  # upstream callees are not placeholders of this plugin; locals are values
+    if ctx.call_dead(cs):
+        return None
+    return ctx.resolve_call(cs)
+
+
 def _missing_site(ctx, cs, v):
     """``(package, (call site, Val, chain, contract, import hop))`` of a call whose callee ``v`` comes from a
     package this environment cannot import, when it is a kernel (a contract covers it, or it is named like one)
@@ -494,20 +503,8 @@ def _module_missing_site_steps(ctx):
     out = []
     for cs in ctx.s.calls:
         yield
-        if not cs.func:
-            continue
-        head = cs.func.split(".", 1)[0]
-        if head in _CALL_SKIP_ROOTS or head == "torch":
-            continue
-        if head in ("self", "cls"):
-            if not _self_alias(ctx, cs):
-                continue
-        elif _head_binding_kind(ctx, cs) in ("upstream", "local", "other"):
-            continue
-        if ctx.call_dead(cs):
-            continue
-        v = ctx.resolve_call(cs)
-        if v.kind == ValKind.NOT_INSTALLED:
+        v = _plugin_callee(ctx, cs)
+        if v is not None and v.kind == ValKind.NOT_INSTALLED:
             site = _missing_site(ctx, cs, v)
             if site is not None:
                 out.append(site)
