@@ -796,7 +796,7 @@ def torch_op_schema(ctx):
                    if record else
                    f"`torch.ops.{ns}.{op}` does not fit its schema ({loc}): {_problem(probs, op)}; the call fails when it runs.")
             detail = (f"Called with {cs.nargs} positional argument(s)" + (f" and keyword(s) {', '.join(cs.keywords)}" if cs.keywords else "")
-                      + f"; schema `{sch}`: " + "; ".join(probs) + ".")
+                      + f"; schema `{sch}` ({loc}): " + "; ".join(probs) + ".")
             from .checks_loading import _uncalled_function
 
             unused = _uncalled_function(ctx, cs.scope)
@@ -828,7 +828,7 @@ def torch_op_schema(ctx):
             else:
                 msg = (f"`{cs.func}` fails on this platform: upstream `{v.qual}` calls `{ns}::{op}` with {ics.nargs} "
                        f"arguments and the schema registered here ({loc}) {_problem(probs, op, verb=True)}.")
-            detail = (f"Upstream call at {upath}:{ics.line} ({v.dotted}); the schema this workspace registers is `{sch}`: "
+            detail = (f"Upstream call at {upath}:{ics.line} ({v.dotted}); the schema this workspace registers ({loc}) is `{sch}`: "
                       + "; ".join(probs) + ".")
             ctx.add_at_call("AL113", cs, msg, chain=ctx.trace(cs), schema=str(sch), schema_source=where, problems=probs,
                             upstream_call=f"{upath}:{ics.line}", detail=detail, cause=f"AL113:{ns}::{op}@{upath}:{ics.line}")
