@@ -511,16 +511,17 @@ def _module_missing_site_steps(ctx):
     return out
 
 
-def _binds_missing(ctx) -> bool:
-    """Does this module import (absolute import) a top-level package the target environment lacks?"""
+def _missing_bindings(ctx) -> set:
+    """The names this module binds by an absolute import of a top-level package the target environment lacks."""
     idx = ctx.ws.index
-    for bs in ctx.s.bindings.values():
+    out = set()
+    for name, bs in ctx.s.bindings.items():
         for b in bs:
             if b.kind in ("from", "import") and not b.level and b.target:
                 top = b.target.split(".", 1)[0]
                 if top and top not in ctx.ws.query.stdlib() and not idx.top_level_installed(top):
-                    return True
-    return False
+                    out.add(name)
+    return out
 
 
 def _reexported_site_steps(ctx):
@@ -528,19 +529,25 @@ def _reexported_site_steps(ctx):
     (``from .fa_utils import flash_attn_varlen_func`` where ``fa_utils`` imports ``flash_attn``): one cause, the
     import that binds the package, so they are reported here, where it is (in the editor and in a workspace
     report alike). Their modules are found by a text scan for this module's name; their reads are recorded."""
-    if not _binds_missing(ctx):
+    names = _missing_bindings(ctx)
+    if not names:
         return {}
     yield
     from .api import ModuleContext
 
-    me = ctx.mod.name.rpartition(".")[2]
+    me = re.escape(ctx.mod.name.rpartition(".")[2]).encode()
     out: dict = {}
-    pattern = rb"\b" + re.escape(me).encode() + rb"\b"
-    for m in ctx.ws.index.workspace_modules_matching(pattern):
+    # every module that may import from this one spells its name (a superset of `from ....me import ...`,
+    # `from . import (a, me)`, `import pkg.me`); of those, only the ones that spell a name bound from the missing
+    # package can reach it through this module
+    for m in ctx.ws.index.workspace_modules_matching(rb"\b" + me + rb"\b"):
         yield
         if m.name == ctx.mod.name:
             continue
-        ctx.note_dep(m.name, ctx.engine.current_sha(m.name))
+        ctx.note_dep(m.name, ctx.engine.current_sha(m.name))  # (any change of an importer changes the answer)
+        text = ctx.ws.query.source_text(m.path) or ""
+        if not any(n in text for n in names):
+            continue  # imports other names of this module: nothing of the missing package is reached from it
         sites = yield from ctx.engine.memo_steps(("al107-sites", m.name, m.summary.sha),
                                                  lambda m=m: _module_missing_site_steps(ModuleContext(ctx.engine, m)))
         for pkg, x in sites:
