@@ -272,8 +272,8 @@ def _capability_finding(ctx, uses: list, pf: dict, getters_txt: str, root) -> No
         msg = (f"`{text}` compares the vendor's capability with {what}: "
                + (f"{backend} is accepted or rejected" if backend else "it is taken or skipped")
                + " for the wrong reason" + (f" ({eff})" if eff else "") + ".")
-    detail = (f"On {pf['names']} get_device_capability() reports "
-              + (f"what {getters_txt} returns" if getters_txt else "vendor values") + ", not an NVIDIA architecture."
+    detail = (f"On {pf['names']} get_device_capability() reports vendor values, not an NVIDIA architecture"
+              + (f" (from {getters_txt})" if getters_txt else "") + "."
               + (f" The capability is the one {pf['cap_source']} passes." if u.kind == "param_compare" and pf.get("cap_source") else "")
               + more)
     ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, constant=value, detail=detail,
