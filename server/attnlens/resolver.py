@@ -507,7 +507,6 @@ class Resolver:
             texts = {t for t, _g, _ln in rets}
 
             def ret_value(t: str, ln: int, g: tuple = ()) -> Val:
-                t = t.partition("@")[0]  # (a return text made unique by its line, below)
                 arg = self._bound_arg(f, t, args)
                 if arg is not None:  # a parameter returned: the caller's argument, read where the call is
                     return self.value_text(mod, scope, arg, w.sub(), b_line)
@@ -529,19 +528,18 @@ class Resolver:
                 finally:
                     cw.use_guards = saved
 
-            if len(texts) == 1 and len({ln for _t, _g, ln in rets}) > 1 and f.locals.get(next(iter(texts)), ()) \
-                    and len(f.locals[next(iter(texts))]) > 1:
-                # one name returned at several places, bound again before each (`module = import_module("a")` /
-                # `return module` in a try, the same with "b" after it): the value at each return is its own arm
-                texts = {f"{t}@{ln}" for t, _g, ln in rets}
-            if len(texts) == 1:
+            # one name returned at several places, bound again before each (`module = import_module("a")` /
+            # `return module` in a try, the same with "b" after it): the value at each return is its own arm
+            per_return = (len(texts) == 1 and len({ln for _t, _g, ln in rets}) > 1
+                          and len(f.locals.get(next(iter(texts)), ())) > 1)
+            if len(texts) == 1 and not per_return:
                 text = next(iter(texts))
                 inner = ret_value(text, rets[0][2])
                 if inner.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE, ValKind.ALTS, ValKind.NOT_INSTALLED,
                                   ValKind.TORCH_OP, ValKind.EXT_ATTR, ValKind.DICT, ValKind.LIST):
                     w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...) returns {text}", cond))
                     return inner
-            elif len(texts) > 1:
+            elif len(texts) > 1 or per_return:
                 arms = []
                 for t, g, ln in rets:
                     av = ret_value(t, ln, g)
@@ -549,11 +547,10 @@ class Resolver:
                         # returned inside a `try` after importing a package this environment lacks: the import
                         # raises, so this return is not what runs here (the handler's fallback is)
                         pkg = av.qual.split(".", 1)[0]
-                        arms.append(Alt(av, f"`{pkg}` imports (it is not installed here)", False, f"returns {t.partition('@')[0]}",
-                                        tm.path, ln))
+                        arms.append(Alt(av, f"`{pkg}` imports (it is not installed here)", False, f"returns {t}", tm.path, ln))
                         continue
                     arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname) if g else True,
-                                    f"returns {t.partition('@')[0]}", tm.path, ln))
+                                    f"returns {t}", tm.path, ln))
                 arms = _merge_same(arms)
                 if len(arms) == 1 and arms[0].val.kind != ValKind.UNKNOWN:
                     w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...): every return that can give it is "
