@@ -180,3 +180,31 @@ def test_one_name_returned_twice_forks_per_return_and_a_failing_try_import_is_no
         (M.NOT_INSTALLED, "minivendor_ops", ["`minivendor_ops` imports (it is not installed here)"], False),
         (*COPY, [], True),
     ]
+
+
+def test_when_every_try_import_is_missing_the_call_names_the_first_package(tmp_path):
+    """Every return of the importer is a `try` import of a package this environment lacks: no arm can run, the call
+    fails here, and it resolves to the first package (not installed), so AL107 still reports it."""
+    from tests.helpers import fixture_ws
+
+    ws = fixture_ws(tmp_path, {
+        "plug/__init__.py": "",
+        "plug/ops.py": (
+            "import importlib\n\n\n"
+            "def _import_ops():\n"
+            "    try:\n"
+            "        module = importlib.import_module(\"vendor_fast_ops\")\n"
+            "        return module\n"
+            "    except ImportError:\n"
+            "        pass\n"
+            "    try:\n"
+            "        module = importlib.import_module(\"vendor_slow_ops\")\n"
+            "        return module\n"
+            "    except ImportError:\n"
+            "        return None\n\n\n"
+            "def run(x):\n"
+            "    ops = _import_ops()\n"
+            "    ops.fused_decode(x)\n"),
+    })
+    c = ws.trace_at(*find(ws.root / "plug/ops.py", "ops.fused_decode(", 0, len("ops.")))
+    assert [(lf.final.kind, lf.final.symbol) for lf in c.leaves()] == [(M.NOT_INSTALLED, "vendor_fast_ops")]

@@ -267,8 +267,8 @@ class Index:
                     return Location("ext", os.path.join(d, name + suffix), False)
             # another interpreter's build (`_C.cpython-312-...so` for a 3.11 target): the first in name order, so
             # the answer never depends on the listing's (hash-seeded) iteration order
-            for entry in sorted(listing):
-                if entry.startswith(name + ".") and entry.endswith(self.ext_suffixes):
+            for entry in sorted(e for e in listing if e.startswith(name + ".")):
+                if entry.endswith(self.ext_suffixes):
                     rest = entry[len(name):]
                     if any(rest == s or rest.endswith(s) and rest.count(".") >= 2 for s in self.ext_suffixes):
                         return Location("ext", os.path.join(d, entry), False)

@@ -551,6 +551,10 @@ class Resolver:
                         continue
                     arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname) if g else True,
                                     f"returns {t}", tm.path, ln))
+                if arms and all(a.reachable is False for a in arms):
+                    # every return is a `try` import of a missing package: the call fails here; what it names is
+                    # the first one (the function returns None once every import failed)
+                    arms = [dataclasses.replace(arms[0], condition=None, reachable=True)]
                 arms = _merge_same(arms)
                 if len(arms) == 1 and arms[0].val.kind != ValKind.UNKNOWN:
                     w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...): every return that can give it is "

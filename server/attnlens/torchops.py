@@ -73,7 +73,7 @@ class OpRegistry:
         self._providers = None
         self._searched: dict = {}  # (ns, op) -> what the Python scan looked at (for "no registration found")
         self._ext_searched = 0  # .so files the last extension-schema search read
-        self._ext_searched_for: tuple | None = None  # the (namespace, op) of that search
+        self._ext_searched_for: dict = {}  # (namespace, op) -> .so files its extension-schema search read
         self._reg_files_memo: tuple | None = None  # (generation, files that can register ops from Python)
 
     # -- C++ ---------------------------------------------------------------
@@ -563,7 +563,7 @@ class OpRegistry:
             except OSError:
                 continue
         self._ext_searched = len(cands)
-        self._ext_searched_for = (ns, op)
+        self._ext_searched_for[(ns, op)] = len(cands)
         for p in sorted(cands):
             info = self._ext_info(p, elfscan)
             if info is None:
@@ -787,8 +787,8 @@ class OpRegistry:
         else:
             tried = ", ".join(f"`{p}`" for p in s.get("tried") or [])
             parts.append(f"installed Python: no installed package named after namespace `{ns}` (looked for {tried})")
-        if self._ext_searched_for == (ns, op):
-            e = self._ext_searched
+        e = self._ext_searched_for.get((ns, op))
+        if e is not None:
             parts.append(f"extension schemas: {e} installed .so file{'s' if e != 1 else ''} read, none defines it")
         else:
             parts.append("extension schemas: not read for it")

@@ -159,27 +159,31 @@ def test_example_plugins(checked):
     assert [f for f in checked(REPO / "examples" / "tiny-npu")[2] if f.rule in NEW_RULES] == []
 
 
-def test_a_reexported_missing_kernel_is_one_finding_at_the_import_that_binds_it(loading, tmp_path):
+def test_a_reexported_missing_kernel_is_one_finding_per_binding_import(loading, tmp_path):
     """reexp_user.py and reexp_user2.py call a kernel of a declared but missing package through reexp_utils' import:
-    one AL107 there, counting every module's calls, with each module's own import and every call as related
-    locations; a per-file check (what the editor publishes) gives the same answer."""
+    one cause. The workspace report keeps the first module's finding (at its own import, where the editor shows it
+    too) with the other module's finding and calls as related locations; the detail names the import that binds
+    the package. A per-file check (the editor) keeps each module's own finding."""
     ws, eng, findings = loading
     got = [f for f in findings if f.rule == "AL107" and f.data.get("package") == "fx_declared_pkg"
            and _rel(f).startswith("fxload/reexp")]
-    assert [(_rel(f), f.line) for f in got] == [("fxload/reexp_utils.py", 6)]
+    assert [(_rel(f), f.line) for f in got] == [("fxload/reexp_user.py", 5)]
     f = got[0]
-    assert f.message == ("`fx_declared_pkg` is not installed: 3 calls in 2 modules via this import are unchecked "
-                         "(fused_decode_kernel ×3).")
-    assert (f.data["calls"], f.data["modules"], f.data["local_calls"]) == (3, 2, 0)
+    assert f.message == ("`fx_declared_pkg` is not installed: 1 call via this import is unchecked (fused_decode_kernel) "
+                         "(also reached from 1 other place).")
+    assert f.data["cause"] == "AL107:fx_declared_pkg@fxload/reexp_utils.py:6"
+    assert f.detail.startswith("`fx_declared_pkg.kernels.fused_decode_kernel` is imported at fxload/reexp_utils.py:6 "
+                               "(and from there at fxload/reexp_user.py:5)")
     rel = [(Path(r["path"]).name, r["line"], r["message"]) for r in f.related]
-    assert rel == [("reexp_user.py", 5, "imports it from here"), ("reexp_user.py", 10, "call of fused_decode_kernel"),
-                   ("reexp_user2.py", 2, "imports it from here"), ("reexp_user2.py", 6, "call of fused_decode_kernel"),
-                   ("reexp_user2.py", 8, "call of fused_decode_kernel with causal=")]
+    assert rel == [("reexp_user.py", 9, "call of fused_decode_kernel"), ("reexp_user2.py", 3, "same cause"),
+                   ("reexp_user2.py", 7, "call of fused_decode_kernel"),
+                   ("reexp_user2.py", 9, "call of fused_decode_kernel with causal=")]
     from attnlens.rules.engine import Engine
 
     from .conftest import make_workspace
 
     fresh = Engine(make_workspace(ws.root, tmp_path))
-    one = [x for x in fresh.check_module(str(ws.root / "fxload/reexp_utils.py")) if x.rule == "AL107"]
-    assert [(x.line, x.message) for x in one] == [(6, f.message)]
-    assert not [x for x in fresh.check_module(str(ws.root / "fxload/reexp_user.py")) if x.rule == "AL107"]
+    for name, line in (("reexp_user.py", 5), ("reexp_user2.py", 3)):
+        one = [x for x in fresh.check_module(str(ws.root / "fxload" / name)) if x.rule == "AL107"]
+        assert [(x.line, x.data["cause"]) for x in one] == [(line, "AL107:fx_declared_pkg@fxload/reexp_utils.py:6")]
+    assert not [x for x in fresh.check_module(str(ws.root / "fxload/reexp_utils.py")) if x.rule == "AL107"]

@@ -23,6 +23,9 @@ EXPECTED = [
     ("AL105", "mini_metax/attention/backends/mla/triton_mla.py", "current_platform.is_device_capability(100)"),
     ("AL105", "mini_metax/attention/backends/mla/triton_mla.py", "cap >= DeviceCapability(9, 0)"),
     ("AL106", "mini_metax/attention/backends/flash_attn.py", "scheduler_metadata = get_scheduler_metadata("),
+    # one finding per missing package and the import that binds it (fa_utils' re-export): kept at the first module's
+    # own import, mla/prefill_flash_attn.py's finding and calls are its related locations
+    ("AL107", "mini_metax/attention/backends/flash_attn.py", "    from mini_metax.attention.backends.fa_utils import ("),
     ("AL108", "mini_metax/attention/backends/flash_attn.py",
      "from vllm.v1.attention.backends.fa_utils import flash_attn_supports_fp8"),
     ("AL114", "mini_metax/attention/backends/flash_attn.py", "query[:n].view(num_reqs, -1, self.num_heads, self.head_size)"),
@@ -101,12 +104,22 @@ def test_folded_shape_not_reported(mini, rule, rel, text):
     assert not [f for f in findings if f.rule == rule and Path(f.path).resolve() == path.resolve() and f.line == line]
 
 
-def test_a_missing_package_bound_by_a_reexporting_module_is_one_finding_there(mini):
-    """flash_attn.py and mla/prefill_flash_attn.py reach `miniflash` through fa_utils' re-export: one cause, the
-    import in fa_utils that binds the package. `miniflash` is declared nowhere, so that import makes fa_utils
-    unloadable (AL115, the graver consequence) and AL115 stands for the cause: no AL107 in the modules that call it."""
+def test_calls_of_a_missing_package_are_related_locations(mini):
+    """flash_attn.py and mla/prefill_flash_attn.py reach `miniflash` through fa_utils' re-export: one cause (the
+    import in fa_utils that binds it). The report keeps flash_attn.py's finding, at its own import, with its calls
+    and the other module's finding as related locations."""
     _ws, findings = mini
-    fa_utils = MINI / "mini_metax/attention/backends/fa_utils.py"
-    assert not [f for f in findings if f.rule == "AL107" and f.data.get("package") == "miniflash"]
-    got = [(Path(f.path).resolve(), f.line) for f in findings if f.rule == "AL115" and "`miniflash`" in f.message]
-    assert got == [(fa_utils.resolve(), 18)]
+    path = MINI / "mini_metax/attention/backends/flash_attn.py"
+    prefill = MINI / "mini_metax/attention/backends/mla/prefill_flash_attn.py"
+    got = [f for f in findings if f.rule == "AL107" and f.data.get("package") == "miniflash"]
+    assert [(Path(f.path).resolve(), f.line) for f in got] == [
+        (path.resolve(), _line_of(path, "    from mini_metax.attention.backends.fa_utils import ("))]
+    f = got[0]
+    assert f.data["cause"] == "AL107:miniflash@mini_metax/attention/backends/fa_utils.py:18"
+    assert f.message.endswith("(also reached from 1 other place).")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    calls = [i for i, t in enumerate(lines, 1) if "flash_attn_varlen_func(" in t and not t.lstrip().startswith("def ")]
+    assert [r["line"] for r in f.related if Path(r["path"]).resolve() == path.resolve()
+            and r["message"].startswith("call of flash_attn_varlen_func")] == calls
+    assert [(Path(r["path"]).resolve(), r["line"]) for r in f.related if r["message"] == "same cause"] == [
+        (prefill.resolve(), _line_of(prefill, "from mini_metax.attention.backends.fa_utils import flash_attn_varlen_func"))]

@@ -437,11 +437,7 @@ def dummy_and_missing(ctx):
         if v.kind == ValKind.NOT_INSTALLED:
             site = _missing_site(ctx, cs, v)
             if site is not None:
-                pkg, x = site
-                bh = _binding_hop(ctx, x[2])
-                if bh is None or bh.path == ctx.path:
-                    missing.setdefault(pkg, []).append(x)
-                # else: bound by another workspace module's import (a re-export): that module reports it
+                missing.setdefault(site[0], []).append(site[1])
         elif v.kind == ValKind.FUNCTION and v.func is not None and v.func.dummy and not is_placeholder(v) and not ctx.uncertain(cs):
             f = v.func
             if head in ("self", "cls") and f.class_name:
@@ -459,8 +455,6 @@ def dummy_and_missing(ctx):
                 detail += f", which replaces {v.extra['patched_from']} through a patch"
             ctx.add_at_call("AL106", cs, msg, chain=chain, contract=c.id if c else None,
                             probe=c.probe_for() if c else None, callee=v.dotted, reason=f.dummy, detail=detail + ".")
-    for pkg, sites in (yield from _reexported_site_steps(ctx)).items():
-        missing.setdefault(pkg, []).extend(sites)
     for pkg, sites in missing.items():
         _not_installed_finding(ctx, pkg, sites, root)
 
@@ -497,86 +491,14 @@ def _missing_site(ctx, cs, v):
     return pkg, (cs, v, chain, c, _import_hop(chain))
 
 
-def _module_missing_site_steps(ctx):
-    """Every ``(package, site)`` of :func:`_missing_site` in ``ctx``'s module (the calls AL107 looks at), as steps
-    (a generator yielding between calls, returning the list)."""
-    out = []
-    for cs in ctx.s.calls:
-        yield
-        v = _plugin_callee(ctx, cs)
-        if v is not None and v.kind == ValKind.NOT_INSTALLED:
-            site = _missing_site(ctx, cs, v)
-            if site is not None:
-                out.append(site)
-    return out
-
-
-def _missing_bindings(ctx) -> set:
-    """The names this module binds by an absolute import of a top-level package the target environment lacks."""
-    idx = ctx.ws.index
-    out = set()
-    for name, bs in ctx.s.bindings.items():
-        for b in bs:
-            if b.kind in ("from", "import") and not b.level and b.target:
-                top = b.target.split(".", 1)[0]
-                if top and top not in ctx.ws.query.stdlib() and not idx.top_level_installed(top):
-                    out.add(name)
-    return out
-
-
-def _reexported_site_steps(ctx):
-    """The calls of other workspace modules that reach a missing package through an import of *this* module
-    (``from .fa_utils import flash_attn_varlen_func`` where ``fa_utils`` imports ``flash_attn``): one cause, the
-    import that binds the package, so they are reported here, where it is (in the editor and in a workspace
-    report alike). Their modules are found by a text scan for this module's name; their reads are recorded."""
-    names = _missing_bindings(ctx)
-    if not names:
-        return {}
-    yield
-    from .api import ModuleContext
-
-    me = re.escape(ctx.mod.name.rpartition(".")[2]).encode()
-    out: dict = {}
-    # every module that may import from this one spells its name (a superset of `from ....me import ...`,
-    # `from . import (a, me)`, `import pkg.me`); of those, only the ones that spell a name bound from the missing
-    # package can reach it through this module
-    for m in ctx.ws.index.workspace_modules_matching(rb"\b" + me + rb"\b"):
-        yield
-        if m.name == ctx.mod.name:
-            continue
-        ctx.note_dep(m.name, ctx.engine.current_sha(m.name))  # (any change of an importer changes the answer)
-        text = ctx.ws.query.source_text(m.path) or ""
-        if not any(n in text for n in names):
-            continue  # imports other names of this module: nothing of the missing package is reached from it
-        sites = yield from ctx.engine.memo_steps(("al107-sites", m.name, m.summary.sha),
-                                                 lambda m=m: _module_missing_site_steps(ModuleContext(ctx.engine, m)))
-        for pkg, x in sites:
-            bh = _binding_hop(ctx, x[2])
-            if bh is not None and bh.path == ctx.path:
-                out.setdefault(pkg, []).append(x)
-    return out
-
-
-def _site_path(ctx, x) -> str:
-    """The file of a missing-package call site (its chain's first hop): this module, or a module that imports the
-    package through this one."""
-    chain = x[2]
-    return chain.hops[0].path if chain is not None and chain.hops and chain.hops[0].path else ctx.path
-
-
 def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
-    """One AL107 finding per package and the import of this module that binds it (where a fix or a guard belongs),
-    else at the first call; every call, and every other module's import that reaches the package through this
-    one, is a related location. The message names what to verify: keywords beyond the installed reference API of
-    the same name, and the probe family that can decide the calls (or that none can yet)."""
-    bound = [(x, _binding_hop(ctx, x[2])) for x in sites]
-    here = [(x, bh) for x, bh in bound if bh is not None and bh.path == ctx.path]
+    """One AL107 finding per package missing in this module: anchored at its first import here (where a
+    fix or a guard belongs), else at the first call; every call is a related location. The message names
+    what to verify: keywords beyond the installed reference API of the same name, and the probe family
+    that can decide the calls (or that none can yet). Its cause is the package and the workspace import that binds
+    it: modules that reach it through one re-export are one finding in a workspace report (``merge_causes``)."""
     local = [x for x in sites if x[4] is not None and x[4].path == ctx.path]
-    if here:
-        x0, h = min(here, key=lambda xb: xb[1].line)
-        cs0, v0, chain0 = x0[0], x0[1], x0[2]
-    else:
-        cs0, v0, chain0, _c0, h = min(local, key=lambda x: x[4].line) if local else sites[0]
+    cs0, v0, chain0, _c0, h = min(local, key=lambda x: x[4].line) if local else sites[0]
     per_name: dict[str, list] = {}
     for x in sites:
         per_name.setdefault(x[1].qual.rpartition(".")[2], []).append(x)
@@ -594,10 +516,9 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
                 beyond[n] = extra
     routes = _routes(sites)
     at_import = h is not None and h.path == ctx.path
-    n_imports = len({bh.line for _x, bh in here} | {x[4].line for x in local if not any(x is y for y, _b in here)})
-    n_modules = len({_site_path(ctx, x) for x in sites})
-    calls = (f"{len(sites)} call{'s' if len(sites) > 1 else ''}" + (f" in {n_modules} modules" if n_modules > 1 else "")
-             + (f" via {n_imports} imports" if n_imports > 1 else " via this import" if at_import else ""))
+    n_imports = len({x[4].line for x in local})
+    calls = f"{len(sites)} call{'s' if len(sites) > 1 else ''}" + (
+        f" via {n_imports} imports" if n_imports > 1 else " via this import" if at_import else "")
     msg = f"`{pkg}` is not installed: {calls} {'are' if len(sites) > 1 else 'is'} unchecked ({counted})."
     if beyond:
         kw = sorted({k for ks in beyond.values() for k in ks})
@@ -613,11 +534,17 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
             msg = msg[:-1] + f"; none covers `{misfit[0][0]}` yet."
     elif misfit and contract is not None:
         msg += f" No probe covers {short_list((n for n, _r in misfit), 50)} yet."
-    where = (f" is imported at {_rel(h.path, root)}:{h.line}" + (f" under `{h.condition}`" if h.condition else "")
-             if h is not None else "")
-    users = sorted({_rel(_site_path(ctx, x), root) for x in sites} - {_rel(ctx.path, root)})
+    bh = _binding_hop(ctx, chain0)
+    if bh is not None and h is not None and (bh.path, bh.line) != (h.path, h.line):
+        # the package is bound by another module's import, re-exported to this one
+        where = (f" is imported at {_rel(bh.path, root)}:{bh.line}" + (f" under `{bh.condition}`" if bh.condition else "")
+                 + f" (and from there at {_rel(h.path, root)}:{h.line}" + (f" under `{h.condition}`" if h.condition else "") + ")")
+    elif h is not None:
+        where = f" is imported at {_rel(h.path, root)}:{h.line}" + (f" under `{h.condition}`" if h.condition else "")
+    else:
+        where = ""
     detail = [f"`{v0.qual}`{where}; the target environment has no `{pkg}`, so its signature and capabilities cannot "
-              "be read." + (f" Re-exported to {', '.join(users)}." if users and here else "")]
+              "be read."]
     if contract is not None:
         detail.append(f"Contract {contract.id} ({contract.family}) lists what is known.")
     for n, rname in sorted(refs.items()):
@@ -626,28 +553,22 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
     if contract is not None or fitting:
         for n, r in routes.items():
             detail.append(f"`{n}`: " + r.text(n))
-    related = []
-    seen_imports = set()
-    for x in sites:
-        cs, v, _chain, _c, xh = x
-        path = _site_path(ctx, x)
-        if path != ctx.path and xh is not None and (xh.path, xh.line) not in seen_imports:
-            # the other module's own import of the re-exported name
-            seen_imports.add((xh.path, xh.line))
-            related.append(_anchor_at(ctx, xh, v.qual.rpartition(".")[2], pkg, "imports it from here"))
-        related.append(ctx.site(cs.line, cs.col, cs.end_line, cs.end_col,
-                                f"call of {v.qual.rpartition('.')[2]}" + (f" with {', '.join(k + '=' for k in cs.keywords if k)}" if any(cs.keywords) else ""),
-                                path=path))
+    related = [ctx.site(cs.line, cs.col, cs.end_line, cs.end_col,
+                        f"call of {v.qual.rpartition('.')[2]}" + (f" with {', '.join(k + '=' for k in cs.keywords if k)}" if any(cs.keywords) else ""))
+               for cs, v, *_r in sites]
     data = dict(chain=chain0, contract=contract.id if contract else None, probe=fitting[0].probe if fitting else None,
                 package=pkg, symbol=v0.qual, symbols=sorted(per_name), unverified_keywords=beyond, calls=len(sites),
-                modules=n_modules, local_calls=sum(1 for x in sites if _site_path(ctx, x) == ctx.path), detail="\n".join(detail))
+                detail="\n".join(detail))
+    if bh is not None:
+        # one cause: the package and the workspace import that binds it (the modules reaching it through one
+        # re-export are merged into the first in a workspace report, the others its related locations)
+        data["cause"] = f"AL107:{pkg}@{_rel(bh.path, root)}:{bh.line}"
     if at_import:
         name = v0.qual.rpartition(".")[2] if h.symbol is None else h.symbol.rpartition(".")[2]
         l0, c_0, l1, c_1 = ctx.name_range(h.line, name)
         ctx.add("AL107", l0, c_0, l1, c_1, msg, related=related, **data)
     else:
-        ctx.add_at_call("AL107", cs0, msg, related=[r for r in related if not (r["path"] == ctx.path and r["line"] == cs0.line
-                                                                               and r["col"] == cs0.col)], **data)
+        ctx.add_at_call("AL107", cs0, msg, related=related[1:], **data)
 
 
 def _binding_hop(ctx, chain):
@@ -662,18 +583,6 @@ def _binding_hop(ctx, chain):
     if last is None or not last.path or not ctx.ws.index.is_workspace_path(last.path):
         return None
     return last
-
-
-def _anchor_at(ctx, hop, name: str, pkg: str, message: str) -> dict:
-    """The range of ``name`` on the hop's line in its (other) workspace file, as a related location."""
-    text = ctx.ws.query.source_text(hop.path) or ""
-    lines = text.splitlines()
-    line_text = lines[hop.line - 1] if 0 < hop.line <= len(lines) else ""
-    m = re.search(r"\b" + re.escape(name) + r"\b", line_text) if name else None
-    if m is None:
-        m = re.search(r"\b" + re.escape(pkg) + r"\b", line_text)
-    col, end = (m.start(), m.end()) if m is not None else (len(line_text) - len(line_text.lstrip()), max(len(line_text), 1))
-    return {"path": hop.path, "line": hop.line, "col": col, "end_line": hop.line, "end_col": end, "message": message}
 
 
 def _routes(sites: list) -> dict:

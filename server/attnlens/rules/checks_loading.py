@@ -890,12 +890,8 @@ def unloadable_imports(ctx):
                 ctx.note_dep(name, sha)
             if not allsites or allsites[0][0] != ctx.mod.name or (key[2], key[3]) != (allsites[0][3].mode, allsites[0][1] if allsites[0][3].mode == "lazy" else ""):
                 continue  # reported once, at the most severe import of the package
-            mine = [f for f in ctx.findings if f.rule == "AL107" and f.data.get("package") == key[1]]
-            if any(f.data.get("local_calls") for f in mine):
+            if any(f.rule == "AL107" and f.data.get("package") == key[1] for f in ctx.findings):
                 continue  # AL107 (run before this check) already reports the package at this import: one cause
-            # an AL107 here only for other modules' calls through a re-export of this import: that this module cannot
-            # load at all is the graver consequence of the one cause, so AL115 stands for both
-            ctx.findings[:] = [f for f in ctx.findings if not any(f is g for g in mine)]
             _report_import(ctx, sites, others=[x for x in allsites if x[0] != ctx.mod.name])
         else:
             _report_import(ctx, sites)
@@ -1468,13 +1464,32 @@ def _cpp_namespaces(ctx) -> tuple[set, bool]:
 
 def _unregistered_definition(ctx, op: str):
     """A C++ function of the workspace named like the op (a host wrapper, not a ``__global__`` kernel), defined
-    but bound by no registration: what an ``ops.def``/``ops.impl`` would register; None when there is none."""
+    but bound by no registration (no ``ops.impl`` of any op or namespace names it): what an ``ops.def``/``ops.impl``
+    would register; None when there is none."""
     try:
         funcs = [f for f in ctx.r.ops.cpp().functions_named(op) if not f.is_kernel and f.name == op]
     except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
         return None
     funcs = [f for f in funcs if ctx.ws.index.is_workspace_path(f.path)]
-    return min(funcs, key=lambda f: (f.path, f.line)) if funcs else None
+    if not funcs or op in _bound_cpp_functions(ctx):
+        return None
+    return min(funcs, key=lambda f: (f.path, f.line))
+
+
+def _bound_cpp_functions(ctx) -> frozenset:
+    """The last names of the C++ functions some ``ops.impl`` of the workspace binds (any op, any namespace)."""
+    def compute():
+        out = set()
+        try:
+            for summ in ctx.r.ops.cpp().summaries:  # (registering files are always summarised, lazy index or not)
+                for im in summ.impls:
+                    if im.function:
+                        out.add(im.function.rpartition("::")[2].split("<", 1)[0].lstrip("&"))
+        except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
+            pass
+        return frozenset(out)
+
+    return ctx.engine.memo("al117-bound-cpp", compute)
 
 
 def _similar_ops(ctx, ns: str, op: str) -> list[str]:
