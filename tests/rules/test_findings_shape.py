@@ -97,7 +97,8 @@ def test_capability_tests_of_one_expression_are_one_finding_with_the_documented_
     plat = ROOTS["platform"] / "fxplat" / "platform.py"
     src = _line_of(plat, "device_capability = cls.get_device_capability()")
     for x in (f, f2):
-        assert f"The capability is the one FxPlatform.get_attn_backend_cls (fxplat/platform.py:{src}) passes." in x.detail
+        assert (f"The capability is what FxPlatform.get_attn_backend_cls (fxplat/platform.py:{src}) obtains and passes to the "
+                "backend's checks." in x.detail)
 
 
 def test_folded_assert_is_stated(platform):

@@ -274,7 +274,8 @@ def _capability_finding(ctx, uses: list, pf: dict, getters_txt: str, root) -> No
                + " for the wrong reason" + (f" ({eff})" if eff else "") + ".")
     detail = (f"On {pf['names']} get_device_capability() reports vendor values, not an NVIDIA architecture"
               + (f" (from {getters_txt})" if getters_txt else "") + "."
-              + (f" The capability is the one {pf['cap_source']} passes." if u.kind == "param_compare" and pf.get("cap_source") else "")
+              + (f" The capability is what {pf['cap_source']} obtains and passes to the backend's checks."
+                 if u.kind == "param_compare" and pf.get("cap_source") else "")
               + more)
     ctx.add("AL105", u.line, u.col, u.end_line, u.end_col, msg, constant=value, detail=detail,
             documented=(f"{doc[0].major}.{doc[0].minor}" if value is not None else None), backend=backend, **common)
