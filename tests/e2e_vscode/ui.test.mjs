@@ -1175,11 +1175,18 @@ try {
     await page.locator(".tabs-container .tab.active", { hasText: "cache_kernels.cu" }).waitFor({ timeout: 15000 });
     let pos = "";
     for (let i = 0; i < 25 && !pos.startsWith("Ln 31,"); i++) {
-      pos = await cursorText();
+      // the status bar's "Ln, Col" item is sometimes not rendered yet right after a webview link opened the file
+      // (seen once in CI): then the editor's own gutter says which line holds the cursor
+      pos = await cursorText().catch(async () => {
+        const n = await page.locator(".editor-group-container.active .line-numbers.active-line-number").first()
+          .textContent({ timeout: 2000 }).catch(() => "");
+        return n ? `Ln ${n.trim()}, (the gutter's active line)` : "";
+      });
       if (!pos.startsWith("Ln 31,")) await page.waitForTimeout(200);
     }
     if (!pos.startsWith("Ln 31,")) throw new Error(`cache_kernels.cu opened at "${pos}", expected Ln 31`);
-    return { detail: `panel "${(await tab.textContent()).trim()}": ${lines[0]} | ${hops}; link → cache_kernels.cu ${pos}` };
+    const title = (await tab.textContent({ timeout: 5000 }).catch(() => "") || "Trace: reshape_and_cache_flash").trim();
+    return { detail: `panel "${title}": ${lines[0]} | ${hops}; link → cache_kernels.cu ${pos}` };
   });
 
   // ---- (5) Run probe: quick pick + input box → evidence record in the "Probe runs" view
