@@ -1578,6 +1578,11 @@ class CppIndex:
     def blocks(self) -> list[RegistrationBlock]:
         return [b for s in self.summaries for b in s.blocks]
 
+    def bound_function_names(self) -> frozenset:
+        """The unqualified names of the C++ functions some ``ops.impl`` binds (any op, any namespace; registering
+        files are summarised up front, lazy index or not)."""
+        return frozenset(_last_name(i.function) for impls in self._impls.values() for i in impls if i.function)
+
     def functions_named(self, name: str) -> list[CppFunction]:
         """Definitions whose unqualified name is ``name`` (a qualified ``ns::f`` or
         ``f<T>`` is reduced to ``f`` and then filtered by the qualifier)."""

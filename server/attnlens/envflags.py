@@ -340,18 +340,10 @@ class DefaultProvider:
     flags: tuple  # Flag, the environment flags that decide, at their defaults
 
 
-def default_provider(resolver: Lookup, defaults: EnvDefaults) -> DefaultProvider | None:
-    """Of ``OpRegistry.providers()`` (in the order ``import_kernels`` imports them), the first whose guard
-    holds with every environment flag at its default; None when no guard can be decided."""
-    for p in default_providers(resolver, defaults):
-        return p
-    return None
-
-
 def default_providers(resolver: Lookup, defaults: EnvDefaults):
-    """Every provider of ``OpRegistry.providers()`` whose guard holds with every environment flag at its default,
-    in import order (a generator: the first is :func:`default_provider`); one whose guard cannot be decided is
-    left out."""
+    """Every provider of ``OpRegistry.providers()`` (in the order ``import_kernels`` imports them) whose guard holds
+    with every environment flag at its default (a generator: the first is the kernel module loaded first by default);
+    one whose guard cannot be decided is left out."""
     ops = getattr(resolver, "ops", None)
     if ops is None:
         return
@@ -408,14 +400,14 @@ from .pyindex import compare as _compare, dotted as _dotted  # noqa: E402 - one 
 
 class PlatformDefaults:
     """``condition(text, path, line)``: a guard written at ``path:line`` with every environment flag at its
-    default; ``provider``: the kernel module loaded first by default (both memoised per index generation).
+    default; ``provider``: the kernel module loaded first by default, ``provider_for(ns)``: the one of a torch-op
+    namespace (memoised per index generation).
     The duck type :mod:`attnlens.render` takes as ``defaults``."""
 
     def __init__(self, resolver: Lookup):
         self.r = resolver
         self.env = EnvDefaults(resolver)
-        self._provider: tuple | None = None
-        self._providers: tuple | None = None
+        self._providers: tuple | None = None  # (generation, the providers loaded by default)
 
     def condition(self, text: str, path: str | None, line: int | None) -> bool | None:
         if not text or not path:
@@ -429,22 +421,21 @@ class PlatformDefaults:
         except Exception:  # noqa: BLE001 - a default is a nicety: never fail the caller
             return None
 
-    def provider_for(self, ns: str) -> DefaultProvider | None:
-        """The provider loaded by default that holds torch-op namespace ``ns`` (:func:`provider_for_namespace`)."""
+    def _loaded(self) -> list:
+        """The providers loaded by default (:func:`default_providers`), memoised per index generation."""
         gen = self.r.index.generation
         if self._providers is None or self._providers[0] != gen:
             try:
                 self._providers = (gen, list(default_providers(self.r, self.env)))
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a default is a nicety: never fail the caller
                 self._providers = (gen, [])
-        return provider_for_namespace(self._providers[1], ns)
+        return self._providers[1]
+
+    def provider_for(self, ns: str) -> DefaultProvider | None:
+        """The provider loaded by default that holds torch-op namespace ``ns`` (:func:`provider_for_namespace`)."""
+        return provider_for_namespace(self._loaded(), ns)
 
     @property
     def provider(self) -> DefaultProvider | None:
-        gen = self.r.index.generation
-        if self._provider is None or self._provider[0] != gen:
-            try:
-                self._provider = (gen, default_provider(self.r, self.env))
-            except Exception:  # noqa: BLE001
-                self._provider = (gen, None)
-        return self._provider[1]
+        loaded = self._loaded()
+        return loaded[0] if loaded else None

@@ -72,7 +72,6 @@ class OpRegistry:
         self._providers_gen = -1
         self._providers = None
         self._searched: dict = {}  # (ns, op) -> what the Python scan looked at (for "no registration found")
-        self._ext_searched = 0  # .so files the last extension-schema search read
         self._ext_searched_for: dict = {}  # (namespace, op) -> .so files its extension-schema search read
         self._reg_files_memo: tuple | None = None  # (generation, files that can register ops from Python)
 
@@ -562,7 +561,6 @@ class OpRegistry:
                         cands.append(e.path)
             except OSError:
                 continue
-        self._ext_searched = len(cands)
         self._ext_searched_for[(ns, op)] = len(cands)
         for p in sorted(cands):
             info = self._ext_info(p, elfscan)
@@ -801,6 +799,9 @@ class _EmptyCpp:
 
     def ops(self):
         return []
+
+    def bound_function_names(self):
+        return frozenset()
 
 
 @dataclass

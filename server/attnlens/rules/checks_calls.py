@@ -430,14 +430,29 @@ def dummy_and_missing(ctx):
     missing: dict[str, list] = {}  # cause (a package missing here) -> [(call site, Val, chain, contract, import hop)]
     for cs in ctx.s.calls:
         yield
-        v = _plugin_callee(ctx, cs)
-        if v is None:
+        if not cs.func:
             continue
         head = cs.func.split(".", 1)[0]
+        if head in _CALL_SKIP_ROOTS or head == "torch":
+            continue
+        if head in ("self", "cls"):
+            if not _self_alias(ctx, cs):
+                continue
+        elif _head_binding_kind(ctx, cs) in ("upstream", "local", "other"):
+            continue  # upstream callees are not placeholders of this plugin; locals are values
+        if ctx.call_dead(cs):
+            continue
+        v = ctx.resolve_call(cs)
         if v.kind == ValKind.NOT_INSTALLED:
-            site = _missing_site(ctx, cs, v)
-            if site is not None:
-                missing.setdefault(site[0], []).append(site[1])
+            if _in_dsl_kernel(ctx, cs.scope):
+                continue  # DSL code inside a @triton.jit / @tilelang.jit body: compiled, not called
+            c = ctx.engine.contracts.match(v.qual)
+            if c is None and not _KERNELISH.search(v.qual.rpartition(".")[2]):
+                continue  # a utility package (tqdm, zmq, msgspec, ...), not a kernel behind attention code
+            pkg = v.extra.get("package") or v.qual.split(".", 1)[0]
+            chain = ctx.trace(cs)
+            h = _import_hop(chain)
+            missing.setdefault(pkg, []).append((cs, v, chain, c, h))
         elif v.kind == ValKind.FUNCTION and v.func is not None and v.func.dummy and not is_placeholder(v) and not ctx.uncertain(cs):
             f = v.func
             if head in ("self", "cls") and f.class_name:
@@ -457,38 +472,6 @@ def dummy_and_missing(ctx):
                             probe=c.probe_for() if c else None, callee=v.dotted, reason=f.dummy, detail=detail + ".")
     for pkg, sites in missing.items():
         _not_installed_finding(ctx, pkg, sites, root)
-
-
-def _plugin_callee(ctx, cs):
-    """The resolved callee of a call AL106/AL107 look at, else None: not a builtin-like or torch root, not an
-    upstream callee (not a placeholder of this plugin), not a local value, not dead on this platform."""
-    if not cs.func:
-        return None
-    head = cs.func.split(".", 1)[0]
-    if head in _CALL_SKIP_ROOTS or head == "torch":
-        return None
-    if head in ("self", "cls"):
-        if not _self_alias(ctx, cs):
-            return None
-    elif _head_binding_kind(ctx, cs) in ("upstream", "local", "other"):
-        return None  # upstream callees are not placeholders of this plugin; locals are values
-    if ctx.call_dead(cs):
-        return None
-    return ctx.resolve_call(cs)
-
-
-def _missing_site(ctx, cs, v):
-    """``(package, (call site, Val, chain, contract, import hop))`` of a call whose callee ``v`` comes from a
-    package this environment cannot import, when it is a kernel (a contract covers it, or it is named like one)
-    and not DSL code; else None."""
-    if _in_dsl_kernel(ctx, cs.scope):
-        return None  # DSL code inside a @triton.jit / @tilelang.jit body: compiled, not called
-    c = ctx.engine.contracts.match(v.qual)
-    if c is None and not _KERNELISH.search(v.qual.rpartition(".")[2]):
-        return None  # a utility package (tqdm, zmq, msgspec, ...), not a kernel behind attention code
-    pkg = v.extra.get("package") or v.qual.split(".", 1)[0]
-    chain = ctx.trace(cs)
-    return pkg, (cs, v, chain, c, _import_hop(chain))
 
 
 def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
@@ -534,15 +517,16 @@ def _not_installed_finding(ctx, pkg: str, sites: list, root) -> None:
             msg = msg[:-1] + f"; none covers `{misfit[0][0]}` yet."
     elif misfit and contract is not None:
         msg += f" No probe covers {short_list((n for n, _r in misfit), 50)} yet."
+
+    def at(hop) -> str:
+        return f"{_rel(hop.path, root)}:{hop.line}" + (f" under `{hop.condition}`" if hop.condition else "")
+
     bh = _binding_hop(ctx, chain0)
+    where = ""
     if bh is not None and h is not None and (bh.path, bh.line) != (h.path, h.line):
-        # the package is bound by another module's import, re-exported to this one
-        where = (f" is imported at {_rel(bh.path, root)}:{bh.line}" + (f" under `{bh.condition}`" if bh.condition else "")
-                 + f" (and from there at {_rel(h.path, root)}:{h.line}" + (f" under `{h.condition}`" if h.condition else "") + ")")
+        where = f" is imported at {at(bh)} (and from there at {at(h)})"  # another module's import, re-exported here
     elif h is not None:
-        where = f" is imported at {_rel(h.path, root)}:{h.line}" + (f" under `{h.condition}`" if h.condition else "")
-    else:
-        where = ""
+        where = f" is imported at {at(h)}"
     detail = [f"`{v0.qual}`{where}; the target environment has no `{pkg}`, so its signature and capabilities cannot "
               "be read."]
     if contract is not None:

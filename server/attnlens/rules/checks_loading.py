@@ -1471,25 +1471,12 @@ def _unregistered_definition(ctx, op: str):
     except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
         return None
     funcs = [f for f in funcs if ctx.ws.index.is_workspace_path(f.path)]
-    if not funcs or op in _bound_cpp_functions(ctx):
+    try:
+        if not funcs or op in ctx.r.ops.cpp().bound_function_names():
+            return None
+    except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
         return None
     return min(funcs, key=lambda f: (f.path, f.line))
-
-
-def _bound_cpp_functions(ctx) -> frozenset:
-    """The last names of the C++ functions some ``ops.impl`` of the workspace binds (any op, any namespace)."""
-    def compute():
-        out = set()
-        try:
-            for summ in ctx.r.ops.cpp().summaries:  # (registering files are always summarised, lazy index or not)
-                for im in summ.impls:
-                    if im.function:
-                        out.add(im.function.rpartition("::")[2].split("<", 1)[0].lstrip("&"))
-        except Exception:  # noqa: BLE001 - analysis must not fail on a bad input
-            pass
-        return frozenset(out)
-
-    return ctx.engine.memo("al117-bound-cpp", compute)
 
 
 def _similar_ops(ctx, ns: str, op: str) -> list[str]:
