@@ -229,3 +229,84 @@ def test_installed_text_scan_is_kept_in_the_cache_and_follows_file_changes(tmp_p
     (pkg / "b.py").write_bytes(b"from torch.library import custom_op\n")  # a new match (size changes)
     again = index().installed_files_containing(str(pkg), ("tests",), needles)
     assert sorted(os.path.relpath(p, pkg) for p, _ in again) == ["a.py", "b.py", os.path.join("sub", "c.py")]
+
+
+def _entry_facts(v):
+    """What a patch-table entry says: the replacement, where, and its text (a fork: its arms' texts and places)."""
+    if v is None:
+        return None
+    if len(v) == 4:
+        return (v[0].dotted, v[1], v[2], v[3])
+    return tuple((a.text, a.path, a.line, a.condition) for a in v[0].alts)
+
+
+def test_a_lookup_after_an_edit_reads_only_the_modules_that_spell_the_key(ws):
+    """After an edit of a module that may hold a patch, and before that buffer is summarised, one key's entry comes
+    from the replacements kept for the other modules plus those of the edited module only when its text names the
+    key's last attribute (``patches.LazyPatches``): a lookup of another key does not summarise the edited buffer,
+    and every entry equals the table of a fresh workspace with the same buffers."""
+    r, idx = ws.resolver, ws.index
+    first = r.patches()
+    kept_key = ("vllm.v1.attention.ops.triton_reshape_and_cache_flash", "triton_reshape_and_cache_flash")
+    assert kept_key in first
+    fa = str(ws.root / FA)
+    text = (ws.root / FA).read_text() + ("\nimport vllm.v1.attention.backends.utils as _u\n"
+                                         "_u.get_kv_cache_layout = lambda: 'HND'\n")
+    assert "triton_reshape_and_cache_flash" not in text
+    idx.set_overlay(fa, text)
+    assert not idx.summary_ready(fa)
+    new_key = ("vllm.v1.attention.backends.utils", "get_kv_cache_layout")
+    fresh = _fresh(ws, "fresh-lazy-patches")
+    try:
+        want = fresh.resolver.patches()
+        assert new_key in want and kept_key in want
+        got = r.patch_entry(kept_key)
+        assert not idx.summary_ready(fa)  # the edited buffer does not name it: not summarised
+        assert r._lazy_patches is not None and r._patch_gen != idx.generation  # (the whole table was not built)
+        assert _entry_facts(got) == _entry_facts(want[kept_key])
+        assert r.patch_entry(("vllm.v1.attention.backends.utils", "no_such_attr")) is None
+        assert not idx.summary_ready(fa)
+        got_new = r.patch_entry(new_key)
+        assert idx.summary_ready(fa)  # it names this one: its replacements now
+        assert _entry_facts(got_new) == _entry_facts(want[new_key])
+        for key in want:
+            assert _entry_facts(r.patch_entry(key)) == _entry_facts(want[key]), key
+        # a patch taken out again, the edited module summarised: the whole table, equal to a fresh one
+        idx.set_overlay(fa, text.replace("_u.get_kv_cache_layout = lambda: 'HND'\n", ""))
+        assert r.patch_entry(new_key) is None
+        with idx.observe():  # a recorder observing: the whole table (its reads recorded)
+            assert _entry_facts(r.patch_entry(kept_key)) == _entry_facts(want[kept_key])
+        assert r._patch_gen == idx.generation
+    finally:
+        fresh.close()
+
+
+def test_may_replace_holds_for_every_replacement_a_summary_records():
+    """``patches.may_replace`` is a superset: every attribute a summary records as replaced (assignment targets,
+    ``setattr``), and every decorated def or class with its decorator's string arguments, is found in the text;
+    names that only appear read or called are not."""
+    from pathlib import Path
+
+    from attnlens.patches import may_replace
+    from attnlens.pyindex import summarize
+    from tests.test_incremental_summary import EXAMPLES, _installed_sample
+
+    checked = 0
+    for p in EXAMPLES + _installed_sample(400) + [Path(__file__).resolve().parents[1] / "server/attnlens/pyindex.py"]:
+        text = p.read_text(encoding="utf-8", errors="replace")
+        s = summarize(text, str(p), "sha")
+        for ap in s.attr_patches:
+            last = ap.target.rpartition(".")[2]
+            assert may_replace(text, last), (p, ap.target, ap.line)
+            checked += 1
+        for q, d in [(f.name, d) for f in s.functions.values() for d in f.decorators] + \
+                    [(c.name, d) for c in s.classes.values() for d in c.decorators]:
+            if d.is_call and d.str_args:
+                names = [q] + [a.rpartition(".")[2] for a in d.str_args[1:2] if a]
+                names += [v.strip("'\"").rpartition(".")[2] for k, v in d.kw_texts if k == "target_attribute_name"]
+                for name in names:
+                    assert may_replace(text, name), (p, q, d.func)
+                    checked += 1
+    assert checked > 100
+    assert not may_replace("y = mod.forward\nmod.forward(x)\nforwarded = 1\n", "forward")
+    assert may_replace("mod.Cls.forward = f\n", "forward") and may_replace("setattr(m, 'forward', f)\n", "forward")

@@ -925,13 +925,10 @@ class Index:
         observing see the same dependencies. For pieces of whole-workspace results (a selector's candidates,
         one backend's parts) that an edit elsewhere leaves as they were: an edit then recomputes only the pieces
         that read the edited module. ``fn``'s value is shared: callers never mutate it."""
+        hit = self.carried_valid(key)
+        if hit is not None:
+            return hit[0]
         gen = self.generation
-        hit = self._carried.get(key)
-        if hit is not None and (hit[0] == gen or self.still_valid(hit[1], hit[0])):
-            if hit[0] != gen:
-                self._carried[key] = (gen, hit[1], hit[2])
-            self.replay(hit[1])
-            return hit[2]
         with self.observe() as obs:
             for name in reads:
                 self.module(name)
@@ -940,6 +937,23 @@ class Index:
             self._carried.clear()
         self._carried[key] = (gen, obs, value)
         return value
+
+    def carried_valid(self, key) -> tuple | None:
+        """``(value,)`` of :meth:`carried` under ``key`` when it stands now (its reads replayed), else None:
+        nothing is computed."""
+        gen = self.generation
+        hit = self._carried.get(key)
+        if hit is not None and (hit[0] == gen or self.still_valid(hit[1], hit[0])):
+            if hit[0] != gen:
+                self._carried[key] = (gen, hit[1], hit[2])
+            self.replay(hit[1])
+            return (hit[2],)
+        return None
+
+    def observed(self) -> bool:
+        """Is a dependency recorder (:meth:`observe`, the rules engine's) shadowing the reads now?"""
+        d = self.__dict__
+        return "module" in d or "workspace_modules_matching" in d or "note_read" in d
 
     def installed_files_containing(self, folder: str, skip_dirs: tuple, needles: tuple) -> list:
         """(path, bytes) of the ``.py`` files under ``folder`` (installed code, as :func:`iter_py_bytes`

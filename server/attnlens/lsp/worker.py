@@ -31,7 +31,10 @@ logged at debug level: what a slow hover waited behind. With the environment
 variable ``ATTNLENS_WORKER_WATCHDOG`` set (to milliseconds, e.g. 80), a watchdog
 thread logs, at warning level, the stack of a background job that has held the
 thread that long without asking ``should_yield`` while a more urgent job waits:
-where a stretch of work needs a safe point.
+where a stretch of work needs a safe point. With ``ATTNLENS_WORKER_PROFILE`` set (to milliseconds),
+every job runs under ``cProfile`` and one that ran longer than that logs, at warning level, its 25
+costliest functions by cumulative time: what a slow request spent its time on (cProfile slows every
+job down about twofold, so the threshold is compared with the profiled run time).
 """
 
 from __future__ import annotations
@@ -84,6 +87,8 @@ class Worker:
         if watch_ms.isdigit() and int(watch_ms) > 0:
             threading.Thread(target=self._watchdog, args=(int(watch_ms) / 1000.0,), name=f"{name}-watchdog",
                              daemon=True).start()
+        prof_ms = os.environ.get("ATTNLENS_WORKER_PROFILE", "")
+        self._profile_s = int(prof_ms) / 1000.0 if prof_ms.isdigit() and int(prof_ms) > 0 else 0.0
 
     def submit(self, fn: Callable[..., Any], *args: Any, priority: int = NOW, label: str | None = None) -> cf.Future:
         fut: cf.Future = cf.Future()
@@ -163,12 +168,32 @@ class Worker:
             job.started = time.perf_counter()
             self.current = job
             try:
-                job.fut.set_result(job.fn(*job.args))
+                job.fut.set_result(self._profiled(job) if self._profile_s else job.fn(*job.args))
             except BaseException as e:  # noqa: BLE001 - handed to the waiter
                 job.fut.set_exception(e)
             finally:
                 self.current = None
                 self._note(job, time.perf_counter())
+
+    def _profiled(self, job: Job) -> Any:
+        """``job`` run under cProfile; its costliest functions logged when it ran longer than the threshold
+        (a diagnostic, see the module doc)."""
+        import cProfile
+        import io
+        import pstats
+
+        prof = cProfile.Profile()
+        try:
+            return prof.runcall(job.fn, *job.args)
+        finally:
+            ran = time.perf_counter() - job.started
+            if ran > self._profile_s:
+                out = io.StringIO()
+                pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(25)
+                where = next((str(getattr(x, "path")) for x in job.args if isinstance(getattr(x, "path", None), str)), "")
+                log.warning("worker profile: %s%s (priority %d) ran %.1f ms profiled, waited %.1f ms:\n%s", job.label,
+                            f" {os.path.basename(where)}" if where else "", job.priority, ran * 1000,
+                            (job.started - job.queued) * 1000, out.getvalue())
 
     def _note(self, job: Job, ended: float) -> None:
         wait, ran = job.started - job.queued, ended - job.started
