@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -263,12 +264,12 @@ def test_a_failed_recovery_is_memoised_for_the_text():
 
 # the chunk scan of the eighth session, token by token (every line break, every bracket, `;`): the reference that the
 # faster scan (line breaks only before column-0 code, a one-line bracket pair as one token) must equal
-_REFERENCE_TOKEN = __import__("re").compile(r"""
+_REFERENCE_TOKEN = re.compile(r"""
       [rRbBuUfF]{0,2}(?:'''(?:\\.|[^\\])*?(?:'''|\Z)|\"\"\"(?:\\.|[^\\])*?(?:\"\"\"|\Z)|'(?:\\.|[^\\'\n])*'|"(?:\\.|[^\\"\n])*")
     | \#[^\n]*
     | \\\n
     | [()\[\]{}\n;]
-""", __import__("re").X | __import__("re").S)
+""", re.X | re.S)
 
 
 def _reference_starts(text: str) -> list[int]:

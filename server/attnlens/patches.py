@@ -265,11 +265,11 @@ class LazyPatches:
         self.by_key: dict = {}  # key -> [((module order, item order), item)]
         self.pending: dict = {}  # module name -> (order, its text) of the modules whose replacements are not known
         self.entries: dict = {}  # key -> entry (or None)
-        self.busy = False
+        self.busy = False  # collecting a module's replacements: lookups meanwhile see none (``Resolver.patch_entry``)
         for order, name in enumerate(idx.matching_names(patch_candidate)):
             kept = idx.carried_valid(("patch-items", name))
             if kept is None:
-                self.pending[name] = (order, idx.source_text(idx.ws_files.get(name, "")) or "")
+                self.pending[name] = (order, idx.source_text(idx.ws_files[name]) or "")
             else:
                 self._add(order, kept[0])
 
@@ -278,8 +278,6 @@ class LazyPatches:
             self.by_key.setdefault(key, []).append(((order, i), item))
 
     def entry(self, key) -> tuple | None:
-        if self.busy:
-            return None  # a lookup while a module's replacements are collected: none (as ``Resolver.patches``)
         if key in self.entries:
             return self.entries[key]
         last = key[1].rpartition(".")[2]

@@ -1449,6 +1449,7 @@ class Resolver:
             return self._patches
         first = self._patches is None
         self._patches, self._patch_gen = {}, idx.generation  # re-entrant lookups while collecting see none
+        self._lazy_patches = None
         frozen = idx.cache.load_pickle("derived", f"patches-{idx.fingerprint()}") if first else None
         # (a thawed table's reads are not known: it is not carried, the next generation collects)
         if frozen is not None:
@@ -1468,14 +1469,19 @@ class Resolver:
         dependencies, the one entry from the modules that can hold it (:class:`patches.LazyPatches`): a hover in one
         file does not wait for the summary of a 5,000-line paste in another to build the whole table."""
         idx = self.index
+        lazy = self._lazy_patches
+        if lazy is not None and lazy.busy:
+            return None  # a lookup while it collects a module's replacements (observed): none, as in `patches`
         if self._patches is None or self._patch_gen == idx.generation or idx.observed():
             return self.patches().get(key)
-        lazy = self._lazy_patches
         if lazy is None or lazy.generation != idx.generation:
             changed = idx.changed_since(self._patch_gen)
-            if changed is None or all(idx.summary_ready(p) for p in changed) or idx.carried_valid(("patches",)):
-                # every edited module summarised, or none of them can change the table: the whole table costs little
-                return self.patches().get(key)
+            if changed is None or all(idx.summary_ready(p) for p in changed):
+                return self.patches().get(key)  # (every edited module summarised: the whole table costs little)
+            kept = idx.carried_valid(("patches",))  # none of the edits can change the table
+            if kept is not None:
+                self._patches, self._patch_gen = kept[0], idx.generation
+                return kept[0].get(key)
             lazy = self._lazy_patches = LazyPatches(self)
         return lazy.entry(key)
 

@@ -190,10 +190,8 @@ class Worker:
             if ran > self._profile_s:
                 out = io.StringIO()
                 pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(25)
-                where = next((str(getattr(x, "path")) for x in job.args if isinstance(getattr(x, "path", None), str)), "")
-                log.warning("worker profile: %s%s (priority %d) ran %.1f ms profiled, waited %.1f ms:\n%s", job.label,
-                            f" {os.path.basename(where)}" if where else "", job.priority, ran * 1000,
-                            (job.started - job.queued) * 1000, out.getvalue())
+                log.warning("worker profile: %s (priority %d) ran %.1f ms profiled, waited %.1f ms:\n%s", job.label,
+                            job.priority, ran * 1000, (job.started - job.queued) * 1000, out.getvalue())
 
     def _note(self, job: Job, ended: float) -> None:
         wait, ran = job.started - job.queued, ended - job.started
