@@ -20,19 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
+from attnlens.patches import entry_facts as facts  # noqa: E402
 from attnlens.workspace import Workspace  # noqa: E402
 
 ADDED = ("vllm.v1.attention.backends.utils", "get_kv_cache_layout")
 EXTRA = "\nimport vllm.v1.attention.backends.utils as _u\n_u.get_kv_cache_layout = lambda: 'HND'\n"
-
-
-def facts(v):
-    """What an entry says: the replacement, where and its text (a fork: its arms)."""
-    if v is None:
-        return None
-    if len(v) == 4:
-        return (v[0].dotted, v[1], v[2], v[3])
-    return tuple((a.text, a.path, a.line, a.condition) for a in v[0].alts)
 
 
 def main() -> int:

@@ -231,20 +231,13 @@ def test_installed_text_scan_is_kept_in_the_cache_and_follows_file_changes(tmp_p
     assert sorted(os.path.relpath(p, pkg) for p, _ in again) == ["a.py", "b.py", os.path.join("sub", "c.py")]
 
 
-def _entry_facts(v):
-    """What a patch-table entry says: the replacement, where, and its text (a fork: its arms' texts and places)."""
-    if v is None:
-        return None
-    if len(v) == 4:
-        return (v[0].dotted, v[1], v[2], v[3])
-    return tuple((a.text, a.path, a.line, a.condition) for a in v[0].alts)
-
-
 def test_a_lookup_after_an_edit_reads_only_the_modules_that_spell_the_key(ws):
     """After an edit of a module that may hold a patch, and before that buffer is summarised, one key's entry comes
     from the replacements kept for the other modules plus those of the edited module only when its text names the
     key's last attribute (``patches.LazyPatches``): a lookup of another key does not summarise the edited buffer,
     and every entry equals the table of a fresh workspace with the same buffers."""
+    from attnlens.patches import entry_facts
+
     r, idx = ws.resolver, ws.index
     first = r.patches()
     kept_key = ("vllm.v1.attention.ops.triton_reshape_and_cache_flash", "triton_reshape_and_cache_flash")
@@ -263,19 +256,19 @@ def test_a_lookup_after_an_edit_reads_only_the_modules_that_spell_the_key(ws):
         got = r.patch_entry(kept_key)
         assert not idx.summary_ready(fa)  # the edited buffer does not name it: not summarised
         assert r._lazy_patches is not None and r._patch_gen != idx.generation  # (the whole table was not built)
-        assert _entry_facts(got) == _entry_facts(want[kept_key])
+        assert entry_facts(got) == entry_facts(want[kept_key])
         assert r.patch_entry(("vllm.v1.attention.backends.utils", "no_such_attr")) is None
         assert not idx.summary_ready(fa)
         got_new = r.patch_entry(new_key)
         assert idx.summary_ready(fa)  # it names this one: its replacements now
-        assert _entry_facts(got_new) == _entry_facts(want[new_key])
+        assert entry_facts(got_new) == entry_facts(want[new_key])
         for key in want:
-            assert _entry_facts(r.patch_entry(key)) == _entry_facts(want[key]), key
+            assert entry_facts(r.patch_entry(key)) == entry_facts(want[key]), key
         # a patch taken out again, the edited module summarised: the whole table, equal to a fresh one
         idx.set_overlay(fa, text.replace("_u.get_kv_cache_layout = lambda: 'HND'\n", ""))
         assert r.patch_entry(new_key) is None
         with idx.observe():  # a recorder observing: the whole table (its reads recorded)
-            assert _entry_facts(r.patch_entry(kept_key)) == _entry_facts(want[kept_key])
+            assert entry_facts(r.patch_entry(kept_key)) == entry_facts(want[kept_key])
         assert r._patch_gen == idx.generation
     finally:
         fresh.close()

@@ -381,6 +381,16 @@ def _entry(resolver: Lookup, key, items: list) -> tuple:
     return (fv, first[1].path, first[4], text)
 
 
+def entry_facts(entry: tuple | None) -> tuple | None:
+    """What a patch-table entry says, comparable across workspaces: the replacement, where and its text (a fork: each
+    arm's text, place and condition)."""
+    if entry is None:
+        return None
+    if len(entry) == 4:
+        return (entry[0].dotted, entry[1], entry[2], entry[3])
+    return tuple((a.text, a.path, a.line, a.condition) for a in entry[0].alts)
+
+
 def _exhaustive(guard_lists: list) -> bool:
     """Do the replacements' guards cover every case: the `if` and the `else` of one statement, under the same
     outer guards?"""
