@@ -313,6 +313,36 @@ class Index:
             self._modules[modname] = mod
             return mod
 
+    def transient_module(self, modname: str) -> Module | None:
+        """The module as :meth:`module` gives it, without keeping a module that is not loaded yet: its summary is
+        read from the cache or built (and cached) for the caller only. For whole-workspace scans of a large
+        workspace that need a few facts of each module (the server's symbol table): keeping all of upstream
+        vLLM's 2,234 summaries took 230 MB. Not recorded by :meth:`observe`."""
+        mod = self._modules.get(modname)
+        if mod is not None or modname in self._modules:
+            return mod
+        with self._lock:
+            if modname in self._modules:
+                return self._modules[modname]
+            loc = self.locate(modname)
+            if loc is None or loc.kind != "py":
+                return None
+            summ = self._summary_for(loc.path)
+            if summ is None:
+                return None
+            self._path_to_name.setdefault(self.realpath(loc.path), modname)
+            return Module(modname, loc.path, summ, self.is_workspace_path(loc.path), loc.is_package)
+
+    def workspace_names_changed_since(self, generation: int) -> set[str] | None:
+        """The workspace modules whose text changed after ``generation`` (a buffer or the file); None when
+        unknown (a full refresh, or the workspace's files came or went)."""
+        changed = self.changed_since(generation)
+        if changed is None:
+            return None
+        if not changed:
+            return set()
+        return {n for n, p in self.ws_files.items() if self.realpath(p) in changed}
+
     def module_for_path(self, path: str) -> Module | None:
         real = self.realpath(path)
         name = self._path_to_name.get(real) or self._path_to_name.get(path)

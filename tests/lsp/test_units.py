@@ -137,3 +137,39 @@ def test_hover_sections_extension_point_and_partial_label():
     sections.unregister("test-evidence")
     assert "test-evidence" not in sections.names() and "chain" in sections.names()
     assert "test-broken" not in hover.HoverSections().names()  # another server's sections are its own
+
+
+def test_background_warming_takes_the_most_recently_used_open_files(monkeypatch):
+    """Issue 13: with a hundred files of upstream vLLM open, tracing every open file's call sites in the
+    background grew the server by 100 MB; it warms the ``WARM_OPEN_MAX`` most recently used (opened, edited,
+    asked about), the latest first."""
+    from lsprotocol import types as T
+
+    from attnlens.lsp import kernels
+    from attnlens.lsp.server import WARM_OPEN_MAX, AttnLensServer
+
+    server = AttnLensServer()
+    paths = [f"/w/m{i:02d}.py" for i in range(WARM_OPEN_MAX + 4)]
+    for p in paths:
+        server.open_docs[p] = "file://" + p
+    server.open_docs["/w/notes.md"] = "file:///w/notes.md"
+    server.touch_doc(paths[0])  # edited again
+    monkeypatch.setattr(server, "doc_version", lambda uri: 1)  # (no client: the document store is not set up)
+    assert server.request("file://" + paths[3], T.Position(0, 0)) is not None  # a hover on it
+    warmed: list[str] = []
+
+    class _Q:
+        def prepare_refs(self, p):
+            warmed.append(p)
+
+    class _A:
+        q = _Q()
+
+    async def idle(fn, *args):
+        return fn(_A(), *args)
+
+    monkeypatch.setattr(server, "idle", idle)
+    monkeypatch.setattr(kernels, "file_sites", lambda a, p, budget: [])  # a file's sites: done in one step
+    asyncio.run(server.warm_open_sites())
+    rest = [p for p in paths if p not in (paths[0], paths[3])]
+    assert warmed == [paths[3], paths[0]] + rest[::-1][:WARM_OPEN_MAX - 2]

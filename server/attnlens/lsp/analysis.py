@@ -41,6 +41,8 @@ class Analysis(CallsMixin, SymbolsMixin):
         self._backends: tuple[int, list] | None = None
         self._roles: tuple[int, dict] | None = None
         self._symbols: tuple[int, list[Sym]] | None = None
+        self._sym_parts: dict = {}  # module name -> (path, [(class dotted or None, Sym)]): symbol_table.symbol_steps
+        self._sym_parts_gen: int | None = None  # the generation _sym_parts are up to date with
         self.fix_offers: LRU = LRU(256)  # (finding id, path, generation, drift report) -> quick-fix offer (fixes.py)
         self.index_budget_s = index_budget_s
         self.calls = self.q.call_index(index_budget_s)  # incoming calls (calls.py)
@@ -198,16 +200,15 @@ class Analysis(CallsMixin, SymbolsMixin):
         """Warm everything requests need; yields (message, percentage) per step. Each step holds
         the one analysis thread for about ``STEP_BUDGET_S``: a request or a diagnostics run that
         arrives meanwhile waits at most that long."""
-        names = self.q.workspace_module_names()
-        n = len(names) or 1
-        t0 = time.perf_counter()
-        for i, name in enumerate(names, 1):
-            self.q.module(name)
-            if i == len(names) or time.perf_counter() - t0 >= STEP_BUDGET_S:
-                freeze_young()  # summaries live as long as the index: keep full collections off them
-                yield f"{i}/{n} modules", int(60 * i / n)
-                t0 = time.perf_counter()
-        self.q.stop_prefetch()  # the summary helper, if one runs: every module is here
+        n = len(self.q.workspace_module_names()) or 1
+        # every module's symbols (on a workspace of up to RETAIN_MAX_MODULES modules, its summary kept for the
+        # requests; above, read and dropped: the summaries a request needs are then read from the cache folder)
+        for i in self.symbol_steps(STEP_BUDGET_S):
+            freeze_young()  # summaries live as long as the index: keep full collections off them
+            yield f"{i}/{n} modules", int(60 * i / n)
+        freeze_young()
+        yield f"{n}/{n} modules", 60
+        self.q.stop_prefetch()  # the summary helper, if one runs: every module is read
         try:
             self.q.platform_summary()
         except Exception:  # noqa: BLE001

@@ -45,6 +45,7 @@ STATUS_NOTIFICATION = "attnlens/status"
 # checkout the server tracks 149,000 objects and a full collection of them takes 88 ms
 SETTLE_AFTER_OBJECTS = 50_000
 SETTLE_QUIET_S = 3.0  # a full collection waits for this long without requests or edits
+WARM_OPEN_MAX = 8  # open files whose call sites the background traces (the most recently used ones)
 BACKOFF_S = 0.3  # background work waits this long after the last request (user activity)
 CALLSITES_DELAY_S = 0.5  # quiet time after an edit before the call index catches up (stepped, preemptible)
 CALLS_STEP_S = 0.02  # one background step of the call index
@@ -109,7 +110,7 @@ class AttnLensServer(LanguageServer):
         self.ready = asyncio.Event()
         self.epoch = 0  # bumped by every submitted edit; keys the exact-position hover cache
         self.hover_cache: LRU = LRU(1024)
-        self.open_docs: dict[str, str] = {}  # real path -> uri
+        self.open_docs: dict[str, str] = {}  # real path -> uri, the least recently used first (touch_doc)
         self.overlaid: set[str] = set()  # paths whose overlay is set in the index
         self.encoding = UTF16  # negotiated position encoding
         self.index_run = 0
@@ -160,11 +161,19 @@ class AttnLensServer(LanguageServer):
             return None
         return self.workspace.get_text_document(uri).version
 
+    def touch_doc(self, path: str) -> None:
+        """``path`` was opened, edited or asked about: the most recently used open file (``open_docs``' order:
+        :meth:`warm_open_sites` warms the last ``WARM_OPEN_MAX``)."""
+        uri = self.open_docs.pop(path, None)
+        if uri is not None:
+            self.open_docs[path] = uri
+
     def request(self, uri: str, pos: T.Position) -> Request | None:
         """The frozen view of a request at ``pos`` that a worker function gets (None: not a file we analyse)."""
         path = uri_to_path(uri)
         if path is None:
             return None
+        self.touch_doc(path)
         return Request(uri, path, self.doc_version(uri), pos.line, pos.character, self.encoding, self.settings,
                        self.caps.markdown_hover, self.hover_sections.snapshot(), self.caps)
 
@@ -292,10 +301,12 @@ class AttnLensServer(LanguageServer):
         small background steps: a hover on a class name
         counts its kernels from them (``kernels.class_kernels``; the first one on a file traced all its sites
         inside the request, 0.2-0.5 s on the real checkout's backend modules). After an edit the sites of
-        unchanged files come from the resolver's memo."""
+        unchanged files come from the resolver's memo. Only the ``WARM_OPEN_MAX`` most recently used open files,
+        the latest first: with a hundred files of upstream vLLM open, warming them all traced a few thousand
+        sites and grew the server by 100 MB; a file left out is traced when a request needs it."""
         from .kernels import file_sites
 
-        for path in [p for p in self.open_docs if p.endswith(".py")]:
+        for path in [p for p in self.open_docs if p.endswith(".py")][-WARM_OPEN_MAX:][::-1]:
             await self.idle(lambda a, p=path: a.q.prepare_refs(p))
             while True:
                 done = await self.idle(lambda a, p=path: file_sites(a, p, REFRESH_STEP_S) is not None)

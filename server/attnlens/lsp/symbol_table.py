@@ -6,6 +6,9 @@ Mixed into :class:`~attnlens.lsp.analysis.Analysis`; worker thread only.
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import replace
+from typing import Iterator
 
 from .records import DefRef, Sym
 
@@ -14,26 +17,63 @@ log = logging.getLogger(__name__)
 
 class SymbolsMixin:
     # -- symbols ---------------------------------------------------------------
+    # above this many workspace modules, the symbol table reads the summaries it has not loaded without keeping them
+    # (:meth:`attnlens.query.Query.transient_module`; upstream vLLM's 2,234 kept summaries were 230 MB of the server)
+    RETAIN_MAX_MODULES = 1000
+
     def symbols(self) -> list[Sym]:
         gen = self.generation
         if self._symbols is not None and self._symbols[0] == gen:
             return self._symbols[1]
+        for _ in self.symbol_steps(None):
+            pass
         out: list[Sym] = []
-        for mod in self.q.workspace_modules():
-            s = mod.summary
-            for q, c in s.classes.items():
-                role = self.role_of(f"{mod.name}.{q}")
-                out.append(Sym(c.name, "class", _container(mod.name, q), mod.path, c.line, c.col, role[2] if role else ""))
-            for q, f in s.functions.items():
-                kind = self._func_kind(f)
-                out.append(Sym(f.name, kind, _container(mod.name, q), mod.path, f.line, f.col,
-                               "Triton kernel" if kind == "triton" else ""))
-            out.extend(self._python_ops(mod))
+        for name in sorted(self._sym_parts):
+            for dotted, sym in self._sym_parts[name][1]:
+                role = self.role_of(dotted) if dotted is not None else None
+                out.append(replace(sym, detail=role[2]) if role else sym)
         for e in (self._backends[1] if self._backends else []):
             if e.path and e.line:
                 out.append(Sym(e.name, "backend", e.cls, e.path, e.line, 0, f"{e.kind} backend"))
         out.extend(self._cpp_ops())
         self._symbols = (gen, out)
+        return out
+
+    def symbol_steps(self, budget_s: float | None) -> Iterator[int]:
+        """Bring each workspace module's symbols up to date (the modules changed since the last time, new ones;
+        all after a full refresh), yielding the modules done about every ``budget_s`` (None: no yield). On a
+        workspace over ``RETAIN_MAX_MODULES`` modules a module not loaded yet is read without being kept."""
+        gen = self.generation
+        names = self.q.workspace_module_names()
+        parts = self._sym_parts
+        changed = (self.q.workspace_names_changed_since(self._sym_parts_gen)
+                   if self._sym_parts_gen is not None else None)
+        keep = set(names)
+        for gone in [n for n in parts if n not in keep]:
+            del parts[gone]
+        get = self.q.module if len(names) <= self.RETAIN_MAX_MODULES else self.q.transient_module
+        t0 = time.perf_counter()
+        for i, name in enumerate(names, 1):
+            if name in parts and changed is not None and name not in changed:
+                continue
+            mod = get(name)
+            parts[name] = (mod.path, self._module_symbols(mod)) if mod is not None else (None, [])
+            if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+                yield i
+                t0 = time.perf_counter()
+        self._sym_parts_gen = gen
+
+    def _module_symbols(self, mod) -> list[tuple[str | None, Sym]]:
+        """(the class's dotted name, or None; its symbol without a role) of each definition of ``mod``."""
+        out: list[tuple[str | None, Sym]] = []
+        s = mod.summary
+        for q, c in s.classes.items():
+            out.append((f"{mod.name}.{q}", Sym(c.name, "class", _container(mod.name, q), mod.path, c.line, c.col, "")))
+        for q, f in s.functions.items():
+            kind = self._func_kind(f)
+            out.append((None, Sym(f.name, kind, _container(mod.name, q), mod.path, f.line, f.col,
+                                  "Triton kernel" if kind == "triton" else "")))
+        out.extend((None, sym) for sym in self._python_ops(mod))
         return out
 
     def _python_ops(self, mod) -> list[Sym]:

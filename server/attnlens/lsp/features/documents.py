@@ -25,6 +25,7 @@ def register(ls: AttnLensServer) -> None:
         if path is None or (params.text_document.uri.startswith("untitled:")
                             and params.text_document.language_id != "python"):
             return
+        ls.open_docs.pop(path, None)  # (re-opened: the most recently used)
         ls.open_docs[path] = params.text_document.uri
         if path.endswith(".py") and ls.analysis is not None:
             _overlay_if_changed(ls, path, params.text_document.text)
@@ -38,6 +39,7 @@ def register(ls: AttnLensServer) -> None:
         if path is None or not path.endswith(".py") or (uri.startswith("untitled:") and path not in ls.open_docs):
             return
         text = ls.workspace.get_text_document(uri).source
+        ls.touch_doc(path)
         ls.overlaid.add(path)
         ls.mutate(lambda a: a.q.set_overlay(path, text))
         _diagnostics_changed(ls, uri)
