@@ -187,3 +187,45 @@ def test_a_reexported_missing_kernel_is_one_finding_per_binding_import(loading, 
         one = [x for x in fresh.check_module(str(ws.root / "fxload" / name)) if x.rule == "AL107"]
         assert [(x.line, x.data["cause"]) for x in one] == [(line, "AL107:fx_declared_pkg@fxload/reexp_utils.py:6")]
     assert not [x for x in fresh.check_module(str(ws.root / "fxload/reexp_utils.py")) if x.rule == "AL107"]
+
+
+def test_a_missing_packages_sites_read_only_the_modules_that_spell_it(tmp_path, monkeypatch):
+    """Issue 13: the import sites of a missing package (one AL115 finding per package) were looked for in every
+    workspace module: checking one file of upstream vLLM that imports `aiter` summarised all 2,234. Only the
+    modules whose text spells the package are read (the others are recorded as "does not spell it" for the
+    dependency recorders); a module that starts importing it later moves the finding, though the file checked
+    did not change."""
+    import shutil
+
+    from attnlens.rules import engine as E
+    from attnlens.rules.api import ModuleContext, run_steps
+
+    from .conftest import make_workspace
+
+    root = tmp_path / "loading"
+    shutil.copytree(ROOT, root)
+    ws = make_workspace(root, tmp_path / "cache")
+    idx = ws.index
+    ctx = ModuleContext(E.engine_for(ws), idx.module("fxload.vendor_a"))
+    reads: list[str] = []
+    real = idx.module
+    monkeypatch.setattr(idx, "module", lambda name: (reads.append(name), real(name))[1])
+    sites = run_steps(L._package_site_steps(ctx, "fxundeclared_vendor"))
+    monkeypatch.undo()
+    assert [(s[0], s[2].line) for s in sites] == [("fxload.vendor_a", 5), ("fxload.vendor_b", 3)]
+    assert sorted({n for n in reads if n in idx.ws_files}) == ["fxload.vendor_a", "fxload.vendor_b"]
+
+    vendor_a = str(root / "fxload" / "vendor_a.py")
+    ops = root / "fxload" / "ops.py"
+
+    def al115(path) -> list[tuple[int, list]]:
+        return [(f.line, [(Path(r["path"]).name, r["line"]) for r in f.related])
+                for f in E.check_module(ws, str(path)) if f.rule == "AL115"]
+
+    assert al115(vendor_a) == [(5, [("vendor_b.py", 3)])]
+    # ops.py starts importing it: the finding moves to that module (the first by name), vendor_a.py's goes
+    ws.query.set_overlay(str(ops), "import fxundeclared_vendor\n\n" + ops.read_text())
+    assert al115(vendor_a) == []
+    assert al115(ops) == [(1, [("vendor_a.py", 5), ("vendor_b.py", 3)])]
+    ws.query.set_overlay(str(ops), None)
+    assert al115(vendor_a) == [(5, [("vendor_b.py", 3)])]
