@@ -229,3 +229,41 @@ def test_a_missing_packages_sites_read_only_the_modules_that_spell_it(tmp_path, 
     assert al115(ops) == [(1, [("vendor_a.py", 5), ("vendor_b.py", 3)])]
     ws.query.set_overlay(str(ops), None)
     assert al115(vendor_a) == [(5, [("vendor_b.py", 3)])]
+
+
+def test_the_import_graph_keeps_no_summary_and_reads_again_only_what_changed(tmp_path, monkeypatch):
+    """Issue 13: AL115's import graph (what a module that cannot be imported takes with it) kept every workspace
+    module's summary (upstream vLLM: 2,234). It reads the modules not loaded without keeping them, remembers each
+    module's imports by path and content when no guard had to be evaluated, and after an edit reads again only the
+    edited module and those with evaluated guards."""
+    import shutil
+
+    from attnlens.rules import engine as E
+
+    from .conftest import make_workspace
+
+    root = tmp_path / "loading"
+    shutil.copytree(ROOT, root)
+    ws = make_workspace(root, tmp_path / "cache")
+    names = sorted(ws.index.ws_files)
+    graph = L._import_graph(E.engine_for(ws))
+    # kept: only what the guards' evaluation reads (the platform profile)
+    assert [n for n in names if ws.query.is_loaded(n)] == ["fxload", "fxload.platform"]
+    # the graph of a workspace whose every module is loaded (the reading path of before)
+    other = make_workspace(root, tmp_path / "cache2")
+    for n in names:
+        other.query.module(n)
+    assert graph == L._import_graph(E.engine_for(other))
+    assert set(graph["shas"]) == set(names) and "fxload.vendor_a" not in graph["rev"]
+
+    eng = E.engine_for(ws)
+    impure = [n for n in names if L.content_memo_peek(("al115-imports", ws.index.ws_files[n], eng.current_sha(n))) is None]
+    assert len(impure) < len(names) // 2
+    reads: list[str] = []
+    real = L._module_imports
+    monkeypatch.setattr(L, "_module_imports", lambda q, m: (reads.append(m.name), real(q, m))[1])
+    vendor_b = root / "fxload" / "vendor_b.py"
+    ws.query.set_overlay(str(vendor_b), "from fxload import vendor_a\n" + vendor_b.read_text())
+    edited = L._import_graph(E.engine_for(ws))  # an edit: a new engine
+    assert sorted(reads) == sorted(set(impure) | {"fxload.vendor_b"})
+    assert edited["rev"]["fxload.vendor_a"] == {"fxload.vendor_b"}

@@ -342,6 +342,11 @@ def content_memo(key: tuple, fn):
     return val
 
 
+def content_memo_peek(key: tuple):
+    """The value :func:`content_memo` holds under ``key``, else None (nothing is computed or stored)."""
+    return _CONTENT_MEMO.get(key)
+
+
 def tree_items(ctx, path: str, sha: str, name: str, fn, shift) -> list:
     """``fn(tree)`` (a list of items) of module ``path`` with content ``sha`` when its text parses without
     error, else ``[]``; memoised by content (:func:`content_memo`). An unsaved buffer is read per
