@@ -294,3 +294,57 @@ def test_def_pattern_scans_answer_from_the_def_names_as_the_text_search(tmp_path
     assert idx._def_scan(rb"Attention") is None
     idx.set_overlay(str(ws.root / "fx/c.py"), "y = 1\n")
     assert both("forward")[0] == ["fx.a", "fx.b"]
+
+
+def test_self_attribute_pattern_scans_answer_from_each_texts_names_as_the_text_search(tmp_path):
+    """``rb"self\\.NAME\\s*(:[^=]*)?="`` (the subclasses that set an attribute: ``profile._fold_subclass_attr``)
+    is answered from each text's names in that form: the same module names as searching every text, for every
+    ``self.X`` of the fixture (assignments, annotated ones, comparisons, augmented ones, attributes of
+    attributes, a colon with an ``=`` far later, a name that is a prefix of another), through an edit, and on
+    every ``self.X`` of the installed vllm's attention files and the examples."""
+    import re
+
+    from attnlens.index import _self_set_names
+
+    from tests.helpers import EXAMPLE, fixture_ws
+
+    ws = fixture_ws(tmp_path, {
+        "fx/__init__.py": "",
+        "fx/a.py": "class A:\n    def __init__(self):\n        self.scale = 1\n        self.mode: str = 'x'\n"
+                   "        self.scaled += 1\n        self.cfg.scale = 2\n",
+        "fx/b.py": "def f(self, x):\n    return self.scale == x or {self.key: 1}\n",
+        "fx/c.py": "def g(self):\n    y = {self.sc: 1}\n    return y\n\nz = 3\nmyself.mode = 1\n",
+    })
+    idx = ws.index
+
+    def both(name):
+        pat = rb"self\." + re.escape(name).encode() + rb"\s*(:[^=]*)?="
+        slow = [n for n in sorted(idx.ws_files) if idx.text_matches(idx.ws_files[n], pat)]
+        fast = idx._def_scan(pat)
+        assert fast == slow, name
+        idx._match_memo.clear()
+        assert idx.matching_names(pat) == slow
+        return fast
+
+    assert both("scale") == ["fx.a", "fx.b"]
+    assert both("mode") == ["fx.a", "fx.c"] and both("sc") == ["fx.c"] and both("key") == []
+    assert both("scaled") == [] and both("cfg") == [] and both("sca") == []
+    idx.set_overlay(str(ws.root / "fx/b.py"), "x = 1\n")
+    assert both("scale") == ["fx.a"]
+
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("vllm")  # (not imported: it needs torch)
+    files = sorted(EXAMPLE.rglob("*.py"))
+    if spec is not None and spec.submodule_search_locations:
+        files += sorted(Path(list(spec.submodule_search_locations)[0], "v1", "attention").rglob("*.py"))
+    checked = 0
+    for p in files:
+        text = p.read_text(encoding="utf-8")
+        fast = _self_set_names(text)
+        for name in set(re.findall(r"self\.(\w+)", text, re.ASCII)):
+            slow = re.search(rb"self\." + re.escape(name).encode() + rb"\s*(:[^=]*)?=", text.encode()) is not None
+            assert slow == (name in fast), (p, name)
+            checked += 1
+    assert checked > (800 if have_vllm() else 50)

@@ -127,7 +127,7 @@ class Index:
         self._helper = None  # the server's summary helper process (start_summary_helper)
         self._carried: dict = {}  # key -> (generation, what it read: _Observed, value): see carried
         self._match_memo: dict = {}  # workspace_modules_matching: pattern -> (generation, module names)
-        self._def_index: tuple | None = None  # (generation, {name after `def`: module names}): see _def_scan
+        self._def_index: dict = {}  # scan -> (generation, {name in that form: module names}): see _def_scan
         self._text_memo: dict[str, tuple] = {}  # real path -> ((mtime_ns, size), text) of files read from disk
         self._text_memo_chars = 0
         self._per_text: dict = {}  # (key, real path) -> (text, value): see per_text
@@ -546,22 +546,29 @@ class Index:
         return names
 
     def _def_scan(self, pattern) -> list[str] | None:
-        """:meth:`matching_names` of ``rb"def\\s+NAME\\b"`` (NAME an ASCII identifier) without testing every
-        file: the names after ``def`` of each text (memoised per text), inverted once per generation. A scan
-        per method name (the subclasses that override it) read upstream vLLM's 33 MB again for each of 255
-        names: 5-11 s of `attnlens sites` there. None for any other pattern."""
-        m = _DEF_PATTERN.fullmatch(pattern) if isinstance(pattern, bytes) else None
-        if m is None:
+        """:meth:`matching_names` of a pattern that names one identifier in a fixed form (``_NAME_SCANS``:
+        ``rb"def\\s+NAME\\b"``, the subclasses that override a method; ``rb"self\\.NAME\\s*(:[^=]*)?="``, the
+        subclasses that set an attribute; NAME an ASCII identifier) without testing every file: the names each
+        text has in that form (memoised per text), inverted once per generation. A scan per name read upstream
+        vLLM's 33 MB again for each name (255 method names: 5-11 s of `attnlens sites`; 100 attribute names:
+        3 s). None for any other pattern."""
+        if not isinstance(pattern, bytes):
+            return None
+        for rx, key, names_of in _NAME_SCANS:
+            m = rx.fullmatch(pattern)
+            if m is not None:
+                break
+        else:
             return None
         gen = self.generation
-        memo = self._def_index
+        memo = self._def_index.get(key)
         if memo is None or memo[0] != gen:
             inv: dict = {}
             ws = self.ws_files
             for name in sorted(ws):
-                for d in self.per_text(ws[name], "def-names", _def_names):
+                for d in self.per_text(ws[name], key, names_of):
                     inv.setdefault(d, []).append(name)
-            memo = self._def_index = (gen, inv)
+            memo = self._def_index[key] = (gen, inv)
         return list(memo[1].get(m.group(1).decode("ascii"), ()))
 
     def text_matches(self, path: str, pattern) -> bool:
@@ -1294,6 +1301,26 @@ def _def_names(text) -> frozenset:
     if not text or "def" not in text:
         return frozenset()
     return frozenset(m.group(1) for m in _DEF_NAMES.finditer(text))
+
+
+# the pattern ``rb"self\." + NAME + rb"\s*(:[^=]*)?="`` (profile.py: subclasses that set an attribute)
+_SELF_SET_PATTERN = re.compile(re.escape(rb"self\.") + rb"([A-Za-z_][A-Za-z0-9_]*)" + re.escape(rb"\s*(:[^=]*)?="))
+# (a lookahead: what the pattern reads after the name does not hide a later ``self.y`` from the scan)
+_SELF_SETS = re.compile(r"self\.(\w+)(?=\s*(?::[^=]*)?=)", re.ASCII)
+
+
+def _self_set_names(text) -> frozenset:
+    r"""The ASCII words ``NAME`` for which ``rb"self\." + NAME + rb"\s*(:[^=]*)?="`` matches ``text`` (with the
+    same ASCII classes as :func:`_compiled`): ``self.NAME =``, ``self.NAME: T = ...``, and what else that pattern
+    lets through (``self.NAME == x``; a colon followed, anywhere later, by an ``=``)."""
+    if not text or "self." not in text:
+        return frozenset()
+    return frozenset(m.group(1) for m in _SELF_SETS.finditer(text))
+
+
+# the fixed-form patterns :meth:`Index._def_scan` answers from per-text name sets: (pattern of the pattern, the
+# per-text memo key, the names of a text)
+_NAME_SCANS = ((_DEF_PATTERN, "def-names", _def_names), (_SELF_SET_PATTERN, "self-set-names", _self_set_names))
 
 
 def _text_matches(pattern: bytes, text) -> bool:
