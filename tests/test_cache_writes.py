@@ -138,4 +138,4 @@ def test_a_summary_holds_one_object_per_repeated_value():
             if summ is s:  # (pickles do not keep ints shared)
                 assert a.line is a.fline and b.line is not None
             g, h = summ.functions["g"], summ.functions["h"]
-            assert g.names_read == frozenset() and g.names_read is h.names_read
+            assert g.names_read == () and g.names_read is h.names_read
