@@ -6,6 +6,7 @@ summarised every module for these (16-20 s); the answers must be the same as wit
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import shutil
 import sys
 import time
@@ -348,3 +349,41 @@ def test_self_attribute_pattern_scans_answer_from_each_texts_names_as_the_text_s
             assert slow == (name in fast), (p, name)
             checked += 1
     assert checked > (800 if have_vllm() else 50)
+
+
+def test_per_text_facts_keep_no_text_and_follow_the_file_and_the_buffer(tmp_path):
+    """Issue 13: ``Index.per_text`` kept every text it was asked about (it keyed on the text object): 43 MB of a
+    server with upstream vLLM open. It keys on the file's stamp (or the buffer), keeps no text, computes again
+    when the file or the buffer changes, and the text memo stays under its bound, dropping the texts read first."""
+    from attnlens.cache import Cache
+    from attnlens.index import Index
+
+    (tmp_path / "pk").mkdir()
+    files = []
+    for i in range(6):
+        p = tmp_path / "pk" / f"m{i}.py"
+        p.write_text(f"x{i} = {i}\n" + "#" * 1000 + "\n")
+        files.append(str(p))
+    idx = Index(tmp_path, None, Cache(None))
+    idx.TEXT_MEMO_CHARS = 2500  # two of the texts
+    calls: list = []
+
+    def fact(text):
+        calls.append(text)
+        return frozenset(w for w in text.split() if w.startswith("x")) if text else frozenset()
+
+    got = [idx.per_text(f, "words", fact) for f in files]
+    assert got == [frozenset({f"x{i}"}) for i in range(6)] and len(calls) == 6
+    assert [idx.per_text(f, "words", fact) for f in files] == got and len(calls) == 6  # answered from the stamps
+    assert all(type(v[0]) is tuple for v in idx._per_text.values())  # no text kept by the facts
+    assert idx._text_memo_chars <= 2500 and sorted(idx._text_memo) == [os.path.realpath(f) for f in files[-2:]]
+    os.utime(files[0], ns=(1, 1))  # the file changed (its stamp)
+    Path(files[1]).write_text("x99 = 1\n")
+    assert idx.per_text(files[0], "words", fact) == frozenset({"x0"}) and len(calls) == 7
+    assert idx.per_text(files[1], "words", fact) == frozenset({"x99"}) and len(calls) == 8
+    idx.set_overlay(files[2], "x7 = 1\n")  # a buffer: its own text object is the key
+    assert idx.per_text(files[2], "words", fact) == frozenset({"x7"}) and len(calls) == 9
+    assert idx.per_text(files[2], "words", fact) == frozenset({"x7"}) and len(calls) == 9
+    idx.set_overlay(files[2], None)
+    assert idx.per_text(files[2], "words", fact) == frozenset({"x2"}) and len(calls) == 10
+    assert idx._text_memo_chars <= 2500

@@ -130,7 +130,7 @@ class Index:
         self._def_index: dict = {}  # scan -> (generation, {name in that form: module names}): see _def_scan
         self._text_memo: dict[str, tuple] = {}  # real path -> ((mtime_ns, size), text) of files read from disk
         self._text_memo_chars = 0
-        self._per_text: dict = {}  # (key, real path) -> (text, value): see per_text
+        self._per_text: dict = {}  # (key, real path) -> (buffer text or file stamp, value): see per_text
 
     def realpath(self, path) -> str:
         """``os.path.realpath`` memoised per index: a cold check of the real checkout resolved 3,000 paths
@@ -693,12 +693,14 @@ class Index:
         except ChildProcessError:
             pass
 
-    TEXT_MEMO_CHARS = 48_000_000  # the texts kept by source_text (the real checkout's are 6 MB with vLLM's read)
+    # the characters of the file texts source_text keeps (the real checkout's are 6 MB with vLLM's read; upstream
+    # vLLM's 33 MB are all kept: a server with a bound of 8 M grew by 150 MB instead, see docs/performance.md)
+    TEXT_MEMO_CHARS = 48_000_000
 
     def source_text(self, path: str) -> str | None:
         """The text of ``path``: its open buffer, else the file (None for a binary, huge or special file).
         A file's text is kept while its stamp (mtime, size) stays, so asking again costs a ``stat`` and
-        returns the *same* object (what :meth:`per_text` keys on); the memo is bounded by characters."""
+        returns the *same* object; the memo is bounded by characters (the texts read first go first)."""
         real = self.realpath(path)
         if real in self._overlays:
             return self._overlays[real]
@@ -722,30 +724,47 @@ class Index:
             return None
         text = decode_source(data)
         if text is not None:
-            if self._text_memo_chars + len(text) > self.TEXT_MEMO_CHARS:
-                self._text_memo.clear()
-                self._text_memo_chars = 0
-            if hit is not None and hit[1] is not None:
+            memo = self._text_memo
+            if hit is not None:
+                del memo[real]
                 self._text_memo_chars -= len(hit[1])
-            self._text_memo[real] = (stamp, text)
-            self._text_memo_chars += len(text)
+            while memo and self._text_memo_chars + len(text) > self.TEXT_MEMO_CHARS:
+                self._text_memo_chars -= len(memo.pop(next(iter(memo)))[1])
+            if len(text) <= self.TEXT_MEMO_CHARS:
+                memo[real] = (stamp, text)
+                self._text_memo_chars += len(text)
         return text
+
+    def _text_stamp(self, real: str, path: str):
+        """What tells the current text of ``path`` without reading it: the open buffer itself, else the file's
+        (mtime, size); None for a missing or special file."""
+        text = self._overlays.get(real)
+        if text is not None:
+            return text
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size) if stat.S_ISREG(st.st_mode) else None
 
     def per_text(self, path: str, key, fn):
         """``fn(text)`` for the current text of ``path`` (:meth:`source_text`, None when unreadable),
-        memoised per (``key``, file) while that text stays the same object: an unchanged file or buffer
-        is not scanned again after edits elsewhere. For cheap whole-file facts of workspace files (does
-        it match a pattern, which keywords does it pass) that per-generation scans used to recompute
-        for every file after each keystroke."""
-        text = self.source_text(path)
-        k = (key, self.realpath(path))
+        memoised per (``key``, file) while that text stays: the same buffer object, or the file's stamp (mtime,
+        size), so an unchanged file or buffer is not scanned again after edits elsewhere, and the memo keeps no
+        file's text (it kept every text it was asked about: 43 MB of a server on upstream vLLM). For cheap
+        whole-file facts of workspace files (does it match a pattern, which keywords does it pass) that
+        per-generation scans used to recompute for every file after each keystroke."""
+        real = self.realpath(path)
+        k = (key, real)
+        token = self._text_stamp(real, path)
         hit = self._per_text.get(k)
-        if hit is not None and hit[0] is text:
+        if hit is not None and token is not None and (hit[0] is token or (type(token) is tuple and hit[0] == token)):
             return hit[1]
-        val = fn(text)
-        if len(self._per_text) > 50_000:
-            self._per_text.clear()
-        self._per_text[k] = (text, val)
+        val = fn(self.source_text(path))
+        if token is not None:
+            if len(self._per_text) > 50_000:
+                self._per_text.clear()
+            self._per_text[k] = (token, val)
         return val
 
     # -- edits -------------------------------------------------------------

@@ -1554,11 +1554,17 @@ def _uncalled_function(ctx, scope: str) -> str | None:
         return None
     rx = re.compile(r"(?<![\w])" + re.escape(top) + r"(?![\w])")
     idx = ctx.ws.index
-    texts = ctx.engine.memo("al117-texts", lambda: [(n, idx.source_text(p) or "") for n, p in sorted(idx.ws_files.items())])
-    for name, _text in texts:
+
+    def mentions(text) -> bool:
+        return bool(text) and top in text and rx.search(text) is not None
+
+    files = sorted(idx.ws_files.items())
+    for name, _p in files:
         ctx.note_dep(name, ctx.engine.current_sha(name))  # a call added anywhere changes the answer
-    for name, text in texts:
-        if name != ctx.mod.name and top in text and rx.search(text):
+    # per file and name, while the file's text stays (Index.per_text; the texts themselves were kept by this
+    # check's memo: 43 MB for upstream vLLM)
+    for name, p in files:
+        if name != ctx.mod.name and idx.per_text(p, ("al117-mentions", top), mentions):
             return None
     own_op = re.compile(r"torch\.ops\.\w+\." + re.escape(top) + r"\b")  # the op of the same name is no call
     hits = [i for i, line in enumerate(ctx.lines, 1) if rx.search(own_op.sub("", line.split("#", 1)[0]))]
