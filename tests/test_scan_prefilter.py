@@ -262,6 +262,16 @@ def test_realpath_memo_equals_os_realpath(tmp_path):
         assert idx.realpath(p) == os.path.realpath(p), p
 
 
+def _name_scan_and_search(idx, pat: bytes) -> tuple:
+    """(the name scan's answer for ``pat``, or None; the module names whose text matches it), and
+    ``matching_names`` equal to the latter."""
+    slow = [n for n in sorted(idx.ws_files) if idx.text_matches(idx.ws_files[n], pat)]
+    fast = idx._def_scan(pat)
+    idx._match_memo.clear()
+    assert idx.matching_names(pat) == slow
+    return fast, slow
+
+
 def test_def_pattern_scans_answer_from_the_def_names_as_the_text_search(tmp_path):
     """``rb"def\\s+NAME\\b"`` (the subclasses that override a method) is answered from each text's names after
     ``def``: the same module names as searching every text, for names that are, are not, or are prefixes of
@@ -279,12 +289,8 @@ def test_def_pattern_scans_answer_from_the_def_names_as_the_text_search(tmp_path
     idx = ws.index
 
     def both(name):
-        pat = rb"def\s+" + re.escape(name).encode() + rb"\b"
-        slow = [n for n in sorted(idx.ws_files) if idx.text_matches(idx.ws_files[n], pat)]
-        fast = idx._def_scan(pat)
+        fast, slow = _name_scan_and_search(idx, rb"def\s+" + re.escape(name).encode() + rb"\b")
         assert fast is None or fast == slow, name
-        idx._match_memo.clear()
-        assert idx.matching_names(pat) == slow
         return fast, slow
 
     assert both("forward") == (["fx.a", "fx.b", "fx.c"], ["fx.a", "fx.b", "fx.c"])
@@ -319,12 +325,8 @@ def test_self_attribute_pattern_scans_answer_from_each_texts_names_as_the_text_s
     idx = ws.index
 
     def both(name):
-        pat = rb"self\." + re.escape(name).encode() + rb"\s*(:[^=]*)?="
-        slow = [n for n in sorted(idx.ws_files) if idx.text_matches(idx.ws_files[n], pat)]
-        fast = idx._def_scan(pat)
+        fast, slow = _name_scan_and_search(idx, rb"self\." + re.escape(name).encode() + rb"\s*(:[^=]*)?=")
         assert fast == slow, name
-        idx._match_memo.clear()
-        assert idx.matching_names(pat) == slow
         return fast
 
     assert both("scale") == ["fx.a", "fx.b"]
