@@ -266,7 +266,7 @@ def _name_scan_and_search(idx, pat: bytes) -> tuple:
     """(the name scan's answer for ``pat``, or None; the module names whose text matches it), and
     ``matching_names`` equal to the latter."""
     slow = [n for n in sorted(idx.ws_files) if idx.text_matches(idx.ws_files[n], pat)]
-    fast = idx._def_scan(pat)
+    fast = idx._name_scan(pat)
     idx._match_memo.clear()
     assert idx.matching_names(pat) == slow
     return fast, slow
@@ -298,7 +298,7 @@ def test_def_pattern_scans_answer_from_the_def_names_as_the_text_search(tmp_path
     assert both("forw")[0] == [] and both("run_x")[0] == ["fx.a"]
     assert both("def")[0] == ["fx.b"] and both("helper")[0] == ["fx.b"]
     assert both("ñame") == (None, ["fx.c"])
-    assert idx._def_scan(rb"Attention") is None
+    assert idx._name_scan(rb"Attention") is None
     idx.set_overlay(str(ws.root / "fx/c.py"), "y = 1\n")
     assert both("forward")[0] == ["fx.a", "fx.b"]
 

@@ -2,7 +2,7 @@
 the background indexing to build it, were 230 MB of the server's memory).
 
 * after an edit only the edited module's symbols are read again, and the table equals a fresh server's;
-* above ``RETAIN_MAX_MODULES`` workspace modules the table reads the summaries it has not loaded without keeping
+* above ``Index.SCAN_RETAIN_MAX_MODULES`` workspace modules the table reads the summaries it has not loaded without keeping
   them: the same table, and no workspace module is left loaded by it."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_a_large_workspace_reads_symbols_without_keeping_the_summaries(tmp_path)
     want = _table(_indexed(root, tmp_path / "c1"))
 
     a = _analysis(root, tmp_path / "c2")
-    a.RETAIN_MAX_MODULES = 0  # every workspace is "large"
+    a.ws.index.SCAN_RETAIN_MAX_MODULES = 0  # every workspace is "large"
     names = a.q.workspace_module_names()
     for _ in a.symbol_steps(0.0):
         pass

@@ -157,7 +157,7 @@ def outside_facts(s) -> tuple:
     functions = tuple(sorted(
         (q, f.name, tuple((p.name, p.kind, p.has_default, p.annotation) for p in f.params), _decos(f.decorators),
          f.class_name, f.is_async, f.inner_defs, f.wraps, f.returns, tuple((a[0], _g(a[1])) for a in f.return_alts),
-         f.returns_names, repr(f.returns_const), f.dummy, tuple(sorted(f.names_read)) if q in hooks else ())
+         f.returns_names, repr(f.returns_const), f.dummy, f.names_read if q in hooks else ())
         for q, f in s.functions.items()))
     calls = collections.Counter(
         (cs.func, cs.scope, cs.str_args, cs.arg_texts, cs.kw_texts, cs.launch, _g(cs.guards))

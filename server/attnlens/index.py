@@ -127,7 +127,7 @@ class Index:
         self._helper = None  # the server's summary helper process (start_summary_helper)
         self._carried: dict = {}  # key -> (generation, what it read: _Observed, value): see carried
         self._match_memo: dict = {}  # workspace_modules_matching: pattern -> (generation, module names)
-        self._def_index: dict = {}  # scan -> (generation, {name in that form: module names}): see _def_scan
+        self._name_index: dict = {}  # scan -> (generation, {name in that form: module names}): see _name_scan
         self._text_memo: dict[str, tuple] = {}  # real path -> ((mtime_ns, size), text) of files read from disk
         self._text_memo_chars = 0
         self._per_text: dict = {}  # (key, real path) -> (buffer text or file stamp, value): see per_text
@@ -303,35 +303,43 @@ class Index:
         with self._lock:
             if modname in self._modules:
                 return self._modules[modname]
-            loc = self.locate(modname)
-            mod = None
-            if loc is not None and loc.kind == "py":
-                summ = self._summary_for(loc.path)
-                if summ is not None:
-                    mod = Module(modname, loc.path, summ, self.is_workspace_path(loc.path), loc.is_package)
-                    self._path_to_name.setdefault(self.realpath(loc.path), modname)
-            self._modules[modname] = mod
+            mod = self._modules[modname] = self._read_module(modname)
             return mod
+
+    def _read_module(self, modname: str) -> Module | None:
+        """The module ``modname`` read (its summary from the cache folder, or built and cached), not kept (under
+        ``_lock``)."""
+        loc = self.locate(modname)
+        if loc is None or loc.kind != "py":
+            return None
+        summ = self._summary_for(loc.path)
+        if summ is None:
+            return None
+        self._path_to_name.setdefault(self.realpath(loc.path), modname)
+        return Module(modname, loc.path, summ, self.is_workspace_path(loc.path), loc.is_package)
 
     def transient_module(self, modname: str) -> Module | None:
         """The module as :meth:`module` gives it, without keeping a module that is not loaded yet: its summary is
-        read from the cache or built (and cached) for the caller only. For whole-workspace scans of a large
-        workspace that need a few facts of each module (the server's symbol table): keeping all of upstream
-        vLLM's 2,234 summaries took 230 MB. Not recorded by :meth:`observe`."""
+        read from the cache or built (and cached) for the caller only. Not recorded by :meth:`observe`."""
         mod = self._modules.get(modname)
         if mod is not None or modname in self._modules:
             return mod
         with self._lock:
             if modname in self._modules:
                 return self._modules[modname]
-            loc = self.locate(modname)
-            if loc is None or loc.kind != "py":
-                return None
-            summ = self._summary_for(loc.path)
-            if summ is None:
-                return None
-            self._path_to_name.setdefault(self.realpath(loc.path), modname)
-            return Module(modname, loc.path, summ, self.is_workspace_path(loc.path), loc.is_package)
+            return self._read_module(modname)
+
+    # a whole-workspace scan keeps the modules it reads up to this many workspace modules; above, it reads those not
+    # loaded yet without keeping them (keeping all of upstream vLLM's 2,234 summaries took 230 MB of a server)
+    SCAN_RETAIN_MAX_MODULES = 1000
+
+    def scan_module(self, modname: str) -> Module | None:
+        """A module read by a whole-workspace scan that needs a few facts of each (the server's symbol table, the
+        import graph): :meth:`module` on a workspace of up to ``SCAN_RETAIN_MAX_MODULES`` modules (the requests
+        that follow find it loaded), else :meth:`transient_module`."""
+        if len(self.ws_files) <= self.SCAN_RETAIN_MAX_MODULES:
+            return self.module(modname)
+        return self.transient_module(modname)
 
     def workspace_names_changed_since(self, generation: int) -> set[str] | None:
         """The workspace modules whose text changed after ``generation`` (a buffer or the file); None when
@@ -525,7 +533,7 @@ class Index:
             return hit[1]
         changed = self.changed_since(hit[0]) if hit is not None else None
         if changed is None or len(changed) > 64:
-            names = self._def_scan(pattern)
+            names = self._name_scan(pattern)
             if names is None:
                 names = [name for name in sorted(self.ws_files) if self.text_matches(self.ws_files[name], pattern)]
         else:
@@ -545,7 +553,7 @@ class Index:
         self._match_memo[pattern] = (gen, names)
         return names
 
-    def _def_scan(self, pattern) -> list[str] | None:
+    def _name_scan(self, pattern) -> list[str] | None:
         """:meth:`matching_names` of a pattern that names one identifier in a fixed form (``_NAME_SCANS``:
         ``rb"def\\s+NAME\\b"``, the subclasses that override a method; ``rb"self\\.NAME\\s*(:[^=]*)?="``, the
         subclasses that set an attribute; NAME an ASCII identifier) without testing every file: the names each
@@ -561,14 +569,14 @@ class Index:
         else:
             return None
         gen = self.generation
-        memo = self._def_index.get(key)
+        memo = self._name_index.get(key)
         if memo is None or memo[0] != gen:
             inv: dict = {}
             ws = self.ws_files
             for name in sorted(ws):
                 for d in self.per_text(ws[name], key, names_of):
                     inv.setdefault(d, []).append(name)
-            memo = self._def_index[key] = (gen, inv)
+            memo = self._name_index[key] = (gen, inv)
         return list(memo[1].get(m.group(1).decode("ascii"), ()))
 
     def text_matches(self, path: str, pattern) -> bool:
@@ -1337,7 +1345,7 @@ def _self_set_names(text) -> frozenset:
     return frozenset(m.group(1) for m in _SELF_SETS.finditer(text))
 
 
-# the fixed-form patterns :meth:`Index._def_scan` answers from per-text name sets: (pattern of the pattern, the
+# the fixed-form patterns :meth:`Index._name_scan` answers from per-text name sets: (pattern of the pattern, the
 # per-text memo key, the names of a text)
 _NAME_SCANS = ((_DEF_PATTERN, "def-names", _def_names), (_SELF_SET_PATTERN, "self-set-names", _self_set_names))
 

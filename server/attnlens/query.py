@@ -164,9 +164,10 @@ class Query:
     def workspace_modules(self):
         return self.ws.index.workspace_modules()
 
-    def transient_module(self, name: str) -> Module | None:
-        """Module ``name``, not kept when it was not loaded (:meth:`attnlens.index.Index.transient_module`)."""
-        return self.ws.index.transient_module(name)
+    def scan_module(self, name: str) -> Module | None:
+        """Module ``name`` for a whole-workspace scan: not kept on a large workspace when it was not loaded
+        (:meth:`attnlens.index.Index.scan_module`)."""
+        return self.ws.index.scan_module(name)
 
     def workspace_names_changed_since(self, generation: int) -> set[str] | None:
         return self.ws.index.workspace_names_changed_since(generation)

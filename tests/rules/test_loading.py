@@ -245,6 +245,7 @@ def test_the_import_graph_keeps_no_summary_and_reads_again_only_what_changed(tmp
     root = tmp_path / "loading"
     shutil.copytree(ROOT, root)
     ws = make_workspace(root, tmp_path / "cache")
+    ws.index.SCAN_RETAIN_MAX_MODULES = 0  # a "large" workspace (a small one keeps what its scans read)
     names = sorted(ws.index.ws_files)
     graph = L._import_graph(E.engine_for(ws))
     # kept: only what the guards' evaluation reads (the platform profile)

@@ -41,7 +41,7 @@ class Analysis(CallsMixin, SymbolsMixin):
         self._backends: tuple[int, list] | None = None
         self._roles: tuple[int, dict] | None = None
         self._symbols: tuple[int, list[Sym]] | None = None
-        self._sym_parts: dict = {}  # module name -> (path, [(class dotted or None, Sym)]): symbol_table.symbol_steps
+        self._sym_parts: dict = {}  # module name -> [(class dotted or None, Sym)]: symbol_table.symbol_steps
         self._sym_parts_gen: int | None = None  # the generation _sym_parts are up to date with
         self.fix_offers: LRU = LRU(256)  # (finding id, path, generation, drift report) -> quick-fix offer (fixes.py)
         self.index_budget_s = index_budget_s
@@ -201,8 +201,8 @@ class Analysis(CallsMixin, SymbolsMixin):
         the one analysis thread for about ``STEP_BUDGET_S``: a request or a diagnostics run that
         arrives meanwhile waits at most that long."""
         n = len(self.q.workspace_module_names()) or 1
-        # every module's symbols (on a workspace of up to RETAIN_MAX_MODULES modules, its summary kept for the
-        # requests; above, read and dropped: the summaries a request needs are then read from the cache folder)
+        # every module's symbols (Query.scan_module: on a small workspace its summary kept for the requests; on a
+        # large one read and dropped: the summaries a request needs are then read from the cache folder)
         for i in self.symbol_steps(STEP_BUDGET_S):
             freeze_young()  # summaries live as long as the index: keep full collections off them
             yield f"{i}/{n} modules", int(60 * i / n)

@@ -17,10 +17,6 @@ log = logging.getLogger(__name__)
 
 class SymbolsMixin:
     # -- symbols ---------------------------------------------------------------
-    # above this many workspace modules, the symbol table reads the summaries it has not loaded without keeping them
-    # (:meth:`attnlens.query.Query.transient_module`; upstream vLLM's 2,234 kept summaries were 230 MB of the server)
-    RETAIN_MAX_MODULES = 1000
-
     def symbols(self) -> list[Sym]:
         gen = self.generation
         if self._symbols is not None and self._symbols[0] == gen:
@@ -29,7 +25,7 @@ class SymbolsMixin:
             pass
         out: list[Sym] = []
         for name in sorted(self._sym_parts):
-            for dotted, sym in self._sym_parts[name][1]:
+            for dotted, sym in self._sym_parts[name]:
                 role = self.role_of(dotted) if dotted is not None else None
                 out.append(replace(sym, detail=role[2]) if role else sym)
         for e in (self._backends[1] if self._backends else []):
@@ -41,8 +37,8 @@ class SymbolsMixin:
 
     def symbol_steps(self, budget_s: float | None) -> Iterator[int]:
         """Bring each workspace module's symbols up to date (the modules changed since the last time, new ones;
-        all after a full refresh), yielding the modules done about every ``budget_s`` (None: no yield). On a
-        workspace over ``RETAIN_MAX_MODULES`` modules a module not loaded yet is read without being kept."""
+        all after a full refresh), yielding the modules done about every ``budget_s`` (None: no yield). On a large
+        workspace a module not loaded yet is read without being kept (``Query.scan_module``)."""
         gen = self.generation
         names = self.q.workspace_module_names()
         parts = self._sym_parts
@@ -51,13 +47,12 @@ class SymbolsMixin:
         keep = set(names)
         for gone in [n for n in parts if n not in keep]:
             del parts[gone]
-        get = self.q.module if len(names) <= self.RETAIN_MAX_MODULES else self.q.transient_module
         t0 = time.perf_counter()
         for i, name in enumerate(names, 1):
             if name in parts and changed is not None and name not in changed:
                 continue
-            mod = get(name)
-            parts[name] = (mod.path, self._module_symbols(mod)) if mod is not None else (None, [])
+            mod = self.q.scan_module(name)
+            parts[name] = self._module_symbols(mod) if mod is not None else []
             if budget_s is not None and time.perf_counter() - t0 >= budget_s:
                 yield i
                 t0 = time.perf_counter()

@@ -568,8 +568,8 @@ def _import_graph(engine) -> dict:
 
     A module's imports that need no guard evaluated are remembered by its path and content sha
     (:func:`~attnlens.rules.api.content_memo`), so the graph of a new index generation reads again only what
-    changed; a module not loaded yet is read without being kept (``Query.transient_module``: the graph of upstream
-    vLLM kept all 2,234 summaries, 230 MB of a server). The callers note every module's sha as a dependency
+    changed; on a large workspace a module not loaded yet is read without being kept (``Query.scan_module``: the
+    graph of upstream vLLM kept all 2,234 summaries, 230 MB of a server). The callers note every module's sha as a dependency
     (:func:`unusable`)."""
 
     def compute():
@@ -582,7 +582,7 @@ def _import_graph(engine) -> dict:
             sha = engine.current_sha(name)
             raw = content_memo_peek(("al115-imports", path, sha)) if sha else None
             if raw is None:
-                m = query.module(name) if query.is_loaded(name) else query.transient_module(name)
+                m = query.scan_module(name)
                 if m is None:
                     continue
                 sha = m.summary.sha
