@@ -389,3 +389,36 @@ def test_per_text_facts_keep_no_text_and_follow_the_file_and_the_buffer(tmp_path
     idx.set_overlay(files[2], None)
     assert idx.per_text(files[2], "words", fact) == frozenset({"x2"}) and len(calls) == 10
     assert idx._text_memo_chars <= 2500
+
+
+def test_per_text_keeps_every_key_of_a_file_while_its_text_stays(tmp_path):
+    """Issue 13: keyed per (key, file) and bounded at 50,000 entries, the memo emptied itself in the middle of a
+    server's checks on upstream vLLM (~45 `contains` keys of each of 2,234 files): every fact was computed again.
+    The memo is per file, each file's keys kept while its text stays (bounded per file and in files)."""
+    from attnlens.cache import Cache
+    from attnlens.index import Index
+
+    (tmp_path / "pk").mkdir()
+    files = []
+    for i in range(70):
+        p = tmp_path / "pk" / f"m{i}.py"
+        p.write_text(f"x{i} = {i}\n")
+        files.append(str(p))
+    idx = Index(tmp_path, None, Cache(None))
+    calls = [0]
+
+    def has(needle):
+        def fn(text):
+            calls[0] += 1
+            return needle in (text or "")
+        return fn
+
+    keys = [("contains", f"x{k}") for k in range(800)]  # 56,000 (key, file) pairs
+    first = [[idx.per_text(f, k, has(k[1])) for k in keys] for f in files]
+    assert calls[0] == 70 * 800
+    assert first == [[f"x{k}" in f"x{i} = {i}\n" for k in range(800)] for i in range(70)]
+    again = [[idx.per_text(f, k, has(k[1])) for k in keys] for f in files]
+    assert again == first and calls[0] == 70 * 800  # none computed again
+    Path(files[3]).write_text("x5 = 1\n")
+    assert idx.per_text(files[3], ("contains", "x3"), has("x3")) is False and calls[0] == 70 * 800 + 1
+    assert idx.per_text(files[4], ("contains", "x4"), has("x4")) is True and calls[0] == 70 * 800 + 1
