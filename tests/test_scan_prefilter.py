@@ -422,3 +422,18 @@ def test_per_text_keeps_every_key_of_a_file_while_its_text_stays(tmp_path):
     Path(files[3]).write_text("x5 = 1\n")
     assert idx.per_text(files[3], ("contains", "x3"), has("x3")) is False and calls[0] == 70 * 800 + 1
     assert idx.per_text(files[4], ("contains", "x4"), has("x4")) is True and calls[0] == 70 * 800 + 1
+
+
+def test_name_scans_keep_sorted_tuples_of_shared_names():
+    """Issue 13: the per-text name sets of the `def NAME` and `self.NAME =` scans were frozensets of each file's own
+    strings (11.3 MB with the call keywords on upstream vLLM); they are sorted tuples, each name once and shared
+    by every file that has it (the scans only iterate them)."""
+    from attnlens.index import _def_names, _self_set_names
+
+    a = _def_names("def run_kernel(x):\n    def helper(): pass\n    return x\ndef run_kernel(y): pass\n")
+    b = _def_names("".join(["class K:\n    def run_", "kernel(self): pass\n"]))
+    assert a == ("helper", "run_kernel") and b == ("run_kernel",) and a[1] is b[0]
+    c = _self_set_names("self.scale = 1\nself.bias: int = 2\nself.scale = 3\nx = self.other\n")
+    d = _self_set_names("".join(["self.sca", "le: float = 0.5\n"]))
+    assert c == ("bias", "scale") and d == ("scale",) and c[1] is d[0]
+    assert _def_names("x = 1\n") == () and _self_set_names(None) == ()

@@ -33,7 +33,7 @@ import os
 import re
 
 from . import model as M
-from .index import Index, Module
+from .index import Index, Module, name_tuple
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
 from .profile import PlatformProfile
@@ -735,8 +735,8 @@ class Resolver:
             return memo[1]
         kw_re = self._KEYWORD
 
-        def keywords(text) -> frozenset:
-            return frozenset(k.decode() for k in kw_re.findall((text or "").encode("utf-8", "surrogatepass")))
+        def keywords(text) -> tuple:
+            return name_tuple(k.decode() for k in kw_re.findall((text or "").encode("utf-8", "surrogatepass")))
 
         per_file = tuple((modname, self.index.per_text(self.index.ws_files[modname], "call-keywords", keywords))
                          for modname in sorted(self.index.ws_files))
