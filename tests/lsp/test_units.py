@@ -13,6 +13,7 @@ from attnlens.lsp.convert import (
     UTF16,
     UTF32,
     from_code_points,
+    line_spans,
     split_lines,
     to_code_points,
 )
@@ -51,6 +52,13 @@ def test_columns_clamp_and_ascii_fast_path():
 def test_lsp_line_terminators_only():
     # \x0c (form feed) and \u2028 are not LSP line breaks; \r, \n and \r\n are
     assert split_lines("a\x0cb\u2028c\rd\r\ne\nf") == ["a\x0cb\u2028c", "d", "e", "f"]
+
+
+@pytest.mark.parametrize("text", ["", "a", "a\n", "\n\n", "x\r", "a\x0cb\u2028c\rd\r\ne\nf", "é🙂\r\n\r\nz"])
+def test_line_spans_give_the_lsp_lines(text):
+    # the server keeps each file's line spans (16 bytes a line), not its lines as strings (issue 13)
+    sp = line_spans(text)
+    assert len(sp) % 2 == 0 and [text[sp[2 * i]:sp[2 * i + 1]] for i in range(len(sp) // 2)] == split_lines(text)
 
 
 def test_settings_defaults_and_layers():

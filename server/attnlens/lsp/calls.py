@@ -180,7 +180,7 @@ class CallsMixin:
             d = self.defref(mod.name, scope)
             if d is not None:
                 return self.item_for_def(d)
-        n = len(self.lines(mod.path)) or 1
+        n = self.line_count(mod.path) or 1
         return Item(mod.name, "module", mod.path, mod.path, 1, 0, 0, 1, n, {"t": "module", "module": mod.name, "path": mod.path})
 
     def _caller_item(self, rec) -> Item:

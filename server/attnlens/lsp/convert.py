@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from array import array
 from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import quote, unquote
@@ -29,6 +30,19 @@ _NEWLINE = re.compile(r"\r\n|\r|\n")
 def split_lines(text: str) -> list[str]:
     """Lines of ``text`` as LSP counts them, without terminators."""
     return _NEWLINE.split(text)
+
+
+def line_spans(text: str) -> array:
+    """Where each line of ``text`` (as :func:`split_lines` gives them) starts and ends, as one flat array
+    ``[start0, end0, start1, end1, ...]`` (offsets in code points, the end before the terminator):
+    ``text[a[2 * i]:a[2 * i + 1]]`` is line ``i``. 16 bytes a line where the lines as strings took ~60 and a
+    copy of the text."""
+    out = array("q", [0])
+    for m in _NEWLINE.finditer(text):
+        out.append(m.start())
+        out.append(m.end())
+    out.append(len(text))
+    return out
 
 
 def _unit_len(ch: str, encoding: str) -> int:
