@@ -22,16 +22,37 @@ def test_split_point_halves_by_weight():
 
 
 @needs_two
-def test_results_are_in_order_and_the_helper_computes_the_second_half():
+def test_results_are_in_order_and_the_helper_computes_the_second_half(tmp_path):
     parent = os.getpid()
-    got = forksplit.run_split(9, lambda i: (i * i, os.getpid() == parent), weights=[1.0] * 9)
+    got = forksplit.run_split(9, lambda i: (i * i, os.getpid() == parent), tmp_path, weights=[1.0] * 9)
     assert [v for v, _ in got] == [i * i for i in range(9)]
     assert [here for _, here in got] == [True] * 4 + [False] * 5
-    assert forksplit.run_split(9, lambda i: i, allowed=False) == list(range(9))
+    assert forksplit.run_split(9, lambda i: i, tmp_path, allowed=False) == list(range(9))
+    assert list(tmp_path.iterdir()) == []  # (the spool file had no name)
 
 
 @needs_two
-def test_a_helper_that_dies_leaves_its_half_here():
+def test_results_come_as_they_are_made_and_a_caller_that_stops_ends_the_helper(tmp_path):
+    """The split is streamed: this process's half is handed out before the helper's is read (nothing is
+    collected first), and a caller that stops early ends the helper (no process is left behind)."""
+    parent = os.getpid()
+    seen = []
+
+    def work(i):
+        if os.getpid() == parent:
+            seen.append(i)
+        return i
+
+    it = forksplit.iter_split(8, work, tmp_path)
+    assert next(it) == 0 and seen == [0]  # the first result before the rest of the half is made
+    assert next(it) == 1 and seen == [0, 1]
+    it.close()  # stopped: the helper is killed and reaped
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+
+
+@needs_two
+def test_a_helper_that_dies_leaves_its_half_here(tmp_path):
     parent = os.getpid()
 
     def work(i):
@@ -39,7 +60,7 @@ def test_a_helper_that_dies_leaves_its_half_here():
             os._exit(3)  # the helper dies at its first item
         return i
 
-    assert forksplit.run_split(6, work) == list(range(6))
+    assert forksplit.run_split(6, work, tmp_path) == list(range(6))
 
 
 @pytest.mark.skipif(not have_vllm(), reason="vllm 0.26.0 is not installed in the test interpreter")
@@ -54,7 +75,7 @@ def test_sites_split_over_two_processes_gives_what_one_gives(tmp_path, monkeypat
     from tests.helpers import example_ws
 
     def records(ws):
-        return ws.kernel_site_records(None, lambda s: (json.dumps(s.to_json()), os.getpid()))
+        return list(ws.kernel_site_records(None, lambda s: (json.dumps(s.to_json()), os.getpid())))
 
     one = records(example_ws(tmp_path / "one"))
     ws = example_ws(tmp_path / "two")

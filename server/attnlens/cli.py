@@ -9,6 +9,7 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -113,20 +114,34 @@ def cmd_sites(args) -> int:
     q = _query(args)
     paths = [os.path.abspath(p) if os.path.exists(p) else os.path.join(str(q.root), p) for p in args.paths] or None
     key = q.derived_key("sites", repr(sorted(paths or [])), "json-lines" if args.json else "text")
-    out = q.load_derived(key) if not args.no_cache else None
-    if out is None:
-        split = not args.no_cache and q.sites_split(paths)
-        if not args.no_cache:
-            q.prefetch_cpp()
-            if not split:
-                q.prefetch_summaries()  # a worker parses from the end of the module list (what the traces lead to)
-        out = _sites_output(q.root, q.kernel_site_records(paths, functools.partial(_site_record, str(q.root), args.json)),
-                            args.json)
-        # an output past 256 MB is cheaper to recompute than to keep (upstream vLLM's JSON is ~80-100 MB, ~2 min to make)
-        if not args.no_cache and len(out) < 256 << 20:
-            q.store_derived(key, out)
+    stored = q.open_derived_text(key) if not args.no_cache else None
+    if stored is not None:
+        q.close()
+        with stored:
+            shutil.copyfileobj(stored, sys.stdout, 1 << 20)
+        return 0
+    split = not args.no_cache and q.sites_split(paths)
+    if not args.no_cache:
+        q.prefetch_cpp()
+        if not split:
+            q.prefetch_summaries()  # a worker parses from the end of the module list (what the traces lead to)
+    # the output is written as the sites are traced, and to the cache folder alongside (an output past 256 M
+    # characters is cheaper to recompute than to keep: upstream vLLM's JSON is ~100 MB, ~30 s to make); it was
+    # made whole first, then pickled: 965 MB at the peak of `sites --json` over upstream vLLM
+    sink = q.derived_text_writer(key, 256 << 20) if not args.no_cache else None
+    records = q.kernel_site_records(paths, functools.partial(_site_record, str(q.root), args.json))
+    try:
+        for chunk in _sites_chunks(records, args.json):
+            sys.stdout.write(chunk)
+            if sink is not None:
+                sink.write(chunk)
+    except BaseException:
+        if sink is not None:
+            sink.discard()
+        raise
+    if sink is not None:
+        sink.commit()
     q.close()
-    sys.stdout.write(out)
     return 0
 
 
@@ -146,26 +161,33 @@ def _site_record(root: str, as_json: bool, s) -> tuple:
             "+".join(sorted({str(lf.final.kind) for lf in leaves})) or "none", runtime, bool(leaves) and not live)
 
 
-def _sites_output(root, records: list, as_json: bool) -> str:
-    """The output of ``attnlens sites`` from the sites' records (:func:`_site_record`)."""
+def _sites_chunks(records, as_json: bool):
+    """The output of ``attnlens sites`` from the sites' records (:func:`_site_record`), in pieces as they come."""
     if as_json:
         # a JSON array with one site per line: the C encoder (json's indenting encoder is pure Python: upstream
         # vLLM's 23,000 sites took 3.5 s to write indented, 1.2 s like this), and a site greps as one line
-        return "[" + ",".join("\n" + r[0] for r in records) + ("\n]" if records else "]") + "\n"
+        yield "["
+        sep = "\n"
+        for r in records:
+            yield sep + r[0]
+            sep = ",\n"
+        yield ("]" if sep == "\n" else "\n]") + "\n"
+        return
     from collections import Counter
 
     from . import model as M
 
-    counts: Counter = Counter(r[1] for r in records)
-    lines = [r[0] for r in records]
-    all_runtime = sum(1 for r in records if r[2])
-    all_dead = sum(1 for r in records if not r[2] and r[3])
-    n = len(records)
-    lines.append("")
-    lines.append(f"{n} kernel call sites by leaf kinds: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()))
-    lines.append(f"{all_runtime} of {n} sites have every live leaf in {{{', '.join(M.RUNTIME_LEAF_KINDS)}}}; "
-                 f"{all_dead} are dead on this platform (every leaf)")
-    return "\n".join(lines) + "\n"
+    counts: Counter = Counter()
+    n = all_runtime = all_dead = 0
+    for r in records:
+        yield r[0] + "\n"
+        counts[r[1]] += 1
+        n += 1
+        all_runtime += 1 if r[2] else 0
+        all_dead += 1 if not r[2] and r[3] else 0
+    yield (f"\n{n} kernel call sites by leaf kinds: " + ", ".join(f"{k} {v}" for k, v in counts.most_common())
+           + f"\n{all_runtime} of {n} sites have every live leaf in {{{', '.join(M.RUNTIME_LEAF_KINDS)}}}; "
+           f"{all_dead} are dead on this platform (every leaf)\n")
 
 
 def cmd_profile(args) -> int:

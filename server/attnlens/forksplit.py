@@ -4,10 +4,13 @@ For one-shot CLI commands over a whole workspace on a machine with two or more c
 upstream vLLM: 2,234 modules, 128,000 traced calls). The helper is a fork, so it starts with everything this
 process computed before (the index, the platform profile, the never-selected set); each process keeps its
 own memos from there. The halves are fixed by the items' weights (not claimed as the two go), so the results
-are the same on every run; the helper sends its results back through a pipe (pickled: give it plain values,
-e.g. rendered strings), and a half the helper did not send (it died or was killed) is done here after it.
+are the same on every run. The results come in order as they are made (:func:`iter_split`): this process's
+half first, then the helper's, which it writes (pickled: give it plain values, e.g. rendered strings) to a
+spool file in a folder the caller names (its cache folder) as it goes, so neither process holds its half
+(`attnlens sites --json` on upstream vLLM: 100 MB of output). A half the helper did not finish (it died or was
+killed) is done here after it.
 
-Only where forking is safe: a single-threaded process (the CLI's ``allow_fork``). Anything else, or fewer
+Only where forking is safe (a single-threaded process: the CLI's ``allow_fork``). Anything else, or fewer
 than two cores, runs every item here.
 """
 
@@ -15,7 +18,9 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Callable
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
 
 
 def cores() -> int:
@@ -37,49 +42,97 @@ def split_point(weights: list[float]) -> int:
     return max(len(weights) - 1, 1)
 
 
-def run_split(n: int, work: Callable[[int], object], in_helper: Callable[[], None] | None = None,
+def run_split(n: int, work: Callable[[int], object], spool_dir, in_helper: Callable[[], None] | None = None,
               allowed: bool = True, weights: list[float] | None = None,
               helper_done: Callable[[], None] | None = None) -> list:
-    """``[work(i) for i in range(n)]``: this process the first half (by ``weights``, default 1 each), a forked
-    helper the second, each in order, when ``allowed`` and there are two cores. The halves are fixed, not
-    claimed as the two go: ``work`` may depend on what its process computed before (memos), and the results
-    must not depend on timing. ``in_helper`` runs first in the helper (drop what belongs to this process's
-    other children); ``helper_done`` after its last item (put what it cached on disk). A ``work`` that raises
-    in the helper leaves its items to this process, which then raises as it would alone."""
-    if not allowed or n < 2 or cores() < 2 or not hasattr(os, "fork"):
-        return [work(i) for i in range(n)]
+    """``list(iter_split(...))``."""
+    return list(iter_split(n, work, spool_dir, in_helper, allowed, weights, helper_done))
+
+
+def iter_split(n: int, work: Callable[[int], object], spool_dir, in_helper: Callable[[], None] | None = None,
+               allowed: bool = True, weights: list[float] | None = None,
+               helper_done: Callable[[], None] | None = None) -> Iterator:
+    """``work(i)`` for ``i`` in ``range(n)``, in order: this process the first half (by ``weights``, default 1
+    each), a forked helper the second, each in order, when ``allowed`` and there are two cores. The halves are
+    fixed, not claimed as the two go: ``work`` may depend on what its process computed before (memos), and the
+    results must not depend on timing. The helper writes its results to an unnamed spool file in ``spool_dir``
+    as it makes them; they are read back one at a time once this process's half is done and the helper has
+    ended. ``in_helper`` runs first in the helper (drop what belongs to this process's other children);
+    ``helper_done`` after its last item (put what it cached on disk). A ``work`` that raises in the helper
+    leaves its items to this process, which then raises as it would alone."""
+    spool = None
+    if allowed and n >= 2 and cores() >= 2 and hasattr(os, "fork"):
+        try:
+            spool = tempfile.TemporaryFile(dir=spool_dir)
+        except OSError:
+            spool = None
+    if spool is None:
+        for i in range(n):
+            yield work(i)
+        return
     k = split_point(weights if weights is not None else [1.0] * n)
     try:
-        rfd, wfd = os.pipe()
         pid = os.fork()
     except OSError:
-        return [work(i) for i in range(n)]
+        spool.close()
+        for i in range(n):
+            yield work(i)
+        return
     if pid == 0:  # pragma: no cover - the helper (coverage does not follow forks)
         code = 0
         try:
-            os.close(rfd)
-            _helper(k, n, work, in_helper, helper_done, wfd)
-        except BaseException:  # noqa: BLE001 - this process does what the helper did not send
+            _helper(k, n, work, in_helper, helper_done, spool)
+        except BaseException:  # noqa: BLE001 - this process does what the helper did not write
             code = 1
         os._exit(code)
-    os.close(wfd)
-    out = [work(i) for i in range(k)]
-    got = _join(pid, rfd)
-    if len(got) != n - k:
-        got = [work(i) for i in range(k, n)]  # (a helper that died: its half, here)
-    return out + list(got)
+    reaped = False
+    try:
+        for i in range(k):
+            yield work(i)
+        _reap(pid)
+        reaped = True
+        got = 0
+        for item in _spooled(spool):
+            yield item
+            got += 1
+        for j in range(k + got, n):  # (a helper that died: the rest of its half, here)
+            yield work(j)
+    finally:
+        if not reaped:  # the caller stopped early (or a work item raised here): the helper is not needed
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+            _reap(pid)
+        spool.close()
 
 
-def _helper(k: int, n: int, work, in_helper, helper_done, wfd: int) -> None:  # pragma: no cover - runs in the fork
-    import signal
-
+def _helper(k: int, n: int, work, in_helper, helper_done, spool) -> None:  # pragma: no cover - runs in the fork
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     if in_helper is not None:
         in_helper()
-    done = [work(j) for j in range(k, n)]
+    for j in range(k, n):
+        pickle.dump(work(j), spool, protocol=pickle.HIGHEST_PROTOCOL)
+    spool.flush()
     if helper_done is not None:
         helper_done()
-    write_all(wfd, pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _spooled(spool) -> Iterator:
+    """The results a helper (now ended) wrote to ``spool``, in order, up to the first incomplete one."""
+    spool.seek(0)
+    while True:
+        try:
+            yield pickle.load(spool)
+        except Exception:  # noqa: BLE001 - the end, or a helper that died mid-write: this process does the rest
+            return
 
 
 def write_all(wfd: int, data: bytes) -> None:
@@ -107,17 +160,5 @@ def read_all_and_reap(pid: int, rfd: int) -> bytes:
             os.close(rfd)
         except OSError:
             pass
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
+    _reap(pid)
     return b"".join(chunks)
-
-
-def _join(pid: int, rfd: int) -> list:
-    data = read_all_and_reap(pid, rfd)
-    try:
-        got = pickle.loads(data) if data else []
-    except Exception:  # noqa: BLE001 - a helper that died mid-write: this process does its items
-        got = []
-    return got if isinstance(got, list) else []

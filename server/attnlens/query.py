@@ -254,9 +254,9 @@ class Query:
         """Every kernel call site under ``paths`` (default: the workspace), as ``attnlens sites`` lists them."""
         return self.ws.kernel_sites(paths)
 
-    def kernel_site_records(self, paths: list[str] | None, render) -> list:
-        """``render(site)`` of each of :meth:`kernel_sites`, in order (a CLI process may share the modules with a
-        forked helper: ``render`` gives a plain, picklable value)."""
+    def kernel_site_records(self, paths: list[str] | None, render) -> Iterator:
+        """``render(site)`` of each of :meth:`kernel_sites`, in order, as they are made (a CLI process may share
+        the modules with a forked helper: ``render`` gives a plain, picklable value)."""
         return self.ws.kernel_site_records(paths, render)
 
     def sites_split(self, paths: list[str] | None) -> bool:
@@ -290,6 +290,15 @@ class Query:
 
     def store_derived(self, key: str, value) -> None:
         self.ws.store_derived(key, value)
+
+    def open_derived_text(self, key: str):
+        """A long text :meth:`derived_text_writer` stored, open for reading, while it is fresh; else None."""
+        return self.ws.open_derived_text(key)
+
+    def derived_text_writer(self, key: str, max_chars: int):
+        """A writer (``write(str)``, ``commit()``, ``discard()``) of a long derived text into the cache folder as
+        it is made; None where nothing is cached."""
+        return self.ws.derived_text_writer(key, max_chars)
 
     # -- the platform and its ops -----------------------------------------------------------------
     def platform_summary(self) -> dict:

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -222,27 +223,29 @@ class Workspace:
 
     def kernel_sites(self, paths: list[str] | None = None):
         """Every kernel call site in workspace modules under ``paths`` (default: all)."""
+        return list(self._iter_kernel_sites(paths))
+
+    def _iter_kernel_sites(self, paths: list[str] | None):
         from .registry import Registry
 
         reg = Registry(self.resolver)
-        out = []
         never = self.never_selected()
         # only the modules under ``paths`` are summarised for their sites (all of them were: `sites
         # vllm/v1/attention` on upstream vLLM summarised its 2,234 modules for 120 of them)
         mods = self.index.workspace_modules() if not paths else self.index.modules_named(self.index.names_under(paths))
         for mod in mods:
-            out.extend(self._module_sites(reg, mod, never))
-        return out
+            yield from self._module_sites(reg, mod, never)
 
     # a sites run over this many modules shares them with a forked helper (upstream vLLM: 2,234); below it one
     # process (answers of large trees depend a little on what was traced before: docs/resolver.md)
     SITES_SPLIT_MIN_MODULES = int(os.environ.get("ATTNLENS_SITES_SPLIT_MIN_MODULES") or 1000)
 
-    def kernel_site_records(self, paths: list[str] | None, render) -> list:
-        """``render(site)`` of every site :meth:`kernel_sites` gives, in its order; in a CLI process on two cores
-        and at least ``SITES_SPLIT_MIN_MODULES`` modules to read, a forked helper traces
-        the second half of the modules (:func:`attnlens.forksplit.run_split`: ``render`` must give a
-        picklable value). Upstream vLLM as the workspace: 22,888 sites of 2,234 modules."""
+    def kernel_site_records(self, paths: list[str] | None, render) -> Iterator:
+        """``render(site)`` of every site :meth:`kernel_sites` gives, in its order, as they are made (no site or
+        record is kept here: upstream vLLM's JSON records are 100 MB); in a CLI process on two cores and at
+        least ``SITES_SPLIT_MIN_MODULES`` modules to read, a forked helper traces the second half of the
+        modules (:func:`attnlens.forksplit.iter_split`: ``render`` must give a picklable value). Upstream vLLM
+        as the workspace: 22,888 sites of 2,234 modules."""
         from . import forksplit
         from .cache import flush_all
         from .registry import Registry
@@ -250,8 +253,10 @@ class Workspace:
         idx = self.index
         names = self._site_module_names(paths)
         if not self._splits(len(names)):
-            # (kernel_sites walks workspace_modules, whose position the summary worker stops at)
-            return [render(s) for s in self.kernel_sites(paths)]
+            # (_iter_kernel_sites walks workspace_modules, whose position the summary worker stops at)
+            for s in self._iter_kernel_sites(paths):
+                yield render(s)
+            return
         never = self.never_selected()  # (before the fork: both processes start from it)
         reg = Registry(self.resolver)
 
@@ -267,11 +272,11 @@ class Workspace:
                 weights.append(float(os.path.getsize(idx.ws_files[n])))
             except OSError:
                 weights.append(0.0)
-        out = []
-        for part in forksplit.run_split(len(names), one, idx.after_fork_in_child, weights=weights,
-                                        helper_done=flush_all):
-            out.extend(part)
-        return out
+        spool = idx.cache.folder  # (the helper's records wait there, in an unnamed file, until they are read)
+        os.makedirs(spool, exist_ok=True)
+        for part in forksplit.iter_split(len(names), one, spool, idx.after_fork_in_child, weights=weights,
+                                         helper_done=flush_all):
+            yield from part
 
     def _site_module_names(self, paths: list[str] | None) -> list[str]:
         return sorted(self.index.ws_files) if not paths else self.index.names_under(paths)
@@ -532,6 +537,28 @@ class Workspace:
         if not self.index.has_overlays():
             self.cache.store_pickle("derived", key, (self._dependency_stamps(), value))
 
+    def open_derived_text(self, key: str):
+        """The text stored under ``key`` by :meth:`derived_text_writer`, open for reading, when nothing it was
+        derived from changed (:meth:`load_derived`); else None."""
+        hit = self.load_derived(key)
+        if not (isinstance(hit, tuple) and len(hit) == 2 and hit[0] == "text-file"):
+            return None
+        try:
+            return open(self.cache.path("derived", hit[1]), encoding="utf-8", newline="")
+        except (OSError, ValueError):
+            return None
+
+    def derived_text_writer(self, key: str, max_chars: int) -> "DerivedTextWriter | None":
+        """A writer of a long text derived from the workspace (``attnlens sites``: 100 MB of JSON for upstream
+        vLLM), put in the cache folder as it is made rather than kept and pickled; :meth:`open_derived_text`
+        reads it back. None where nothing is cached (no cache folder, an open buffer)."""
+        if self.cache.folder is None or self.index.has_overlays():
+            return None
+        try:
+            return DerivedTextWriter(self, key, max_chars)
+        except (OSError, ValueError):
+            return None
+
     def _dependency_stamps(self) -> list:
         paths = [m.path for m in self.index.loaded_modules() if not m.workspace]
         cpp = self.resolver.ops.cpp_files()
@@ -778,3 +805,49 @@ def _registry_signature(summary, text: str) -> str:
         _REG_SIGS.clear()
     _REG_SIGS[summary.sha] = sig
     return sig
+
+
+class DerivedTextWriter:
+    """Writes a derived text to a hidden file of the cache folder; :meth:`commit` gives it its key's name and
+    records what it was derived from (:meth:`Workspace.store_derived`), unless it grew past ``max_chars`` (then
+    it is cheaper to recompute than to keep) or :meth:`discard` was called."""
+
+    def __init__(self, ws: "Workspace", key: str, max_chars: int):
+        import tempfile
+
+        self.ws, self.key, self.max_chars = ws, key, max_chars
+        self.final = ws.cache.path("derived", f"{key}.txt")
+        os.makedirs(self.final.parent, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".txt", dir=self.final.parent)
+        self.f = os.fdopen(fd, "w", encoding="utf-8", newline="")
+        self.chars = 0
+
+    def write(self, chunk: str) -> None:
+        if self.f is None:
+            return
+        self.chars += len(chunk)
+        if self.chars > self.max_chars:
+            self.discard()
+            return
+        self.f.write(chunk)
+
+    def commit(self) -> None:
+        if self.f is None:
+            return
+        try:
+            self.f.close()
+            self.f = None
+            os.replace(self.tmp, self.final)
+        except OSError:
+            self.discard()
+            return
+        self.ws.store_derived(self.key, ("text-file", self.final.name))
+
+    def discard(self) -> None:
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass
