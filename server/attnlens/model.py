@@ -346,11 +346,12 @@ def _collect_leaves(chain: "Chain", conds: list, labels: list, reach, out: list,
 
 
 def combine_reachability(values) -> bool | None:
-    vals = list(values)
-    if any(v is False for v in vals):
-        return False
-    if vals and all(v is True for v in vals):
-        return True
-    if not vals:
-        return True
-    return None
+    """False when one of ``values`` is False, True when all are True (or there are none), else None. (A loop,
+    not any/all over generators: 1.2 million calls in `attnlens sites` over upstream vLLM.)"""
+    out: bool | None = True
+    for v in values:
+        if v is False:
+            return False
+        if v is not True:
+            out = None
+    return out

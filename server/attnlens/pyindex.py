@@ -307,13 +307,16 @@ class ModuleSummary:
         parameter of an enclosing function, ``("local", bindings)`` for an enclosing function's
         local, else ``("module", bindings)`` (empty when unbound). Class bodies do not enclose."""
         q = scope
+        functions = self.functions
         while q:
-            f = self.functions.get(q)
+            f = functions.get(q)
             if f is not None:
-                if any(p.name == name for p in f.params):
-                    return "param", []
-                if name in f.locals:
-                    return "local", f.locals[name]
+                for p in f.params:  # (a loop, not any() over a generator: a million calls in a census)
+                    if p.name == name:
+                        return "param", []
+                bs = f.locals.get(name)
+                if bs is not None:
+                    return "local", bs
             q = q.rpartition(".")[0]
         return "module", self.bindings.get(name, [])
 
