@@ -32,11 +32,21 @@ def test_results_are_in_order_and_the_helper_computes_the_second_half(tmp_path):
 
 
 @needs_two
-def test_results_come_as_they_are_made_and_a_caller_that_stops_ends_the_helper(tmp_path):
+def test_results_come_as_they_are_made_and_a_caller_that_stops_ends_the_helper(tmp_path, monkeypatch):
     """The split is streamed: this process's half is handed out before the helper's is read (nothing is
     collected first), and a caller that stops early ends the helper (no process is left behind)."""
     parent = os.getpid()
     seen = []
+    forked = []
+    real_fork = os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(forksplit.os, "fork", fork)
 
     def work(i):
         if os.getpid() == parent:
@@ -47,8 +57,9 @@ def test_results_come_as_they_are_made_and_a_caller_that_stops_ends_the_helper(t
     assert next(it) == 0 and seen == [0]  # the first result before the rest of the half is made
     assert next(it) == 1 and seen == [0, 1]
     it.close()  # stopped: the helper is killed and reaped
+    assert len(forked) == 1
     with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)
+        os.waitpid(forked[0], os.WNOHANG)
 
 
 @needs_two
