@@ -138,6 +138,7 @@ def cmd_sites(args) -> int:
     except BaseException:
         if sink is not None:
             sink.discard()
+        records.close()  # (a reader that went away: the forked helper is stopped now, not left to finish)
         raise
     if sink is not None:
         sink.commit()
