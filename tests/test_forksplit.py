@@ -97,3 +97,14 @@ def test_sites_split_over_two_processes_gives_what_one_gives(tmp_path, monkeypat
     assert len(one) > 20 and [r[0] for r in two] == [r[0] for r in one]
     assert {pid for _j, pid in one} == {os.getpid()}
     assert len({pid for _j, pid in two}) == 2  # (the second half came from the helper)
+
+
+@needs_two
+def test_a_spool_folder_that_cannot_be_written_runs_every_item_here(tmp_path):
+    """No file can be made in the spool folder (a read-only or missing cache folder): no helper, every result
+    made here, in order."""
+    parent = os.getpid()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    got = forksplit.run_split(6, lambda i: (i, os.getpid() == parent), blocker / "spool")
+    assert got == [(i, True) for i in range(6)]

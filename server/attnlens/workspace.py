@@ -273,7 +273,10 @@ class Workspace:
             except OSError:
                 weights.append(0.0)
         spool = idx.cache.folder  # (the helper's records wait there, in an unnamed file, until they are read)
-        os.makedirs(spool, exist_ok=True)
+        try:
+            os.makedirs(spool, exist_ok=True)
+        except OSError:
+            pass  # (no spool file then: iter_split runs every module here)
         for part in forksplit.iter_split(len(names), one, spool, idx.after_fork_in_child, weights=weights,
                                          helper_done=flush_all):
             yield from part
