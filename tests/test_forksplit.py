@@ -24,10 +24,10 @@ def test_split_point_halves_by_weight():
 @needs_two
 def test_results_are_in_order_and_the_helper_computes_the_second_half(tmp_path):
     parent = os.getpid()
-    got = forksplit.run_split(9, lambda i: (i * i, os.getpid() == parent), tmp_path, weights=[1.0] * 9)
+    got = list(forksplit.iter_split(9, lambda i: (i * i, os.getpid() == parent), tmp_path, weights=[1.0] * 9))
     assert [v for v, _ in got] == [i * i for i in range(9)]
     assert [here for _, here in got] == [True] * 4 + [False] * 5
-    assert forksplit.run_split(9, lambda i: i, tmp_path, allowed=False) == list(range(9))
+    assert list(forksplit.iter_split(9, lambda i: i, tmp_path, allowed=False)) == list(range(9))
     assert list(tmp_path.iterdir()) == []  # (the spool file had no name)
 
 
@@ -71,7 +71,7 @@ def test_a_helper_that_dies_leaves_its_half_here(tmp_path):
             os._exit(3)  # the helper dies at its first item
         return i
 
-    assert forksplit.run_split(6, work, tmp_path) == list(range(6))
+    assert list(forksplit.iter_split(6, work, tmp_path)) == list(range(6))
 
 
 @pytest.mark.skipif(not have_vllm(), reason="vllm 0.26.0 is not installed in the test interpreter")
@@ -106,5 +106,5 @@ def test_a_spool_folder_that_cannot_be_written_runs_every_item_here(tmp_path):
     parent = os.getpid()
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    got = forksplit.run_split(6, lambda i: (i, os.getpid() == parent), blocker / "spool")
+    got = list(forksplit.iter_split(6, lambda i: (i, os.getpid() == parent), blocker / "spool"))
     assert got == [(i, True) for i in range(6)]

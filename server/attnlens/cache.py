@@ -9,7 +9,7 @@ Layout (all under one folder per workspace root)::
         env/<key>.json          environment records
         evidence/<id>.json      probe evidence records
 
-Every write goes through :func:`atomic_write_bytes`: the data is written to a
+Every write goes through :func:`atomic_write_bytes` (or :class:`AtomicFile`): the data is written to a
 temporary file in the same folder and renamed over the destination (evidence
 records are also fsync'ed), so a kill at any moment leaves either the old or
 the new file. Derived pickles are written by a background thread
@@ -64,21 +64,49 @@ def atomic_write_bytes(path: Path, data: bytes, durable: bool = False) -> None:
     ``durable=True`` also fsyncs (evidence records); derived cache entries skip it,
     since a lost entry after a power cut is simply rebuilt.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    out = AtomicFile(path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        out.write(data)
     except BaseException:
+        out.discard()
+        raise
+    out.commit(durable)
+
+
+class AtomicFile:
+    """A file written piece by piece to a temporary file in its folder and renamed over ``path`` by
+    :meth:`commit` (:func:`atomic_write_bytes` in pieces: a long output written as it is made, never held
+    whole); :meth:`discard` leaves nothing. ``text``: ``write`` takes str (UTF-8, newlines as given)."""
+
+    def __init__(self, path: Path, text: bool = False):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        self.path = path
+        self.f = os.fdopen(fd, "w", encoding="utf-8", newline="") if text else os.fdopen(fd, "wb")
+
+    def write(self, data) -> None:
+        self.f.write(data)
+
+    def commit(self, durable: bool = False) -> None:
         try:
-            os.unlink(tmp)
+            if durable:
+                self.f.flush()
+                os.fsync(self.f.fileno())
+            self.f.close()
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        try:
+            self.f.close()
         except OSError:
             pass
-        raise
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass
 
 
 class _WriteBehind:

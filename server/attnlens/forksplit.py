@@ -42,13 +42,6 @@ def split_point(weights: list[float]) -> int:
     return max(len(weights) - 1, 1)
 
 
-def run_split(n: int, work: Callable[[int], object], spool_dir, in_helper: Callable[[], None] | None = None,
-              allowed: bool = True, weights: list[float] | None = None,
-              helper_done: Callable[[], None] | None = None) -> list:
-    """``list(iter_split(...))``."""
-    return list(iter_split(n, work, spool_dir, in_helper, allowed, weights, helper_done))
-
-
 def iter_split(n: int, work: Callable[[int], object], spool_dir, in_helper: Callable[[], None] | None = None,
                allowed: bool = True, weights: list[float] | None = None,
                helper_done: Callable[[], None] | None = None) -> Iterator:

@@ -20,7 +20,6 @@ import operator
 import os
 import re
 import stat
-import sys
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import Iterable, Iterator
 
 from .cache import Cache
 from .pyincremental import IncrementalSummary
-from .pyindex import ModuleSummary, Stopped, decode_source, summarize
+from .pyindex import ModuleSummary, Stopped, decode_source, interned_names, summarize
 from .target import TargetInfo
 
 # a buffer first overlaid with more lines than this is summarised whole: the first incremental build of a
@@ -711,19 +710,29 @@ class Index:
         A file's text is kept while its stamp (mtime, size) stays, so asking again costs a ``stat`` and
         returns the *same* object; the memo is bounded by characters (the texts read first go first)."""
         real = self.realpath(path)
-        if real in self._overlays:
-            return self._overlays[real]
+        return self._text_at(real, path, self._text_stamp(real, path))
+
+    def _text_stamp(self, real: str, path: str):
+        """What tells the current text of ``path`` without reading it: the open buffer itself, else the file's
+        (mtime, size); None for a missing or special file (never open a FIFO or a device: reading it could
+        block forever)."""
+        text = self._overlays.get(real)
+        if text is not None:
+            return text
         try:
             st = os.stat(path)
         except OSError:
             return None
-        if not stat.S_ISREG(st.st_mode):
-            return None  # never open a FIFO/device: reading it could block forever
-        stamp = (st.st_mtime_ns, st.st_size)
+        return (st.st_mtime_ns, st.st_size) if stat.S_ISREG(st.st_mode) else None
+
+    def _text_at(self, real: str, path: str, token) -> str | None:
+        """:meth:`source_text` of a file whose :meth:`_text_stamp` is ``token``."""
+        if token is None or type(token) is str:
+            return token
         hit = self._text_memo.get(real)
-        if hit is not None and hit[0] == stamp:
+        if hit is not None and hit[0] == token:
             return hit[1]
-        if st.st_size > MAX_FILE_BYTES:
+        if token[1] > MAX_FILE_BYTES:
             return None
         try:
             data = Path(path).read_bytes()
@@ -740,21 +749,9 @@ class Index:
             while memo and self._text_memo_chars + len(text) > self.TEXT_MEMO_CHARS:
                 self._text_memo_chars -= len(memo.pop(next(iter(memo)))[1])
             if len(text) <= self.TEXT_MEMO_CHARS:
-                memo[real] = (stamp, text)
+                memo[real] = (token, text)
                 self._text_memo_chars += len(text)
         return text
-
-    def _text_stamp(self, real: str, path: str):
-        """What tells the current text of ``path`` without reading it: the open buffer itself, else the file's
-        (mtime, size); None for a missing or special file."""
-        text = self._overlays.get(real)
-        if text is not None:
-            return text
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size) if stat.S_ISREG(st.st_mode) else None
 
     def per_text(self, path: str, key, fn):
         """``fn(text)`` for the current text of ``path`` (:meth:`source_text`, None when unreadable),
@@ -772,7 +769,7 @@ class Index:
                 return vals[key]
         else:
             vals = None
-        val = fn(self.source_text(path))
+        val = fn(self._text_at(real, path, token))
         if token is not None:
             if vals is None:
                 if len(self._per_text) > self.PER_TEXT_MAX_FILES:
@@ -1338,21 +1335,13 @@ _DEF_PATTERN = re.compile(rb"def\\s\+([A-Za-z_][A-Za-z0-9_]*)\\b")  # the patter
 _DEF_NAMES = re.compile(r"(?=def\s+(\w+))", re.ASCII)  # (a lookahead: `def def f` names both)
 
 
-def name_tuple(names) -> tuple:
-    """The names of a text as the per-text memo keeps them (``_NAME_SCANS``, the resolver's call keywords): sorted,
-    each once, interned. Only iterated (inverted into one index per generation), so a tuple (a frozenset's table
-    is several times the bytes) of names shared by every file (upstream vLLM's 2,234 files: the `def` names,
-    the `self.X =` names and the call keywords took 11.3 MB as frozensets of each file's own strings, 2.7 MB so)."""
-    return tuple(sorted({sys.intern(n) for n in names}))
-
-
 def _def_names(text) -> tuple:
     r"""The ASCII words after ``def`` and white space anywhere in ``text`` (:func:`name_tuple`):
     ``rb"def\s+NAME\b"`` matches the text exactly when NAME is one of them (the same ASCII classes as
     :func:`_compiled`)."""
     if not text or "def" not in text:
         return ()
-    return name_tuple(m.group(1) for m in _DEF_NAMES.finditer(text))
+    return interned_names(m.group(1) for m in _DEF_NAMES.finditer(text))
 
 
 # the pattern ``rb"self\." + NAME + rb"\s*(:[^=]*)?="`` (profile.py: subclasses that set an attribute)
@@ -1367,7 +1356,7 @@ def _self_set_names(text) -> tuple:
     lets through (``self.NAME == x``; a colon followed, anywhere later, by an ``=``)."""
     if not text or "self." not in text:
         return ()
-    return name_tuple(m.group(1) for m in _SELF_SETS.finditer(text))
+    return interned_names(m.group(1) for m in _SELF_SETS.finditer(text))
 
 
 # the fixed-form patterns :meth:`Index._name_scan` answers from per-text name sets: (pattern of the pattern, the

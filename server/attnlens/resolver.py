@@ -33,11 +33,11 @@ import os
 import re
 
 from . import model as M
-from .index import Index, Module, name_tuple
+from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
 from .profile import PlatformProfile
-from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, is_passthrough,
+from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, interned_names, is_passthrough,
                       triton_decorated)
 from .torchops import OpRegistry
 from .walk import Alt, Val, ValKind, Walk, alts_value
@@ -736,7 +736,7 @@ class Resolver:
         kw_re = self._KEYWORD
 
         def keywords(text) -> tuple:
-            return name_tuple(k.decode() for k in kw_re.findall((text or "").encode("utf-8", "surrogatepass")))
+            return interned_names(k.decode() for k in kw_re.findall((text or "").encode("utf-8", "surrogatepass")))
 
         per_file = tuple((modname, self.index.per_text(self.index.ws_files[modname], "call-keywords", keywords))
                          for modname in sorted(self.index.ws_files))

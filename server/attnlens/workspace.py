@@ -811,46 +811,37 @@ def _registry_signature(summary, text: str) -> str:
 
 
 class DerivedTextWriter:
-    """Writes a derived text to a hidden file of the cache folder; :meth:`commit` gives it its key's name and
-    records what it was derived from (:meth:`Workspace.store_derived`), unless it grew past ``max_chars`` (then
-    it is cheaper to recompute than to keep) or :meth:`discard` was called."""
+    """Writes a derived text into the cache folder as it is made (``cache.AtomicFile``); :meth:`commit` puts it
+    under its key's name and records what it was derived from (:meth:`Workspace.store_derived`), unless it grew
+    past ``max_chars`` (then it is cheaper to recompute than to keep) or :meth:`discard` was called."""
 
     def __init__(self, ws: "Workspace", key: str, max_chars: int):
-        import tempfile
+        from .cache import AtomicFile
 
         self.ws, self.key, self.max_chars = ws, key, max_chars
-        self.final = ws.cache.path("derived", f"{key}.txt")
-        os.makedirs(self.final.parent, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".txt", dir=self.final.parent)
-        self.f = os.fdopen(fd, "w", encoding="utf-8", newline="")
+        self.out: AtomicFile | None = AtomicFile(ws.cache.path("derived", f"{key}.txt"), text=True)
         self.chars = 0
 
     def write(self, chunk: str) -> None:
-        if self.f is None:
+        if self.out is None:
             return
         self.chars += len(chunk)
         if self.chars > self.max_chars:
             self.discard()
-            return
-        self.f.write(chunk)
+        else:
+            self.out.write(chunk)
 
     def commit(self) -> None:
-        if self.f is None:
+        out, self.out = self.out, None
+        if out is None:
             return
         try:
-            self.f.close()
-            self.f = None
-            os.replace(self.tmp, self.final)
+            out.commit()
         except OSError:
-            self.discard()
             return
-        self.ws.store_derived(self.key, ("text-file", self.final.name))
+        self.ws.store_derived(self.key, ("text-file", out.path.name))
 
     def discard(self) -> None:
-        if self.f is not None:
-            self.f.close()
-            self.f = None
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass
+        out, self.out = self.out, None
+        if out is not None:
+            out.discard()
