@@ -60,6 +60,31 @@ def paused():
             gc.enable()
 
 
+# Set by a process that owns its collector's policy and calls :func:`settle` from time to time (the language
+# server): :func:`loading` then freezes what it read. Elsewhere (tests, scripts using the library) a freeze would
+# keep for good whatever it caught, garbage cycles included.
+FREEZE_AFTER_LOADS = False
+
+
+@contextlib.contextmanager
+def loading():
+    """No collection while a burst of long-lived objects is read (a summary read back from the cache folder);
+    with ``FREEZE_AFTER_LOADS``, what was made is frozen after it, without a collection first (a young
+    collection per read-back would cost a millisecond each). Unfrozen, every summary read back made the next
+    full collections walk it: a server on upstream vLLM that read back a few thousand summaries spent twice as
+    long on its background work. The next :func:`settle` unfreezes them."""
+    was = gc.isenabled()
+    if was:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            if FREEZE_AFTER_LOADS:
+                gc.freeze()
+            gc.enable()
+
+
 def freeze_young() -> None:
     """Move every tracked object into the permanent generation without collecting (constant time):
     while the server loads thousands of summaries, a full collection would walk all of them

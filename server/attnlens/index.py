@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import functools
 import hashlib
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from . import gcpolicy
 from .cache import Cache
 from .pyincremental import IncrementalSummary
 from .pyindex import ModuleSummary, Stopped, decode_source, interned_names, summarize
@@ -44,17 +46,47 @@ SKIP_DIRS = {
 MAX_FILE_BYTES = 8 * 1024 * 1024
 
 
-@dataclass
 class Module:
-    name: str
-    path: str
-    summary: ModuleSummary
-    workspace: bool
-    is_package: bool
+    """A module of the index: its name, file and summary. The summary of a module read from the cache folder
+    can be dropped when many are loaded (:meth:`Index.module` keeps at most ``Index.SUMMARY_KEEP_MAX`` of
+    them) and is read back from the cache when asked again: memos hold ``Module`` objects, not summaries, so
+    a large workspace's memory is bounded by the summaries in use rather than every one a memo ever met."""
+
+    __slots__ = ("name", "path", "workspace", "is_package", "sha", "_summary", "_owner", "_hot")
+
+    def __init__(self, name: str, path: str, summary: ModuleSummary, workspace: bool, is_package: bool,
+                 owner: "Index | None" = None):
+        self.name = name
+        self.path = path
+        self.workspace = workspace
+        self.is_package = is_package
+        self.sha = summary.sha
+        self._summary = summary
+        self._owner = owner  # the index that reads a dropped summary back (None: never dropped)
+        self._hot = True  # asked since the last sweep of Index._shed_summaries (a second chance)
+
+    @property
+    def summary(self) -> ModuleSummary:
+        s = self._summary
+        if s is None:
+            return self._owner._summary_back(self)
+        self._hot = True
+        return s
 
     @property
     def package(self) -> str:
         return self.name if self.is_package else self.name.rpartition(".")[0]
+
+    def __eq__(self, other) -> bool:  # (as the dataclass it was: the same module, file and content)
+        if not isinstance(other, Module):
+            return NotImplemented
+        return (self.name, self.path, self.sha, self.workspace, self.is_package) == (
+            other.name, other.path, other.sha, other.workspace, other.is_package)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Module({self.name!r}, {self.path!r}, workspace={self.workspace})"
 
 
 @dataclass(frozen=True)
@@ -102,6 +134,10 @@ class Index:
         # the target's own suffixes in its import system's order (an exact `name + suffix` wins, as in FileFinder)
         self.ext_order = tuple(dict.fromkeys((target.ext_suffixes if target else []) + [".so", ".pyd"]))
         self._modules: dict[str, Module | None] = {}
+        self._kept: collections.deque = collections.deque()  # modules with a droppable summary, in load order
+        self._kept_lock = threading.Lock()  # (the summaries read back: never waits for _lock's summary builds)
+        self.summaries_dropped = 0  # sweeps of _shed_summaries
+        self.summaries_read_back = 0
         self._path_to_name: dict[str, str] = {}
         self._loc_cache: dict[str, Location | None] = {}
         self._dir_cache: dict[str, frozenset | None] = {}
@@ -131,6 +167,7 @@ class Index:
         self._text_memo: dict[str, tuple] = {}  # real path -> ((mtime_ns, size), text) of files read from disk
         self._text_memo_chars = 0
         self._per_text: dict = {}  # real path -> (buffer text or file stamp, {key: value}): see per_text
+        self._per_text_keys: dict = {}  # the per_text keys asked, each once
 
     def realpath(self, path) -> str:
         """``os.path.realpath`` memoised per index: a cold check of the real checkout resolved 3,000 paths
@@ -304,6 +341,8 @@ class Index:
             if modname in self._modules:
                 return self._modules[modname]
             mod = self._modules[modname] = self._read_module(modname)
+            if mod is not None and mod._owner is not None:
+                self._keep(mod)
             return mod
 
     def _read_module(self, modname: str) -> Module | None:
@@ -315,8 +354,74 @@ class Index:
         summ = self._summary_for(loc.path)
         if summ is None:
             return None
-        self._path_to_name.setdefault(self.realpath(loc.path), modname)
-        return Module(modname, loc.path, summ, self.is_workspace_path(loc.path), loc.is_package)
+        real = self.realpath(loc.path)
+        self._path_to_name.setdefault(real, modname)
+        return Module(modname, loc.path, summ, self.is_workspace_path(loc.path), loc.is_package,
+                      self if self._droppable(real, summ) else None)
+
+    # summaries read from the cache folder kept at once (a dropped one is read back when asked again: ~0.5 ms).
+    # Upstream vLLM as the workspace: a server's background checks loaded 1,786 modules, 175 MB of summaries;
+    # the real vLLM-MetaX checkout's whole check loads ~900 (never drops one)
+    SUMMARY_KEEP_MAX = int(os.environ.get("ATTNLENS_SUMMARY_KEEP_MAX") or 1000)
+
+    def _droppable(self, real: str, summ: ModuleSummary) -> bool:
+        """Can this summary of a file be dropped and read back: it is in the cache folder under its sha (not an
+        open buffer's, not an error's)?"""
+        return bool(summ.sha) and self.cache.enabled and real not in self._overlays \
+            and self.cache.has_pickle("py", summ.sha)
+
+    def _keep(self, mod: Module) -> None:
+        """Note a droppable summary loaded; past ``SUMMARY_KEEP_MAX`` drop some."""
+        with self._kept_lock:
+            self._keep_locked(mod)
+
+    def _keep_locked(self, mod: Module) -> None:
+        kept = self._kept
+        kept.append(mod)
+        if len(kept) <= self.SUMMARY_KEEP_MAX:
+            return
+        # down to 90 %: those loaded first and not asked since the last sweep are dropped; a module asked since
+        # gets a second chance ("clock" eviction: a mark set by Module.summary, no bookkeeping per request)
+        target = self.SUMMARY_KEEP_MAX * 9 // 10
+        passes = 2 * len(kept)  # (after one pass every mark is cleared: the loop ends)
+        while len(kept) > target and passes > 0:
+            passes -= 1
+            m = kept.popleft()
+            if m._summary is None:
+                continue
+            if m._hot and self._modules.get(m.name) is m:
+                m._hot = False
+                kept.append(m)
+                continue
+            m._summary = None
+        self.summaries_dropped += 1
+
+    def _summary_back(self, mod: Module) -> ModuleSummary:
+        """The summary of ``mod`` after it was dropped: read back from the cache folder (the same content: the
+        same sha), else the module read again (a cache file gone: then kept for good). Not under ``_lock``: a
+        request never waits here for another thread's summary build."""
+        with gcpolicy.loading():
+            s = self.cache.load_pickle("py", mod.sha)
+        if s is None:
+            with self._lock:
+                again = self._read_module(mod.name)
+            s = again.summary if again is not None and again.sha == mod.sha else \
+                ModuleSummary(path=mod.path, sha=mod.sha, error="summary no longer available (its file changed)")
+            with self._kept_lock:
+                mod._owner = None
+                mod._summary = s
+            return s
+        s.path = mod.path
+        with self._kept_lock:
+            cur = mod._summary
+            if cur is not None:
+                return cur  # (another thread read it back first)
+            mod._summary = s
+            mod._hot = True
+            self.summaries_read_back += 1
+            if self._modules.get(mod.name) is mod:
+                self._keep_locked(mod)
+        return s
 
     def transient_module(self, modname: str) -> Module | None:
         """The module as :meth:`module` gives it, without keeping a module that is not loaded yet: its summary is
@@ -762,6 +867,11 @@ class Index:
         per-generation scans used to recompute for every file after each keystroke."""
         real = self.realpath(path)
         token = self._text_stamp(real, path)
+        keys = self._per_text_keys  # (one key object for every file: upstream vLLM's ~100,000 (key, file) values
+        # held 10 MB of equal key tuples, one made per call)
+        if len(keys) > 100_000:
+            keys.clear()
+        key = keys.setdefault(key, key)
         hit = self._per_text.get(real)
         if hit is not None and token is not None and (hit[0] is token or (type(token) is tuple and hit[0] == token)):
             vals = hit[1]
@@ -1126,6 +1236,8 @@ class Index:
             self._changes_floor = self.generation
             self.outside_generation = self.generation
             self._modules.clear()
+            with self._kept_lock:
+                self._kept.clear()
             self._loc_cache.clear()
             self._dir_cache.clear()
             self._scan_workspace()

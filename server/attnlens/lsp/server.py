@@ -29,6 +29,7 @@ from lsprotocol import types as T
 from pygls.lsp.server import LanguageServer
 
 from .. import __version__
+from .. import gcpolicy
 from ..gcpolicy import freeze_young
 from .analysis import LRU, REFRESH_STEP_S, Analysis
 from .capabilities import ClientCaps
@@ -97,6 +98,7 @@ def _in_method(method: str, f: Callable) -> Callable:
 class AttnLensServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("attnlens", __version__, text_document_sync_kind=T.TextDocumentSyncKind.Incremental)
+        gcpolicy.FREEZE_AFTER_LOADS = True  # (this process settles its collector: settle_memory)
         self.settings = Settings()
         self.cli_defaults: dict = {}  # `attnlens serve --python/--cache-dir/...`: below client settings
         self.cli_root: str | None = None  # `attnlens serve --root`: used when the client names no folder
