@@ -368,6 +368,7 @@ async def run_server(exe: str, root: Path, python: str, cache: Path, env: dict, 
         while time.perf_counter() < settle_deadline:
             r = await req("workspace/executeCommand", {"command": "attnlens.status", "arguments": []}, hover_timeout)
             n = (r.get("result") or {}).get("callSitesIndexed")
+            res["summaries"] = (r.get("result") or {}).get("summaries")  # (modules loaded, summaries in memory)
             if (r.get("result") or {}).get("callSitesIndex") == "on demand":
                 res["indexed_s"], res["call_sites_indexed"] = time.perf_counter() - t0, "on demand"
                 break
@@ -476,6 +477,10 @@ def details(r: dict) -> list[str]:
         out.append("  background call-site index: " + (f"complete after {f1(sv['indexed_s'])} s "
                    f"({sv['call_sites_indexed']} sites)" if sv["indexed_s"] is not None
                    else "not complete within the settle timeout (RSS read then)"))
+        sm = sv.get("summaries")
+        if sm:
+            out.append(f"  summaries then: {sm.get('modules')} modules loaded, {sm.get('inMemory')} in memory (bound "
+                       f"{sm.get('keepMax')}), {sm.get('readBack')} read back from the cache folder")
     if sv.get("error"):
         out.append(f"  server error: {sv['error']}")
     if sv.get("hovers"):

@@ -90,9 +90,12 @@ def test_answers_are_the_same_with_two_summaries_kept(tmp_path, monkeypatch):
     got = _answers(ws)
     assert got == want
     idx = ws.index
-    assert idx.summaries_dropped > 0 and idx.summaries_read_back > 0
-    kept = [m for m in idx._modules.values() if m is not None and m._summary is not None]
-    assert len(kept) <= 2 + 1  # (the bound, and the one being read when it was passed)
+    assert idx.summary_sweeps > 0 and idx.summaries_read_back > 0
+    stats = ws.query.summary_stats()
+    assert sorted(n for n, m in idx._modules.items() if m is not None) == sorted(NAMES)
+    assert (stats["modules"], stats["keepMax"]) == (len(NAMES), 2)
+    assert stats["inMemory"] <= 2 + 1  # (the bound, and the one read when it was passed)
+    assert stats["sweeps"] == idx.summary_sweeps > 0 and stats["readBack"] == idx.summaries_read_back > 0
 
 
 def test_a_dropped_summary_comes_back_equal_and_the_module_object_stays(tmp_path, monkeypatch):

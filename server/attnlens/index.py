@@ -136,7 +136,7 @@ class Index:
         self._modules: dict[str, Module | None] = {}
         self._kept: collections.deque = collections.deque()  # modules with a droppable summary, in load order
         self._kept_lock = threading.Lock()  # (the summaries read back: never waits for _lock's summary builds)
-        self.summaries_dropped = 0  # sweeps of _shed_summaries
+        self.summary_sweeps = 0  # times SUMMARY_KEEP_MAX was passed (summaries dropped)
         self.summaries_read_back = 0
         self._path_to_name: dict[str, str] = {}
         self._loc_cache: dict[str, Location | None] = {}
@@ -394,7 +394,7 @@ class Index:
                 kept.append(m)
                 continue
             m._summary = None
-        self.summaries_dropped += 1
+        self.summary_sweeps += 1
 
     def _summary_back(self, mod: Module) -> ModuleSummary:
         """The summary of ``mod`` after it was dropped: read back from the cache folder (the same content: the
@@ -579,6 +579,14 @@ class Index:
 
     def loaded_modules(self) -> list[Module]:
         return [m for m in self._modules.values() if m is not None]
+
+    def summary_stats(self) -> dict:
+        """``modules`` loaded (names looked up that are modules), ``inMemory`` (their summaries in memory now),
+        ``keepMax`` (the bound on droppable ones), ``sweeps`` (times it was passed) and ``readBack`` (dropped
+        summaries read back from the cache folder)."""
+        mods = [m for m in list(self._modules.values()) if m is not None]
+        return {"modules": len(mods), "inMemory": sum(1 for m in mods if m._summary is not None),
+                "keepMax": self.SUMMARY_KEEP_MAX, "sweeps": self.summary_sweeps, "readBack": self.summaries_read_back}
 
     def loaded_count(self) -> int:
         """How many module names have been looked up so far (grows when :meth:`loaded_modules` may have)."""

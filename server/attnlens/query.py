@@ -179,6 +179,11 @@ class Query:
         """The paths of the workspace's modules."""
         return list(self.ws.index.ws_files.values())
 
+    def summary_stats(self) -> dict:
+        """How many modules are loaded, how many summaries are in memory, and how often summaries were dropped
+        and read back (:attr:`attnlens.index.Index.SUMMARY_KEEP_MAX`)."""
+        return self.ws.index.summary_stats()
+
     def installed_sources(self, folder: str, skip_dirs=()) -> Iterator[tuple[str, bytes]]:
         """(path, bytes) of the Python files under an installed package's folder (no summary built)."""
         from .index import iter_py_bytes

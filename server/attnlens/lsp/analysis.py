@@ -272,6 +272,7 @@ class Analysis(CallsMixin, SymbolsMixin):
             # "pending" right after edits: requests then answer with the never-selected set of before them
             "neverSelected": "checked" if q.never_selected_checked() else "pending",
             "callSitesIndexed": len(self.calls) if self.calls.complete else None,
+            "summaries": q.summary_stats(),
             "callSitesIndex": ("complete" if self.calls.complete else
                                "on demand" if self.callsites_on_demand and not self.calls.by_path else
                                "building" if not self.calls.by_path else "updating"),
