@@ -437,3 +437,53 @@ def test_name_scans_keep_sorted_tuples_of_shared_names():
     d = _self_set_names("".join(["self.sca", "le: float = 0.5\n"]))
     assert c == ("bias", "scale") and d == ("scale",) and c[1] is d[0]
     assert _def_names("x = 1\n") == () and _self_set_names(None) == ()
+
+
+def test_word_literal_patterns_read_only_the_texts_whose_words_can_match(tmp_path, monkeypatch):
+    """A pattern every match of which contains a literal made of word characters is first tested on each file's
+    words (``Index.file_words``): the same answers as searching every text, and with no text kept, only the files
+    whose words contain the literal are read again. ``has_word`` is the whole-word test of an identifier."""
+    import re
+
+    from attnlens import index as IX
+    from tests.helpers import fixture_ws
+
+    ws = fixture_ws(tmp_path, {
+        "fx/__init__.py": "# the package\n",
+        "fx/a.py": "import aiter\nfrom aiter.ops import mla\n",
+        "fx/b.py": "waiter = 1  # a word that contains it\n",
+        "fx/c.py": "x = 'ai' + 'ter'\nñaiter_x = 2\n",
+        "fx/d.py": "def run_aiter_kernel():\n    return run_aiter(1)\n",
+    })
+    idx = ws.index
+    idx.TEXT_MEMO_CHARS = 0  # (no text kept: every text asked is a read of the file)
+    pats = [rb"aiter", rb"\baiter\b", rb"import[ \t]+aiter|from[ \t]+aiter", rb"run_aiter\b", rb"a.ter"]
+    files = sorted(idx.ws_files.items())
+    want = {p: [n for n, path in files if re.search(p.decode(), (Path(path).read_text()), re.ASCII)] for p in pats}
+    assert want[rb"aiter"] == ["fx.a", "fx.b", "fx.c", "fx.d"] and want[rb"\baiter\b"] == ["fx.a"]
+    for n, path in files:
+        idx.file_words(path)  # (the words first: what follows counts the texts the scans read)
+    reads = []
+    dec = IX.decode_source
+    monkeypatch.setattr(IX, "decode_source", lambda data: reads.append(data) or dec(data))
+    for p in pats:
+        reads.clear()
+        assert [n for n, path in files if idx.text_matches(path, p)] == want[p], p
+        if p == rb"\baiter\b":
+            assert len(reads) == 4  # every file has a word that contains "aiter" (ñaiter_x, run_aiter_kernel)
+        if p == rb"run_aiter\b":
+            assert len(reads) == 1  # only fx/d.py's words contain "run_aiter"
+        if p == rb"a.ter":
+            assert len(reads) == 4  # (its literal "ter": every file but the package's comment)
+    assert [n for n, path in files if idx.has_word(path, "aiter")] == ["fx.a"]
+    assert [n for n, path in files if idx.has_word(path, "run_aiter")] == ["fx.d"]
+    assert [n for n, path in files if idx.has_word(path, "ai")] == ["fx.c"]  # (in a string: a word of the text)
+    assert not any(idx.has_word(path, "aite") for _n, path in files)
+    assert idx.file_words(str(ws.root / "fx/c.py")) == "\n2\nai\nter\nx\nñaiter_x\n"
+    # texts at hand (kept by source_text, or open buffers) are searched as they are: no words computed for them
+    ws2 = fixture_ws(tmp_path / "kept", {"fx/__init__.py": "", "fx/a.py": "import aiter\n", "fx/b.py": "x = 1\n"})
+    idx2 = ws2.index
+    for _n, path in sorted(idx2.ws_files.items()):
+        idx2.source_text(path)
+    assert [n for n, path in sorted(idx2.ws_files.items()) if idx2.text_matches(path, rb"\baiter\b")] == ["fx.a"]
+    assert not any(("words",) in vals for _tok, vals in idx2._per_text.values())

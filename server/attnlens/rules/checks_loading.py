@@ -1554,17 +1554,13 @@ def _uncalled_function(ctx, scope: str) -> str | None:
         return None
     rx = re.compile(r"(?<![\w])" + re.escape(top) + r"(?![\w])")
     idx = ctx.ws.index
-
-    def mentions(text) -> bool:
-        return bool(text) and top in text and rx.search(text) is not None
-
     files = sorted(idx.ws_files.items())
     for name, _p in files:
         ctx.note_dep(name, ctx.engine.current_sha(name))  # a call added anywhere changes the answer
-    # per file and name, while the file's text stays (Index.per_text; the texts themselves were kept by this
-    # check's memo: 43 MB for upstream vLLM)
+    # from each file's words, kept while its text stays (Index.has_word: the texts themselves were kept by this
+    # check's memo, 43 MB for upstream vLLM; then each (name, file) was a read of the file where texts are not kept)
     for name, p in files:
-        if name != ctx.mod.name and idx.per_text(p, ("al117-mentions", top), mentions):
+        if name != ctx.mod.name and idx.has_word(p, top):
             return None
     own_op = re.compile(r"torch\.ops\.\w+\." + re.escape(top) + r"\b")  # the op of the same name is no call
     hits = [i for i, line in enumerate(ctx.lines, 1) if rx.search(own_op.sub("", line.split("#", 1)[0]))]

@@ -157,21 +157,53 @@ def _upstream_registration(ws, ns: str, op: str) -> OpReg | None:
     return None
 
 
-def _ws_texts(idx) -> list[tuple[str, str]]:
-    """(module name, text) of every workspace file, in name order (read once per :func:`variants`)."""
-    return [(name, text) for name, path in sorted(idx.ws_files.items()) if (text := idx.source_text(path))]
+def _ws_files(idx) -> list[tuple[str, str]]:
+    """(module name, path) of every workspace file, in name order."""
+    return sorted(idx.ws_files.items())
 
 
-def _ws_modules_with(idx, needle: str, texts: list | None = None):
-    """(module, text) of the workspace files whose text contains ``needle``, in name order (the test is
-    memoised per file content: ``Index.per_text``)."""
+_OPS_PREFIX = "torch.ops."
+_RUN = re.compile(r"[\w.]*")
+_PLAIN_NEEDLE = re.compile(r"[\w.]+")
+
+
+def _ops_refs(text: str | None) -> tuple:
+    """The ``torch.ops.`` references of a text: from each place it spells ``torch.ops.``, the run of word
+    characters and dots that follows, sorted, each once (interned). A text contains ``torch.ops.ns.op`` exactly
+    when one of them starts with it (every character of such a needle is a word character or a dot)."""
+    if not text:
+        return ()
+    from ..pyindex import interned_names
+
+    out = set()
+    i = text.find(_OPS_PREFIX)
+    while i >= 0:
+        out.add(text[i:_RUN.match(text, i + len(_OPS_PREFIX)).end()])
+        i = text.find(_OPS_PREFIX, i + 1)
+    return interned_names(out)
+
+
+def _has(idx, path: str, needle: str) -> bool:
+    """Does the text of ``path`` contain ``needle`` (memoised per file content: ``Index.per_text``)? A
+    ``torch.ops.`` needle is answered from the file's :func:`_ops_refs`, one scan per file for every op asked
+    (upstream vLLM as the workspace: ~45 op needles, each a read of all 2,234 files when the texts are not kept)."""
+    if needle.startswith(_OPS_PREFIX) and _PLAIN_NEEDLE.fullmatch(needle):
+        return any(r.startswith(needle) for r in idx.per_text(path, ("torch-ops-refs",), _ops_refs))
+
     def has(text) -> bool:
         return text is not None and needle in text
 
-    for name, text in (texts if texts is not None else _ws_texts(idx)):
-        if not idx.per_text(idx.ws_files.get(name, name), ("contains", needle), has):
+    return idx.per_text(path, ("contains", needle), has)
+
+
+def _ws_modules_with(idx, needle: str, files: list | None = None):
+    """(module, text) of the workspace files whose text contains ``needle``, in name order; only those texts are
+    read (:func:`_has`)."""
+    for name, path in (files if files is not None else _ws_files(idx)):
+        if not _has(idx, path, needle):
             continue
-        m = idx.module(name)
+        text = idx.source_text(path)
+        m = idx.module(name) if text else None
         if m is not None:
             yield m, text
 
@@ -196,11 +228,11 @@ def _class_ops(text_lines: list[str], start: int, end: int) -> set:
     return found
 
 
-def _by_call_site(ws, reg: OpReg, memo: dict, texts: list | None = None) -> OpReg | None:
+def _by_call_site(ws, reg: OpReg, memo: dict, files: list | None = None) -> OpReg | None:
     """The upstream op whose call sites in upstream base classes match the plugin op's call sites; memoised
     by the content of the workspace modules that call it (and installed code)."""
     needle = f"torch.ops.{reg.ns}.{reg.op}"
-    mods = list(_ws_modules_with(ws.index, needle, texts))
+    mods = list(_ws_modules_with(ws.index, needle, files))
     key = ("opvariants.by_call_site", reg.ns, reg.op, tuple((m.name, m.summary.sha) for m, _t in mods))
     return ws.index.outside_memo(key, lambda: _by_call_site_in(ws, reg, memo, needle, mods))
 
@@ -244,24 +276,24 @@ def variants(ws) -> list[Variant]:
     """Every workspace ``direct_register_custom_op`` registration paired with the upstream op it mirrors."""
     idx = ws.index
     memo: dict = {}
-    texts = _ws_texts(idx)
+    files = _ws_files(idx)
     out = []
-    for m, _text in _ws_modules_with(idx, REGISTER, texts):
-        out.extend(variants_in(ws, m, memo, texts))
+    for m, _text in _ws_modules_with(idx, REGISTER, files):
+        out.extend(variants_in(ws, m, memo, files))
     return out
 
 
-def variants_in(ws, m, memo: dict | None = None, texts: list | None = None) -> list[Variant]:
+def variants_in(ws, m, memo: dict | None = None, files: list | None = None) -> list[Variant]:
     """The registrations of workspace module ``m`` paired with the upstream ops they mirror (what
     :func:`variants` collects for one module: a check of one module needs no other module's pairs).
-    ``memo`` / ``texts``: the class-op memo and the workspace texts, shared by the callers that pair
+    ``memo`` / ``files``: the class-op memo and the workspace files, shared by the callers that pair
     several modules."""
     from .api import run_steps
 
-    return run_steps(variant_steps_in(ws, m, memo, texts))
+    return run_steps(variant_steps_in(ws, m, memo, files))
 
 
-def variant_steps_in(ws, m, memo: dict | None = None, texts: list | None = None):
+def variant_steps_in(ws, m, memo: dict | None = None, files: list | None = None):
     """:func:`variants_in` as steps (``rules.api.run_steps``): a generator that yields after each
     registration and returns the list."""
     if not m.workspace:
@@ -279,9 +311,9 @@ def variant_steps_in(ws, m, memo: dict | None = None, texts: list | None = None)
             if up is not None:
                 break
         if up is None:
-            if texts is None:
-                texts = _ws_texts(ws.index)
-            up = _by_call_site(ws, reg, memo, texts)
+            if files is None:
+                files = _ws_files(ws.index)
+            up = _by_call_site(ws, reg, memo, files)
             via = "call_site"
         if up is not None and up.module is not m:
             out.append(Variant(reg, up, via))
