@@ -122,3 +122,13 @@ def group_members(pgid: int | None) -> list[int]:
     if not pgid:
         return []
     return [p for p, (_pp, g, s) in proc_table().items() if g == pgid and s != "Z"]
+
+
+def file_reads(monkeypatch) -> list:
+    """The list that every file text the index decodes from now on is appended to (its bytes): what a scan read."""
+    from attnlens import index as IX
+
+    reads: list = []
+    dec = IX.decode_source
+    monkeypatch.setattr(IX, "decode_source", lambda data: reads.append(data) or dec(data))
+    return reads

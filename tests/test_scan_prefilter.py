@@ -445,8 +445,7 @@ def test_word_literal_patterns_read_only_the_texts_whose_words_can_match(tmp_pat
     whose words contain the literal are read again. ``has_word`` is the whole-word test of an identifier."""
     import re
 
-    from attnlens import index as IX
-    from tests.helpers import fixture_ws
+    from tests.helpers import file_reads, fixture_ws
 
     ws = fixture_ws(tmp_path, {
         "fx/__init__.py": "# the package\n",
@@ -463,9 +462,7 @@ def test_word_literal_patterns_read_only_the_texts_whose_words_can_match(tmp_pat
     assert want[rb"aiter"] == ["fx.a", "fx.b", "fx.c", "fx.d"] and want[rb"\baiter\b"] == ["fx.a"]
     for n, path in files:
         idx.file_words(path)  # (the words first: what follows counts the texts the scans read)
-    reads = []
-    dec = IX.decode_source
-    monkeypatch.setattr(IX, "decode_source", lambda data: reads.append(data) or dec(data))
+    reads = file_reads(monkeypatch)
     for p in pats:
         reads.clear()
         assert [n for n, path in files if idx.text_matches(path, p)] == want[p], p

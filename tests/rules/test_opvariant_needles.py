@@ -3,9 +3,8 @@ one scan per file of its ``torch.ops.`` references (``opvariants._ops_refs``), e
 
 from __future__ import annotations
 
-from attnlens import index as IX
 from attnlens.rules import opvariants as OV
-from tests.helpers import fixture_ws
+from tests.helpers import file_reads, fixture_ws
 
 TEXTS = [
     "",
@@ -40,9 +39,7 @@ def test_a_workspace_scan_reads_each_file_once_for_every_op(tmp_path, monkeypatc
     })
     idx = ws.index
     idx.TEXT_MEMO_CHARS = 0  # (no text kept: every text asked is a read of the file)
-    reads = []
-    dec = IX.decode_source
-    monkeypatch.setattr(IX, "decode_source", lambda data: reads.append(data) or dec(data))
+    reads = file_reads(monkeypatch)
     found = {n: [m.name for m, _t in OV._ws_modules_with(idx, n)] for n in
              ("torch.ops._C.rms_norm", "torch.ops.vllm.unified_attention", "torch.ops._C.silu", "torch.ops._C")}
     assert found == {"torch.ops._C.rms_norm": ["p.a"], "torch.ops.vllm.unified_attention": ["p.b"],
