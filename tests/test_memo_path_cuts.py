@@ -105,3 +105,14 @@ def test_a_cut_inside_is_memoised_and_a_cut_above_is_not(tmp_path):
                                            ("triton_kernel", "fx.ops._scale", ["not (n)"])]
     assert _leaves(ws, "run", "pong") == [("triton_kernel", "fx.ops._scale", ["n", "not (n)"]),
                                            ("triton_kernel", "fx.ops._copy", ["not (n)"])]
+
+
+def test_equal_met_sets_of_the_memos_are_one_object(tmp_path):
+    """What each memoised subtree met (its cycle test) is kept once per distinct value: upstream vLLM's `sites`
+    held 89,913 such sets, 61 MB, of 13,102 distinct values."""
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    _answers(ws)
+    r = ws.resolver
+    mets = [v[3] for v in r._follow_memo.values()] + [v[2] for v in r._reach_memo.values()]
+    assert len(mets) == 6 and len(set(mets)) == 2
+    assert len({id(m) for m in mets}) == 2

@@ -117,6 +117,7 @@ class Resolver:
         self._karg_memo: dict = {}  # call site -> the Triton kernel handed to it (or None), this generation
         self._import_map_memo: tuple | None = None  # (generation, import hooks' module map)
         self._reach_memo: dict = {}  # kernels reached by a multi-call function, this generation
+        self._met_table: dict = {}  # each distinct `met` set of the memos once (_shared_met)
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
         self.rebind_cache: dict = {}  # patches: does a module rebind attributes?
@@ -1036,6 +1037,7 @@ class Resolver:
             self._follow_memo.clear()
             self._mro_memo.clear()
             self._karg_memo.clear()
+            self._met_table.clear()
             self._memo_gen = self.index.generation
 
     def _resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
@@ -1545,12 +1547,21 @@ class Resolver:
                 self._follow_memo.clear()
             # complete, or cut only by the leaf / depth bounds (then the same for the same budget and depth);
             # with what it met on the way: on a path through any of those, a fresh trace would end in a cycle
-            met = frozenset(met)
+            met = self._shared_met(met)
             if outside == 0:  # complete: reusable wherever a walk has as much room (Walk.has_room)
                 self._follow_memo[mkey] = (fin, tuple(w.hops[n0:]), (w.fork_depth, w.budget), met)
             else:
                 self._follow_memo[mkey + (w.budget, w.fork_depth)] = (fin, tuple(w.hops[n0:]), None, met)
         return fin
+
+    def _shared_met(self, met) -> frozenset:
+        """``met`` (what a memoised subtree met) as a frozenset shared with every equal one: upstream vLLM's
+        `sites` kept 89,913 of them in its memos, 61 MB, of 13,102 distinct values (15.5 MB)."""
+        fs = frozenset(met)
+        table = self._met_table
+        if len(table) > 200_000:
+            table.clear()
+        return table.setdefault(fs, fs)
 
     def _visits_push(self) -> int:
         self._visits.append(set())
@@ -1791,7 +1802,7 @@ class Resolver:
             truncated = f"leaf limit ({M.MAX_LEAVES}): {skipped} calls not expanded"
         if truncated is not None:
             self._bound_cut()
-        met = frozenset(self._visits_pop(vis_n))
+        met = self._shared_met(self._visits_pop(vis_n))
         outside = None if partial else self._outside_cuts(cuts0, inner0, n_log, w.seen)
         if partial:
             w.partial = True
