@@ -101,8 +101,8 @@ def test_sites_split_over_two_processes_gives_what_one_gives(tmp_path, monkeypat
 
 @needs_two
 def test_a_spool_folder_that_cannot_be_written_runs_every_item_here(tmp_path):
-    """No file can be made in the spool folder (a read-only or missing cache folder): no helper, every result
-    made here, in order."""
+    """No file can be made in the spool folder (read-only, or a path under a file, which cannot be made): no
+    helper, every result made here, in order."""
     parent = os.getpid()
     blocker = tmp_path / "a-file"
     blocker.write_text("")

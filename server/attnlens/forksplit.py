@@ -49,16 +49,17 @@ def iter_split(n: int, work: Callable[[int], object], spool_dir, in_helper: Call
     each), a forked helper the second, each in order, when ``allowed`` and there are two cores. The halves are
     fixed, not claimed as the two go: ``work`` may depend on what its process computed before (memos), and the
     results must not depend on timing. The helper writes its results to an unnamed spool file in ``spool_dir``
-    as it makes them; they are read back one at a time once this process's half is done and the helper has
+    (made when missing) as it makes them; they are read back one at a time once this process's half is done and the helper has
     ended. ``in_helper`` runs first in the helper (drop what belongs to this process's other children);
     ``helper_done`` after its last item (put what it cached on disk). A ``work`` that raises in the helper
     leaves its items to this process, which then raises as it would alone."""
     spool = None
     if allowed and n >= 2 and cores() >= 2 and hasattr(os, "fork"):
         try:
+            os.makedirs(spool_dir, exist_ok=True)
             spool = tempfile.TemporaryFile(dir=spool_dir)
         except OSError:
-            spool = None
+            spool = None  # (no spool file: every item here)
     if spool is None:
         for i in range(n):
             yield work(i)

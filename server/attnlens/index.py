@@ -365,10 +365,10 @@ class Index:
     SUMMARY_KEEP_MAX = int(os.environ.get("ATTNLENS_SUMMARY_KEEP_MAX") or 1000)
 
     def _droppable(self, real: str, summ: ModuleSummary) -> bool:
-        """Can this summary of a file be dropped and read back: it is in the cache folder under its sha (not an
-        open buffer's, not an error's)?"""
-        return bool(summ.sha) and self.cache.enabled and real not in self._overlays \
-            and self.cache.has_pickle("py", summ.sha)
+        """Can this summary of a file be dropped and read back: a file's (not an open buffer's) with a sha, where
+        there is a cache folder (``_summary_for`` read it from there or stored it; one whose file did not get
+        written is read again by :meth:`_summary_back`)?"""
+        return bool(summ.sha) and self.cache.enabled and real not in self._overlays
 
     def _keep(self, mod: Module) -> None:
         """Note a droppable summary loaded; past ``SUMMARY_KEEP_MAX`` drop some."""
@@ -705,23 +705,22 @@ class Index:
                                       lazy=True))
         return bool(self.per_text(path, ("matching", pattern), functools.partial(_text_matches, pattern)))
 
-    def _matches_lazily(self, path: str, pattern: bytes, read) -> bool:
+    def _matches_lazily(self, path: str, pattern: bytes, real: str, token) -> bool:
         """:meth:`text_matches` of a pattern with word-only literals: a text at hand (an open buffer, or kept by
         :meth:`source_text`, or one the memo has room for) is searched as it is; once the memo is full, a text to
         read from the file is first ruled out by the file's words, computed at that read and kept (computed for
         every file, they took the server's first hover on upstream vLLM from 0.8 to 2 s)."""
-        real, _path, token = read.args
         if type(token) is str:
             return _text_matches(pattern, token)
         kept = self._text_memo.get(real)
         if kept is not None and kept[0] == token:
             return _text_matches(pattern, kept[1])
         if token is None or self._text_memo_chars + token[1] <= self.TEXT_MEMO_CHARS:
-            return _text_matches(pattern, read())  # (kept from now on)
+            return _text_matches(pattern, self._text_at(real, path, token))  # (kept from now on)
         words = self.file_words(path)
         if not any(lit in words for lit in _compiled(pattern)[1]):
             return False
-        return _text_matches(pattern, read())
+        return _text_matches(pattern, self._text_at(real, path, token))
 
     def file_words(self, path: str) -> str:
         """The words of the current text of ``path`` (maximal runs of word characters, ``\\w+``), each once,
@@ -912,7 +911,8 @@ class Index:
         file's text (it kept every text it was asked about: 43 MB of a server on upstream vLLM). For cheap
         whole-file facts of workspace files (does it match a pattern, which keywords does it pass) that
         per-generation scans used to recompute for every file after each keystroke. With ``lazy``, ``fn`` is
-        given a function that reads the text, so a value found without it reads nothing."""
+        given the file's real path and stamp instead (``_text_at`` reads the text), so a value found without the
+        text reads nothing."""
         real = self.realpath(path)
         token = self._text_stamp(real, path)
         keys = self._per_text_keys  # (one key object for every file: upstream vLLM's ~100,000 (key, file) values
@@ -927,7 +927,7 @@ class Index:
                 return vals[key]
         else:
             vals = None
-        val = fn(functools.partial(self._text_at, real, path, token)) if lazy else fn(self._text_at(real, path, token))
+        val = fn(real, token) if lazy else fn(self._text_at(real, path, token))
         if token is not None:
             if vals is None:
                 if len(self._per_text) > self.PER_TEXT_MAX_FILES:
@@ -1505,7 +1505,7 @@ _DEF_NAMES = re.compile(r"(?=def\s+(\w+))", re.ASCII)  # (a lookahead: `def def 
 
 
 def _def_names(text) -> tuple:
-    r"""The ASCII words after ``def`` and white space anywhere in ``text`` (:func:`name_tuple`):
+    r"""The ASCII words after ``def`` and white space anywhere in ``text`` (:func:`pyindex.interned_names`):
     ``rb"def\s+NAME\b"`` matches the text exactly when NAME is one of them (the same ASCII classes as
     :func:`_compiled`)."""
     if not text or "def" not in text:

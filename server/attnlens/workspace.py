@@ -272,12 +272,8 @@ class Workspace:
                 weights.append(float(os.path.getsize(idx.ws_files[n])))
             except OSError:
                 weights.append(0.0)
-        spool = idx.cache.folder  # (the helper's records wait there, in an unnamed file, until they are read)
-        try:
-            os.makedirs(spool, exist_ok=True)
-        except OSError:
-            pass  # (no spool file then: iter_split runs every module here)
-        for part in forksplit.iter_split(len(names), one, spool, idx.after_fork_in_child, weights=weights,
+        # (the helper's records wait in the cache folder, in an unnamed file, until they are read)
+        for part in forksplit.iter_split(len(names), one, idx.cache.folder, idx.after_fork_in_child, weights=weights,
                                          helper_done=flush_all):
             yield from part
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..pyindex import interned_names
 from ..walk import ValKind
 
 _OPS_RE = re.compile(r"torch\.ops\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
@@ -173,8 +174,6 @@ def _ops_refs(text: str | None) -> tuple:
     when one of them starts with it (every character of such a needle is a word character or a dot)."""
     if not text:
         return ()
-    from ..pyindex import interned_names
-
     out = set()
     i = text.find(_OPS_PREFIX)
     while i >= 0:
