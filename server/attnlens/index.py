@@ -77,14 +77,6 @@ class Module:
     def package(self) -> str:
         return self.name if self.is_package else self.name.rpartition(".")[0]
 
-    def __eq__(self, other) -> bool:  # (as the dataclass it was: the same module, file and content)
-        if not isinstance(other, Module):
-            return NotImplemented
-        return (self.name, self.path, self.sha, self.workspace, self.is_package) == (
-            other.name, other.path, other.sha, other.workspace, other.is_package)
-
-    __hash__ = None
-
     def __repr__(self) -> str:
         return f"Module({self.name!r}, {self.path!r}, workspace={self.workspace})"
 
