@@ -125,6 +125,7 @@ class PlatformProfile:
         self._info: PlatformInfo | None = None
         self._gen = -1
         self._memo: dict = {}
+        self._ctx_memo: dict = {}  # guard key -> [(values being resolved that cut it, its value then)] (evaluate)
         self._active_eval: set = set()  # function results being evaluated (recursion guard)
         self._overrides: tuple | None = None  # (generation, config_overrides())
 
@@ -135,6 +136,7 @@ class PlatformProfile:
             self._info = self._discover()
             self._gen = self.r.index.generation
             self._memo.clear()
+            self._ctx_memo.clear()
         return self._info
 
     def _discover(self) -> PlatformInfo:
@@ -226,6 +228,7 @@ class PlatformProfile:
         key = ("m", name, args)
         if key in self._memo:
             return self._memo[key]
+        mark = self.r.cut_mark()
         vals = set()
         unknown = False
         for cv in self.info.classes:
@@ -239,7 +242,8 @@ class PlatformProfile:
             else:
                 vals.add(val)
         res = vals.pop() if (len(vals) == 1 and not unknown) else None
-        self._memo[key] = res
+        if self.r.clean_since(mark):
+            self._memo[key] = res
         return res
 
     def _eval_method(self, v, enum: str | None):
@@ -291,12 +295,23 @@ class PlatformProfile:
         node = _parse_guard(text)
         if node is None:
             return None
+        # a value cut at values being resolved above it is memoised with them, for where they are (Resolver.outside_since)
+        for deps, res in self._ctx_memo.get(key, ()):
+            if self.r.replay_cuts(deps):
+                return res
+        mark = self.r.cut_mark()
         try:
             val = self._eval(mod, scope, node, 0)
         except RecursionError:
             val = None
         res = val if isinstance(val, bool) else (bool(val) if isinstance(val, (int, str)) and val is not None else None)
-        self._memo[key] = res
+        deps = self.r.outside_since(mark)
+        if deps is not None and not deps:
+            self._memo[key] = res
+        elif deps:
+            alts = self._ctx_memo.setdefault(key, [])
+            if len(alts) < 8:
+                alts.append((deps, res))
         return res
 
     def _eval(self, mod, scope, node, depth):

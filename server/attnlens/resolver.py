@@ -118,6 +118,7 @@ class Resolver:
         self._import_map_memo: tuple | None = None  # (generation, import hooks' module map)
         self._reach_memo: dict = {}  # kernels reached by a multi-call function, this generation
         self._met_table: dict = {}  # each distinct `met` set of the memos once (_shared_met)
+        self._layers_memo: dict = {}  # (module path, sha) -> its attention_layers, this generation
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
         self.rebind_cache: dict = {}  # patches: does a module rebind attributes?
@@ -598,8 +599,10 @@ class Resolver:
         key = (mod.path, mod.summary.sha, cq)
         hit = self._enum_memo.get(key)
         if hit is None:
+            mark = self.cut_mark()
             hit = any(t.rpartition(".")[2] in ("Enum", "IntEnum", "StrEnum") for b in self.mro(mod, cq) if b.cls for t in b.cls.bases)
-            self._enum_memo[key] = hit
+            if self.clean_since(mark):
+                self._enum_memo[key] = hit
         return hit
 
     def enum_members(self, mod: Module, cq: str) -> list:
@@ -715,15 +718,18 @@ class Resolver:
         if key in self._field_memo:
             return self._field_memo[key]
         if key in self._active:
+            self._path_cut("a", key)
             return None
         if len(self._field_memo) > 20000:
             self._field_memo.clear()
+        mark = self.cut_mark()
         self._active.add(key)
         try:
             out = self._field_values(m, cq, name)
         finally:
             self._active.discard(key)
-        self._field_memo[key] = out
+        if self.clean_since(mark):  # (not when a value on the path above cut it)
+            self._field_memo[key] = out
         return out
 
     _KEYWORD = re.compile(rb"[(,]\s*([A-Za-z_]\w*)\s*=(?!=)")
@@ -797,7 +803,19 @@ class Resolver:
     def attention_layers(self, mod: Module) -> list:
         """Attention layer classes a layer looked up by name can be (vLLM's ``no_compile_layers`` holds every
         layer with an attention backend): the classes of ``mod`` deriving from vLLM's ``AttentionLayerBase``,
-        and the workspace's classes deriving from them (the plugin's layers)."""
+        and the workspace's classes deriving from them (the plugin's layers). Memoised per module and index
+        generation (14 ms each on upstream vLLM, whose every `Attention` file is read for subclasses)."""
+        self._check_memo_gen()
+        key = (mod.path, mod.summary.sha)
+        hit = self._layers_memo.get(key)
+        if hit is None:
+            mark = self.cut_mark()
+            hit = tuple(self._attention_layers(mod))
+            if self.clean_since(mark):
+                self._layers_memo[key] = hit
+        return list(hit)
+
+    def _attention_layers(self, mod: Module) -> list:
         base = [Val(ValKind.CLASS, mod, q, mod.path, c.line) for q, c in mod.summary.classes.items() if "." not in q
                 and any(b.qual == "AttentionLayerBase" for b in self.mro(mod, q)[1:])]
         out = list(base)
@@ -816,6 +834,7 @@ class Resolver:
         ``compilation_config.static_forward_context[...]``): an instance of one of the attention layer classes."""
         layers = self.attention_layers(mod)
         prev = w.hops[-1] if w.hops else None
+        self.read_before(w, len(w.hops) - 1)  # (the answer depends on the hop before: no memo above it keys it)
         if prev is not None and prev.path and prev.path != mod.path:
             # looked up in a helper (``get_attention_context``) whose caller in another module unpacked the
             # result: the layer is one of the caller's module's layer classes (an MLA op's helper call
@@ -1013,7 +1032,8 @@ class Resolver:
             local = scope and mod.summary.binding_of(scope, head)[0] != "module"
             recv = w.receiver
             # the receiver matters for names whose bindings read `self` (a local `x = self.f()`)
-            mkey = (mod.path, mod.summary.sha, scope, text, line if local else None,
+            # and for a local, the guards of its use (which of its bindings on several branches can reach it)
+            mkey = (mod.path, mod.summary.sha, scope, text, (line, w.use_guards) if local else None,
                     (recv[0].name, recv[1]) if recv and recv[0] is not None else None)
             hit = self._val_memo.get(mkey)
             if hit is not None:
@@ -1025,7 +1045,7 @@ class Resolver:
             v = self._resolve_dotted(mod, scope, text, w, line)
         finally:
             self._active.discard(key)
-        if mkey is not None and not w.partial and self._outside_cuts(cuts, inner, n_log, None) == 0:
+        if mkey is not None and not w.partial and self._outside_cuts(cuts, inner, n_log, None, w, n0) == 0:
             if len(self._val_memo) > 200000:
                 self._val_memo.clear()
             self._val_memo[mkey] = (v, tuple(w.hops[n0:]))
@@ -1038,6 +1058,7 @@ class Resolver:
             self._mro_memo.clear()
             self._karg_memo.clear()
             self._met_table.clear()
+            self._layers_memo.clear()
             self._memo_gen = self.index.generation
 
     def _resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
@@ -1249,10 +1270,12 @@ class Resolver:
         key = (mod.path, mod.summary.sha, cq, limit)
         hit = self._mro_memo.get(key)
         if hit is None:
+            mark = self.cut_mark()
             hit = self._mro(mod, cq, limit)
             if len(self._mro_memo) > 50000:
                 self._mro_memo.clear()
-            self._mro_memo[key] = hit
+            if self.clean_since(mark):  # (a base met while it is being resolved above: not this class's MRO)
+                self._mro_memo[key] = hit
         return list(hit)
 
     def _mro(self, mod: Module, cq: str, limit: int) -> list[Val]:
@@ -1514,11 +1537,15 @@ class Resolver:
             self._path_cut("s", key)
             return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason="cycle in the chain")
         mkey = None
+        # what a torch op's answer reads of where it is called from (the calling function's imports name the
+        # packages that would provide it): read here, before the op's walk begins, and part of its memo key
+        op_caller = self.ops.calling_module(w) if v.kind == ValKind.TORCH_OP else None
         if self.memo_enabled and (v.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE) and v.module is not None or v.kind == ValKind.TORCH_OP):
             self._check_memo_gen()
             recv = v.extra.get("receiver") or w.receiver
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
-                    v.extra.get("overload") if v.kind == ValKind.TORCH_OP else None)
+                    (v.extra.get("overload"), op_caller[0].name, op_caller[2]) if op_caller is not None
+                    else v.extra.get("overload") if v.kind == ValKind.TORCH_OP else None)
             hit = self._follow_memo.get(mkey)
             if hit is not None and not (w.has_room(hit[2]) and hit[3].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path (a cycle) would cut it: traced again
@@ -1537,11 +1564,11 @@ class Resolver:
         cuts, bcuts, inner, n_log, n0 = self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log), len(w.hops)
         vis_n = self._visits_push()
         try:
-            fin = self._follow(v, w, launch)
+            fin = self._follow(v, w, launch, op_caller)
         finally:
             met = self._visits_pop(vis_n)
         w.seen.discard(key)
-        outside = None if mkey is None or w.partial else self._outside_cuts(cuts, inner, n_log, w.seen)
+        outside = None if mkey is None or w.partial else self._outside_cuts(cuts, inner, n_log, w.seen, w, n0)
         if outside is not None and outside in (0, self.bound_cuts - bcuts):
             if len(self._follow_memo) > 100000:
                 self._follow_memo.clear()
@@ -1589,7 +1616,48 @@ class Resolver:
         self.cuts += 1
         self.cut_log.append((kind, key))
 
-    def _outside_cuts(self, cuts0: int, inner0: int, n_log: int, seen) -> int:
+    def cut_mark(self) -> tuple:
+        """Where the cut counters stand (for :meth:`clean_since`)."""
+        return self.cuts, self.inner_cuts, len(self.cut_log)
+
+    def clean_since(self, mark: tuple) -> bool:
+        """Was what was computed since ``mark`` (:meth:`cut_mark`) cut only at keys it opened itself, so that it
+        is the same wherever it is asked and may be memoised? A side computation (an MRO, a guard's value, an op's
+        registrations) that met a value an enclosing resolution is still resolving got a cycle's answer there."""
+        return self._outside_cuts(*mark, None) == 0
+
+    def outside_since(self, mark: tuple) -> frozenset | None:
+        """The values being resolved above at which what was computed since ``mark`` (:meth:`cut_mark`) was cut
+        (empty: nothing cut it from outside, it is the same wherever it is asked); None when something else cut it
+        from outside (a walk's cycle, a bound, the time budget). A side computation whose only outside cuts are at
+        values being resolved is the same wherever those are being resolved again (:meth:`replay_cuts`)."""
+        n = self._outside_cuts(*mark, None)
+        if n == 0:
+            return frozenset()
+        kept = self.cut_log[mark[2]:]  # (what _outside_cuts left in the log: the cuts from outside)
+        if len(kept) != n or any(k != "a" for k, _key in kept):
+            return None
+        return frozenset(key for _k, key in kept)
+
+    def replay_cuts(self, keys: frozenset) -> bool:
+        """Are all of ``keys`` (:meth:`outside_since`) being resolved now? Then a side computation memoised with
+        them stands here, and its cuts are made again (what is resolved around it depends on them too)."""
+        if not keys <= self._active:
+            return False
+        for key in keys:
+            self._path_cut("a", key)
+        return True
+
+    def read_before(self, w: Walk, index: int) -> None:
+        """The answer being made depends on the hops of ``w`` from ``index`` on (-1: also on there being none
+        before): a resolution or walk on ``w`` that began after ``index`` got it from its context, so it is not
+        memoised (its key does not say where it was reached from), unless it keys that context itself (see
+        ``follow`` for torch ops). Logged as a cut ("h"): a resolution that made ``w``, or began on it at or
+        before ``index``, saw those hops made and keeps its memo."""
+        self.cuts += 1
+        self.cut_log.append(("h", (w, index)))
+
+    def _outside_cuts(self, cuts0: int, inner0: int, n_log: int, seen, walk: Walk | None = None, n0: int = 0) -> int:
         """How many of the cuts made since a resolution began (``cuts0``, ``inner0``, ``n_log``: the counters
         and the log's length then) depend on the path above it, now that it is done: every cut but the path cuts
         at keys the resolution opened itself (no longer in ``_active``, nor in ``seen``, the walk's visited set
@@ -1602,7 +1670,8 @@ class Resolver:
         if len(log) > n_log:
             active = self._active
             keep = [(k, key) for k, key in log[n_log:]
-                    if (key in active if k == "a" else seen is None or key in seen)]
+                    if (key in active if k == "a" else (key[0] is walk and key[1] < n0) if k == "h"
+                        else seen is None or key in seen)]
             self.inner_cuts += len(log) - n_log - len(keep)
             log[n_log:] = keep
         return self.cuts - cuts0 - (self.inner_cuts - inner0)
@@ -1613,7 +1682,7 @@ class Resolver:
         self.cuts += 1
         self.bound_cuts += 1
 
-    def _follow(self, v: Val, w: Walk, launch: bool) -> Final:
+    def _follow(self, v: Val, w: Walk, launch: bool, op_caller=None) -> Final:
         k = v.kind
         if k == ValKind.ALTS:
             return self.fork_final(v, w, launch)
@@ -1649,7 +1718,7 @@ class Resolver:
                     return self.follow(fv, w)
             return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason=f"instance of {v.dotted} is not callable statically")
         if k == ValKind.TORCH_OP:
-            return self.ops.follow_op(v, w)
+            return self.ops.follow_op(v, w, op_caller)
         if k == ValKind.TORCH_OPS:
             return Final(FinalKind.UNRESOLVED, None, None, f"torch.ops.{v.qual}", reason="torch.ops namespace without an op name")
         if k == ValKind.EXT_ATTR:
@@ -1740,7 +1809,7 @@ class Resolver:
         partial = False
         truncated = None
         # a subtree cut short below makes the result depend on the budget (bounds) or on the path (cycles above)
-        cuts0, bcuts0, inner0, n_log = self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log)
+        cuts0, bcuts0, inner0, n_log, n_hops = self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log), len(w.hops)
         vis_n = self._visits_push()
         # the calls worth a branch, in source order; then expanded live and run-time ones first (dead ones get
         # what is left, a few leaves each), so a dead subtree never starves what can run
@@ -1803,7 +1872,7 @@ class Resolver:
         if truncated is not None:
             self._bound_cut()
         met = self._shared_met(self._visits_pop(vis_n))
-        outside = None if partial else self._outside_cuts(cuts0, inner0, n_log, w.seen)
+        outside = None if partial else self._outside_cuts(cuts0, inner0, n_log, w.seen, w, n_hops)
         if partial:
             w.partial = True
         elif outside == 0 and truncated is None:
@@ -1831,9 +1900,13 @@ class Resolver:
     def _kernel_argument(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
         self._check_memo_gen()
         key = (mod.path, mod.summary.sha, scope, cs.line, cs.col)
-        if key not in self._karg_memo:
-            self._karg_memo[key] = self._kernel_argument_of(mod, scope, cs)
-        return self._karg_memo[key]
+        if key in self._karg_memo:
+            return self._karg_memo[key]
+        mark = self.cut_mark()
+        out = self._kernel_argument_of(mod, scope, cs)
+        if self.clean_since(mark):
+            self._karg_memo[key] = out
+        return out
 
     def _kernel_argument_of(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
         for text in cs.arg_texts:

@@ -237,7 +237,8 @@ class Workspace:
             yield from self._module_sites(reg, mod, never)
 
     # a sites run over this many modules shares them with a forked helper (upstream vLLM: 2,234); below it one
-    # process (answers of large trees depend a little on what was traced before: docs/resolver.md)
+    # process (the halves are fixed so that a run never depends on timing; answers no longer depend on what
+    # was traced before either: docs/resolver.md, "context read past a memo's key")
     SITES_SPLIT_MIN_MODULES = int(os.environ.get("ATTNLENS_SITES_SPLIT_MIN_MODULES") or 1000)
 
     def kernel_site_records(self, paths: list[str] | None, render) -> Iterator:

@@ -1,0 +1,212 @@
+"""An answer that reads where it was reached from is never memoised as if it did not.
+
+Two readers of the walk's context (the hops before the value being resolved) made answers depend on what was
+asked before, in the editor and in `attnlens sites` alike (upstream vLLM: 280 of 22,888 sites changed with the
+fix; `sites` in one process and in two now give the same bytes, and 240 sampled sites equal their fresh traces):
+
+* a layer looked up by name in a helper (``forward_context.no_compile_layers[name]`` in a
+  ``get_attention_context``) is one of the *caller's* module's layer classes when the caller's module defines
+  any (an MLA op's helper call returns an MLA layer): the helper's value was memoised with the first caller's
+  layers;
+* a torch op with no registration names the not-installed packages the *calling* function's module imports
+  as its providers: the op's final was memoised with the first caller's imports.
+"""
+
+from __future__ import annotations
+
+from tests.helpers import fixture_ws
+
+SITE = {"triton/__init__.py": "def jit(fn=None, **kw):\n    return fn\n"}
+
+LAYERS = {
+    "lx/__init__.py": "",
+    "lx/base.py": """
+        class AttentionLayerBase:
+            pass
+    """,
+    "lx/ctx.py": """
+        import triton
+        from lx.base import AttentionLayerBase
+
+
+        @triton.jit
+        def _plain_kernel(x):
+            pass
+
+
+        class PlainAttention(AttentionLayerBase):
+            def run(self, x):
+                _plain_kernel[(1,)](x)
+
+
+        def get_forward_context():
+            return _forward_context
+
+
+        def get_layer(layer_name):
+            forward_context = get_forward_context()
+            meta = forward_context.attn_metadata
+            layer = forward_context.no_compile_layers[layer_name]
+            return meta, layer
+
+
+        def plain_op(x, layer_name):
+            _, layer = get_layer(layer_name)
+            layer.run(x)
+    """,
+    "lx/mla.py": """
+        import triton
+        from lx.base import AttentionLayerBase
+        from lx.ctx import get_layer
+
+
+        @triton.jit
+        def _mla_kernel(x):
+            pass
+
+
+        class MlaAttention(AttentionLayerBase):
+            def run(self, x):
+                _mla_kernel[(1,)](x)
+
+
+        def mla_op(x, layer_name):
+            meta, layer = get_layer(layer_name)
+            layer.run(x)
+    """,
+}
+
+OPS = {
+    "vx/__init__.py": "",
+    "vx/one.py": """
+        import torch
+        import vxkern._C  # noqa: F401
+
+
+        def first(x):
+            return torch.ops._vxkern_C.gemm(x)
+    """,
+    "vx/two.py": """
+        import torch
+        import vxkern_lite._C  # noqa: F401
+
+
+        def second(x):
+            return torch.ops._vxkern_C.gemm(x)
+    """,
+}
+
+
+def _layer_leaves(ws, order):
+    out = {}
+    for name in order:
+        mod = ws.index.module(name)
+        cs = next(c for c in mod.summary.calls if c.func == "layer.run")
+        out[name] = [(lf.final.kind, lf.final.symbol) for lf in ws.resolver.trace_call(mod, cs).leaves()]
+    return out
+
+
+def _op_providers(ws, order):
+    out = {}
+    for name in order:
+        mod = ws.index.module(name)
+        cs = next(c for c in mod.summary.calls if c.func.startswith("torch.ops."))
+        out[name] = ws.resolver.trace_call(mod, cs).final.providers
+    return out
+
+
+def test_a_layer_looked_up_in_a_helper_is_the_callers_whatever_was_asked_first(tmp_path):
+    want = {"lx.ctx": [("triton_kernel", "lx.ctx._plain_kernel")], "lx.mla": [("triton_kernel", "lx.mla._mla_kernel")]}
+    fresh = fixture_ws(tmp_path / "fresh", LAYERS, SITE)
+    fresh.resolver.memo_enabled = False
+    assert _layer_leaves(fresh, ["lx.ctx", "lx.mla"]) == want
+    for i, order in enumerate((["lx.ctx", "lx.mla"], ["lx.mla", "lx.ctx"])):
+        assert _layer_leaves(fixture_ws(tmp_path / f"o{i}", LAYERS, SITE), order) == want, order
+
+
+def test_an_unregistered_ops_providers_are_its_callers_whatever_was_asked_first(tmp_path):
+    want = {"vx.one": ["vxkern._C (not installed, imported in vx.one:2)"],
+            "vx.two": ["vxkern_lite._C (not installed, imported in vx.two:2)"]}
+    fresh = fixture_ws(tmp_path / "fresh", OPS)
+    fresh.resolver.memo_enabled = False
+    assert _op_providers(fresh, ["vx.one", "vx.two"]) == want
+    for i, order in enumerate((["vx.one", "vx.two"], ["vx.two", "vx.one"])):
+        ws = fixture_ws(tmp_path / f"o{i}", OPS)
+        assert _op_providers(ws, order) == want, order
+        # each caller's answer is memoised under its own key (asked again: from the memo, the same)
+        assert _op_providers(ws, order) == want, order
+        assert sum(1 for k in ws.resolver._follow_memo if k[0][0].name == "TORCH_OP") == 2
+
+
+# upstream vLLM's `merge_attn_states`: the name is imported on both branches and called right after each import
+MERGE = {
+    "mx/__init__.py": "",
+    "mx/tri_a.py": """
+        import triton
+
+
+        @triton.jit
+        def _kern_a(x):
+            pass
+
+
+        def merge(x):
+            _kern_a[(1,)](x)
+    """,
+    "mx/tri_b.py": """
+        import triton
+
+
+        @triton.jit
+        def _kern_b(x):
+            pass
+
+
+        def merge(x):
+            _kern_b[(1,)](x)
+    """,
+    "mx/ops.py": """
+        def use_a(x):
+            return x.is_cuda
+
+
+        def merge(x):
+            if use_a(x):
+                from mx.tri_a import merge
+
+                return merge(x)
+            else:
+                from mx.tri_b import merge
+
+                return merge(x)
+    """,
+    "mx/layer.py": """
+        from mx.ops import merge
+
+
+        def forward(x):
+            merge(x)
+    """,
+}
+
+
+def _merge_leaves(ws, order):
+    out = {}
+    for name, line in order:
+        mod = ws.index.module(name)
+        cs = next(c for c in mod.summary.calls if c.line == line and c.func == "merge")
+        out[(name, line)] = sorted((lf.final.symbol, tuple(lf.conditions), lf.reachable) for lf in ws.resolver.trace_call(mod, cs).leaves())
+    return out
+
+
+def test_a_name_bound_on_both_branches_is_resolved_for_the_guards_of_its_use_whatever_was_asked_first(tmp_path):
+    """The value memo kept a local's value per line: the `else` call's own trace (its guards pick the `else`
+    import) stood for the wrapper's look at the same line without those guards (both imports)."""
+    sites = [("mx.ops", 13), ("mx.layer", 5)]
+    fresh = fixture_ws(tmp_path / "fresh", MERGE, SITE)
+    fresh.resolver.memo_enabled = False
+    want = _merge_leaves(fresh, sites)
+    assert want[("mx.ops", 13)] == [("mx.tri_b._kern_b", ("not (use_a(x))",), None)]
+    assert [s for s, _c, _r in want[("mx.layer", 5)]] == ["mx.tri_a._kern_a", "mx.tri_b._kern_b"]
+    for i, order in enumerate((sites, sites[::-1])):
+        assert _merge_leaves(fixture_ws(tmp_path / f"o{i}", MERGE, SITE), order) == want, order
