@@ -14,6 +14,8 @@ fix; `sites` in one process and in two now give the same bytes, and 240 sampled 
 
 from __future__ import annotations
 
+import json
+
 from tests.helpers import fixture_ws
 
 SITE = {"triton/__init__.py": "def jit(fn=None, **kw):\n    return fn\n"}
@@ -210,3 +212,18 @@ def test_a_name_bound_on_both_branches_is_resolved_for_the_guards_of_its_use_wha
     assert [s for s, _c, _r in want[("mx.layer", 5)]] == ["mx.tri_a._kern_a", "mx.tri_b._kern_b"]
     for i, order in enumerate((sites, sites[::-1])):
         assert _merge_leaves(fixture_ws(tmp_path / f"o{i}", MERGE, SITE), order) == want, order
+
+
+def test_emptying_the_memos_between_modules_changes_no_site(tmp_path, monkeypatch):
+    """Answers do not depend on what was traced before, so `sites` may empty the memos as it goes (its memory on
+    upstream vLLM: 467 -> 348 MB) and prints the same."""
+    plugin = {**LAYERS, **OPS, **MERGE}
+    want = [json.dumps(s.to_json()).replace(str(tmp_path / "a"), "") for s in fixture_ws(tmp_path / "a", plugin, SITE).kernel_sites()]
+    ws = fixture_ws(tmp_path / "b", plugin, SITE)
+    monkeypatch.setattr(type(ws), "SITES_MEMO_MODULES", 1)
+    emptied = []
+    clear = ws.resolver.clear_memos
+    monkeypatch.setattr(ws.resolver, "clear_memos", lambda: (emptied.append(len(ws.resolver._follow_memo)), clear()))
+    got = [json.dumps(s.to_json()).replace(str(tmp_path / "b"), "") for s in ws.kernel_sites()]
+    assert len(want) == 11 and got == want
+    assert len(emptied) == len(list(ws.index.workspace_modules())) - 1 and any(emptied)

@@ -1051,6 +1051,13 @@ class Resolver:
             self._val_memo[mkey] = (v, tuple(w.hops[n0:]))
         return v
 
+    def clear_memos(self) -> None:
+        """Empty the memos of traced values, subtrees and call sites (a long batch bounds its memory with it:
+        `attnlens sites`). Answers do not depend on what was traced before, so nothing changes but the time."""
+        for memo in (self._val_memo, self._follow_memo, self._reach_memo, self._karg_memo, self._met_table,
+                     self._field_memo, self.site_memo):
+            memo.clear()
+
     def _check_memo_gen(self) -> None:
         if self._memo_gen != self.index.generation:
             self._val_memo.clear()
