@@ -93,8 +93,9 @@ class Resolver:
         self.cuts = 0
         self.bound_cuts = 0  # the cuts made by the leaf / fork-depth bounds (see _bound_cut)
         # the cuts that depend on the path (a value met again while it is being resolved, a walk's cycle), as
-        # ("a", key in _active) / ("s", key in a walk's seen); a resolution whose path cuts all hit keys it
-        # opened itself (none on the path above it) is as complete as one without a cut (see _outside_cuts)
+        # ("a", key in _active) / ("s", key in a walk's seen), and the reads of a walk's earlier hops ("h", (walk,
+        # index): read_before); a resolution whose path cuts all hit keys it opened itself (none on the path above
+        # it) and that read no hop from before it began is as complete as one without a cut (see _outside_cuts)
         self.cut_log: list = []
         self.inner_cuts = 0  # path cuts found internal by a finished resolution (taken out of cut_log)
         self._val_memo: dict = {}  # (module, sha, scope, text, line) -> (Val, hops it added)
@@ -1670,7 +1671,9 @@ class Resolver:
         at keys the resolution opened itself (no longer in ``_active``, nor in ``seen``, the walk's visited set
         above it; None: a walk cycle counts as outside). Those inner cuts are the same wherever the resolution
         runs, like its own code: they leave the log (an enclosing resolution counts them as inner too: what is
-        off the path here is off the shorter path above)."""
+        off the path here is off the shorter path above). A read of the hops of ``walk`` (the resolution's own walk,
+        which had ``n0`` hops when it began) from before ``n0`` is from outside; one of another walk, made inside,
+        is its own."""
         if self.cuts == cuts0:
             return 0
         log = self.cut_log
