@@ -705,6 +705,7 @@ class Resolver:
                     items_of(a.val, conds + ([a.condition] if a.condition else []), M.combine_reachability([reach, a.reachable]))
 
         items_of(iv, [], True)
+        del items_of  # (a recursive closure is a reference cycle: freed now, not by a collector a CLI run keeps off)
         if not arms:
             return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"`{b.name}` iterates over `{src or '...'}` (not a literal list)")
         w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"for {b.name} in {src}: one of {len(arms)} items", self.guard_text(b.guards)))
@@ -2001,14 +2002,7 @@ class Resolver:
         if not texts or any(not t or t[0] in "'\"0123456789[({-" or t in ("True", "False") for t in texts):
             return None
         rv = self.result_of_call(v.module, f.qualname, f.name, f.line, v.dotted, v, w.sub())  # type: ignore[arg-type]
-
-        def classes_only(x: Val) -> bool:
-            if x.kind == ValKind.ALTS:
-                arms = x.extra["alts"]
-                return all(classes_only(a.val) or a.val.kind == ValKind.UNKNOWN for a in arms) and any(classes_only(a.val) for a in arms)
-            return x.kind == ValKind.CLASS
-
-        if not classes_only(rv):
+        if not _classes_only(rv):
             return None
         w.add(Hop(HopKind.SELECTION, v.path or "", f.line, v.dotted, f"{f.name}(...) returns a class: the call's result is the class it selects"))
         return self.follow(rv, w)
@@ -2189,6 +2183,15 @@ class Resolver:
 
 
 _STDLIB = frozenset(getattr(__import__("sys"), "stdlib_module_names", ()))
+
+
+def _classes_only(x: Val) -> bool:
+    """Is ``x`` a class, or a fork whose known candidates are all classes (one at least)? (A module function: a
+    recursive closure is a reference cycle per call, which a CLI run with the collector off never frees.)"""
+    if x.kind == ValKind.ALTS:
+        arms = x.extra["alts"]
+        return all(_classes_only(a.val) or a.val.kind == ValKind.UNKNOWN for a in arms) and any(_classes_only(a.val) for a in arms)
+    return x.kind == ValKind.CLASS
 
 
 def _merge_not_installed(branches: list) -> list:
