@@ -600,10 +600,8 @@ class Resolver:
         key = (mod.path, mod.summary.sha, cq)
         hit = self._enum_memo.get(key)
         if hit is None:
-            mark = self.cut_mark()
-            hit = any(t.rpartition(".")[2] in ("Enum", "IntEnum", "StrEnum") for b in self.mro(mod, cq) if b.cls for t in b.cls.bases)
-            if self.clean_since(mark):
-                self._enum_memo[key] = hit
+            hit = self._memo_if_clean(self._enum_memo, key, lambda: any(
+                t.rpartition(".")[2] in ("Enum", "IntEnum", "StrEnum") for b in self.mro(mod, cq) if b.cls for t in b.cls.bases))
         return hit
 
     def enum_members(self, mod: Module, cq: str) -> list:
@@ -811,10 +809,7 @@ class Resolver:
         key = (mod.path, mod.summary.sha)
         hit = self._layers_memo.get(key)
         if hit is None:
-            mark = self.cut_mark()
-            hit = tuple(self._attention_layers(mod))
-            if self.clean_since(mark):
-                self._layers_memo[key] = hit
+            hit = self._memo_if_clean(self._layers_memo, key, lambda: tuple(self._attention_layers(mod)))
         return list(hit)
 
     def _attention_layers(self, mod: Module) -> list:
@@ -1278,13 +1273,8 @@ class Resolver:
         self._check_memo_gen()
         key = (mod.path, mod.summary.sha, cq, limit)
         hit = self._mro_memo.get(key)
-        if hit is None:
-            mark = self.cut_mark()
-            hit = self._mro(mod, cq, limit)
-            if len(self._mro_memo) > 50000:
-                self._mro_memo.clear()
-            if self.clean_since(mark):  # (a base met while it is being resolved above: not this class's MRO)
-                self._mro_memo[key] = hit
+        if hit is None:  # (a base met while it is being resolved above is not memoised as this class's MRO)
+            hit = self._memo_if_clean(self._mro_memo, key, lambda: self._mro(mod, cq, limit), 50000)
         return list(hit)
 
     def _mro(self, mod: Module, cq: str, limit: int) -> list[Val]:
@@ -1625,6 +1615,18 @@ class Resolver:
         self.cuts += 1
         self.cut_log.append((kind, key))
 
+    def _memo_if_clean(self, memo: dict, key, compute, max_size: int = 0):
+        """``compute()``, kept in ``memo`` under ``key`` unless something cut it from outside (:meth:`clean_since`:
+        a side computation that met a value being resolved above it got a cycle's answer there); a memo past
+        ``max_size`` entries is emptied first."""
+        mark = self.cut_mark()
+        out = compute()
+        if self.clean_since(mark):
+            if max_size and len(memo) > max_size:
+                memo.clear()
+            memo[key] = out
+        return out
+
     def cut_mark(self) -> tuple:
         """Where the cut counters stand (for :meth:`clean_since`)."""
         return self.cuts, self.inner_cuts, len(self.cut_log)
@@ -1913,11 +1915,7 @@ class Resolver:
         key = (mod.path, mod.summary.sha, scope, cs.line, cs.col)
         if key in self._karg_memo:
             return self._karg_memo[key]
-        mark = self.cut_mark()
-        out = self._kernel_argument_of(mod, scope, cs)
-        if self.clean_since(mark):
-            self._karg_memo[key] = out
-        return out
+        return self._memo_if_clean(self._karg_memo, key, lambda: self._kernel_argument_of(mod, scope, cs))
 
     def _kernel_argument_of(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
         for text in cs.arg_texts:

@@ -268,3 +268,26 @@ def test_the_import_graph_keeps_no_summary_and_reads_again_only_what_changed(tmp
     edited = L._import_graph(E.engine_for(ws))  # an edit: a new engine
     assert sorted(reads) == sorted(set(impure) | {"fxload.vendor_b"})
     assert edited["rev"]["fxload.vendor_a"] == {"fxload.vendor_b"}
+
+
+def test_an_unregistered_op_names_the_not_installed_package_its_module_imports(tmp_path, checked):
+    """AL117 asks the op registry which not-installed packages the calling module imports (``(module, line)`` of
+    the call): a refactor of that interface once left every such finding without its provider, silently."""
+    from tests.helpers import write_tree
+
+    write_tree(tmp_path, {
+        "vx/__init__.py": "",
+        "vx/gemm.py": """
+            import torch
+            import vxkern._C  # noqa: F401
+
+
+            def caller(x):
+                return torch.ops._vxkern_C.gemm(x)
+        """,
+    })
+    _ws, eng, findings = checked(tmp_path)
+    assert not eng.errors, eng.errors
+    got = [(f.line, f.severity, f.message, f.data.get("providers")) for f in findings if f.rule == "AL117"]
+    assert got == [(6, "info", "`torch.ops._vxkern_C.gemm` is not in the source build; nothing in the workspace calls "
+                               "`caller`.", ["vxkern._C"])]
