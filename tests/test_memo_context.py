@@ -227,3 +227,66 @@ def test_emptying_the_memos_between_modules_changes_no_site(tmp_path, monkeypatc
     got = [json.dumps(s.to_json()).replace(str(tmp_path / "b"), "") for s in ws.kernel_sites()]
     assert len(want) == 11 and got == want
     assert len(emptied) == len(list(ws.index.workspace_modules())) - 1 and any(emptied)
+
+
+def _room_fixture() -> dict:
+    """``inner`` forks twice (6 kernels); ``lvl1`` reaches it under seven forks, where the fork-depth limit cuts
+    its second fork (each level's other branch is dead: the leaves are not what runs out); ``wide`` under one fork of twelve branches (eleven of four kernels each), where its share of
+    the leaves is too small for its first pass; ``near`` under one fork of two."""
+    kernels = "\n".join(f"@triton.jit\ndef k{i}(x):\n    pass\n" for i in range(1, 60))
+    pairs = "\n".join(f"def pair_{n}(x, c):\n    if c:\n        k{a}[(1,)](x)\n    else:\n        k{a + 1}[(1,)](x)\n"
+                      for n, a in (("a", 1), ("b", 3), ("c", 5)))
+    levels = "\n".join(f"def lvl{n}(x, c):\n    if c:\n        {'inner(x, c, c)' if n == 7 else f'lvl{n + 1}(x, c)'}\n"
+                       f"    if False:\n        k7[(1,)](x)\n" for n in range(1, 8))
+    quads = "\n".join(f"def quad{i}(x, c):\n" + "".join(f"    {'if' if j == 0 else 'elif'} c == {j}:\n        k{8 + 4 * i + j}[(1,)](x)\n"
+                                                         for j in range(4)) for i in range(1, 12))
+    wide = "def wide(x, c):\n    if c == 0:\n        inner(x, c, c)\n" + "".join(
+        f"    elif c == {i}:\n        quad{i}(x, c)\n" for i in range(1, 12))
+    near = "def near(x, c):\n    if c:\n        inner(x, c, c)\n    else:\n        k8[(1,)](x)\n"
+    inner = ("def inner(x, c, d):\n    if d == 1:\n        pair_a(x, c)\n    elif d == 2:\n        pair_b(x, c)\n"
+             "    else:\n        pair_c(x, c)\n")
+    # (the sites pass their own parameters: nothing the guards test is fixed by a call)
+    sites = "def site_inner(x, c):\n    inner(x, c, c)\n\ndef site_deep(x, c):\n    lvl1(x, c)\n\n" \
+            "def site_wide(x, c):\n    wide(x, c)\n\ndef site_near(x, c):\n    near(x, c)\n"
+    return {"rx/__init__.py": "", "rx/deep.py": "import triton\n\n" + "\n\n".join((kernels, pairs, inner, levels, quads, wide, near, sites))}
+
+
+def _room_leaves(ws, order):
+    mod = ws.index.module("rx.deep")
+    out = {}
+    for scope in order:
+        cs = next(c for c in mod.summary.calls if c.scope == scope)
+        ch = ws.resolver.trace_call(mod, cs)
+        out[scope] = (sorted((lf.final.kind, lf.final.symbol, tuple(lf.conditions), lf.reachable) for lf in ch.leaves()),
+                      json.dumps(ch.to_json(), sort_keys=True).replace(str(ws.index.root), ""))
+    return out
+
+
+def test_a_complete_subtree_stands_for_a_walk_with_less_room_only_where_it_fits(tmp_path, monkeypatch):
+    """A complete subtree is reused where a walk has less room than where it was made, when every fork in it is
+    still above the fork-depth limit and each branch still gets its whole subtree at the first pass (upstream
+    vLLM: 37,847 subtrees traced again for want of room, 17,115 now); where it does not fit, it is traced again."""
+    from attnlens.resolver import Resolver
+
+    plugin = _room_fixture()
+    scopes = ["site_inner", "site_deep", "site_wide", "site_near"]
+    fresh = fixture_ws(tmp_path / "fresh", plugin, SITE)
+    fresh.resolver.memo_enabled = False
+    want = _room_leaves(fresh, scopes)
+    # (what makes each case: the deep site's inner is cut by the fork-depth limit, the wide one's by the leaf
+    # limit, the near one's is whole)
+    assert len(want["site_inner"][0]) == 6 and ("triton_kernel", "rx.deep.k1", ("d == 1", "c"), None) in want["site_inner"][0]
+    assert not any(s.startswith("rx.deep.k1") for _k, s, _c, _r in want["site_deep"][0])
+    assert sum(1 for _k, s, _c, _r in want["site_wide"][0] if s in {f"rx.deep.k{i}" for i in range(1, 7)}) == 4
+    assert len(want["site_near"][0]) == 7
+    for i, order in enumerate((scopes, scopes[::-1], ["site_inner", "site_wide", "site_deep", "site_near"])):
+        assert _room_leaves(fixture_ws(tmp_path / f"o{i}", plugin, SITE), order) == {s: want[s] for s in order}, order
+    # and it is reused: after the whole subtree, `near` (a fork deeper, 24 leaves instead of 48) traces no
+    # function of it again
+    ws = fixture_ws(tmp_path / "reuse", plugin, SITE)
+    _room_leaves(ws, ["site_inner"])
+    followed = []
+    orig = Resolver.follow_function
+    monkeypatch.setattr(Resolver, "follow_function", lambda self, v, w, launch: followed.append(v.qual) or orig(self, v, w, launch))
+    assert _room_leaves(ws, ["site_near"]) == {"site_near": want["site_near"]}
+    assert "inner" not in followed and "pair_a" not in followed, followed

@@ -159,6 +159,42 @@ def test_flag_expression_in_init_and_gating_decorator_fold(ws):
     ]
 
 
+def test_a_platform_answer_cached_in_a_global_or_returned_by_a_helper_folds(ws):
+    """`_fast_scale_available()` fills a module global once with `is_cuda() and ...` and returns it (upstream
+    vLLM's `_hadacore_available`); `_scale_supported()` returns `is_rocm()`: both False out of tree."""
+    c = ws.trace_symbol(P + "gated_launch")
+    assert leaves(c) == [
+        (*SCALE, ["_fast_scale_available() and n > 0"], False),
+        (*SCALE, ["not (_fast_scale_available() and n > 0) and _scale_supported()"], False),
+        (*COPY, ["not (_fast_scale_available() and n > 0) and not (_scale_supported())"], True),
+    ]
+
+
+def test_what_a_call_passes_or_leaves_to_the_default_decides_the_callees_guards(ws):
+    """`_launch_by_mode(src, dst, mode="scale", exact=False)` forks on `mode == "scale" and not exact`: a call
+    that leaves both to their defaults takes the scale kernel, `exact=True` the copy kernel, a caller's own
+    parameter passed on is what the caller's call fixed (its default `exact=True`), and an argument the resolver
+    cannot fold leaves the guard to run time."""
+    cond = 'mode == "scale" and not exact'
+    got = {}
+    for fn in ("launch_defaults", "launch_exact", "launch_passing_on_caller", "launch_passing_on", "launch_unknown"):
+        got[fn] = leaves(ws.trace_symbol(P + fn))
+    assert got["launch_defaults"] == [(*SCALE, [cond], True), (*COPY, [f"not ({cond})"], False)]
+    assert got["launch_exact"] == [(*SCALE, [cond], False), (*COPY, [f"not ({cond})"], True)]
+    assert got["launch_passing_on_caller"] == [(*SCALE, [cond], False), (*COPY, [f"not ({cond})"], True)]
+    # (traced from its definition, `launch_passing_on`'s own `exact` is unknown: so is the guard)
+    assert got["launch_passing_on"] == [(*SCALE, [cond], None), (*COPY, [f"not ({cond})"], None)]
+    assert got["launch_unknown"] == [(*SCALE, [cond], None), (*COPY, [f"not ({cond})"], None)]
+    # each branch the call decided says what decided it
+    c = ws.trace_symbol(P + "launch_exact")
+    assert [b.label.split(": ", 1)[1] for b in c.final.fork.branches] == [
+        "_scaled_launch(...) (mode='scale', exact=True at this call)", "_copy_launch(...) (mode='scale', exact=True at this call)"]
+    assert [b.label.split(": ", 1)[1] for b in ws.trace_symbol(P + "launch_unknown").final.fork.branches] == [
+        "_scaled_launch(...)", "_copy_launch(...)"]
+    # traced from its definition (no call), the guard is decided at run time
+    assert leaves(ws.trace_symbol(P + "_launch_by_mode")) == [(*SCALE, [cond], None), (*COPY, [f"not ({cond})"], None)]
+
+
 def test_constructor_argument_flows_into_the_base_class_attribute(ws):
     mod = ws.index.module("mini_metax.attention.ops.dispatch")
     cs = next(c for c in mod.summary.calls if c.scope == "_WriterBase.write" and c.func == "writer")

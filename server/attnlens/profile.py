@@ -128,17 +128,37 @@ class PlatformProfile:
         self._memo: dict = {}
         self._ctx_memo: dict = {}  # guard key -> [(values being resolved that cut it, its value then)] (evaluate)
         self._active_eval: set = set()  # function results being evaluated (recursion guard)
+        self._binds = None  # (module path, scope, {parameter: constant}) while value_of evaluates with binds
+        self._discovering = False  # (info is being found: _discover_apart)
         self._overrides: tuple | None = None  # (generation, config_overrides())
 
     # -- discovery -----------------------------------------------------------
     @property
     def info(self) -> PlatformInfo:
         if self._info is None or self._gen != self.r.index.generation:
-            self._info = self._discover()
+            if self._discovering:
+                return PlatformInfo()  # (asked again while it is found: nothing is known yet, nothing kept)
+            self._info = self._discover_apart()
             self._gen = self.r.index.generation
             self._memo.clear()
             self._ctx_memo.clear()
         return self._info
+
+    def _discover_apart(self) -> PlatformInfo:
+        """:meth:`_discover`, apart from whatever the resolver is resolving when the profile is first asked (a guard
+        or a call's argument deep in a trace): the values being resolved there would cut its lookups short as
+        cycles, and it is kept for the whole generation. Its own cuts leave no mark on the resolution around it."""
+        r = self.r
+        saved = (r._active, r._visits, r.cuts, r.bound_cuts, r.inner_cuts, len(r.cut_log))
+        r._active, r._visits = set(), []
+        self._discovering = True
+        try:
+            return self._discover()
+        finally:
+            self._discovering = False
+            r._active, r._visits = saved[0], saved[1]
+            r.cuts, r.bound_cuts, r.inner_cuts = saved[2], saved[3], saved[4]
+            del r.cut_log[saved[5]:]
 
     def _discover(self) -> PlatformInfo:
         info = PlatformInfo()
@@ -286,10 +306,21 @@ class PlatformProfile:
         return enum not in members
 
     # -- guard evaluation ----------------------------------------------------
-    def evaluate(self, mod, scope: str, text: str):
+    def evaluate(self, mod, scope: str, text: str, binds: tuple = ()):
+        """True / False when the profile decides guard ``text`` (code in function ``scope`` of ``mod``), else None.
+        ``binds``: ((parameter, constant), ...) of ``scope``'s parameters that the call being followed fixes (its
+        arguments, or the defaults it leaves): a guard on them is decided for that call."""
+        val = self.value_of(mod, scope, text, binds)
+        return val if isinstance(val, bool) else (bool(val) if isinstance(val, (int, str)) else None)
+
+    def value_of(self, mod, scope: str, text: str, binds: tuple = ()):
+        """The constant expression ``text`` has in ``scope`` on this platform (a bool, int or str; a
+        parameter in ``binds`` has its bound value), else None."""
         if mod is None or not text:
             return None
-        key = (mod.name, scope, text)
+        if binds:
+            binds = tuple(b for b in binds if b[0] in text)
+        key = (mod.name, scope, text, binds) if binds else (mod.name, scope, text)
         if key in self._memo and self._gen == self.r.index.generation:
             return self._memo[key]
         _ = self.info
@@ -301,11 +332,14 @@ class PlatformProfile:
             if self.r.replay_cuts(deps):
                 return res
         mark = self.r.cut_mark()
+        saved, self._binds = self._binds, ((mod.path, scope, dict(binds)) if binds else None)
         try:
             val = self._eval(mod, scope, node, 0)
         except RecursionError:
             val = None
-        res = val if isinstance(val, bool) else (bool(val) if isinstance(val, (int, str)) and val is not None else None)
+        finally:
+            self._binds = saved
+        res = val if isinstance(val, (bool, int, str)) else None
         deps = self.r.outside_since(mark)
         if deps is not None and not deps:
             self._memo[key] = res
@@ -455,6 +489,9 @@ class PlatformProfile:
 
     def _fold_name(self, mod, scope, name, depth):
         how, bindings = mod.summary.binding_of(scope, name)
+        if how == "param":
+            b = self._binds  # (a parameter of the function being followed, fixed by its call: Resolver.call_binds)
+            return b[2].get(name) if b is not None and b[0] == mod.path and b[1] == scope else None
         if how == "local":
             return self._fold_local(mod, scope, name, bindings, depth)
         if how != "module" or len(bindings) != 1:
@@ -603,7 +640,7 @@ class PlatformProfile:
         if f.returns_const is not None:
             val = f.returns_const[1]
             return val if isinstance(val, (bool, int, str)) or val is None else None
-        for text, guards, _line in f.return_alts:
+        for text, guards, line in f.return_alts:
             gv = self.r.guard_value(m, guards, f.qualname) if guards else True
             if gv is None:
                 return None
@@ -612,9 +649,45 @@ class PlatformProfile:
             try:
                 val = ast.literal_eval(text)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                return None
+                val = self._computed_return(m, f, text, line)
             return val if isinstance(val, (bool, int, str)) else None
         return None
+
+    def _computed_return(self, m, f, text: str, line: int):
+        """The constant a return that is not a literal gives: a call the profile decides (``return
+        current_platform.is_cuda()``; the summary keeps no text of other expressions), or a module global the
+        function fills once and returns
+        (``if _G is None: _G = <expr>`` ... ``return _G``: the value every filling gives). None when unknown."""
+        node = _parse_guard(text)
+        if node is None:
+            return None
+        if not isinstance(node, ast.Name):
+            return self._eval(m, f.qualname, node, 1) if isinstance(node, ast.Call) else None
+        how, bindings = m.summary.binding_of(f.qualname, node.id)
+        if how != "module" or len(bindings) < 2:
+            return None
+        empty = [b for b in bindings if not b.scope and b.kind == "other" and b.target == "None" and not b.guards]
+        fills = [b for b in bindings if b.scope]
+        if len(empty) != 1 or len(empty) + len(fills) != len(bindings):
+            return None
+        unset = (("if", f"{node.id} is None"),)
+        if not any(b.scope == f.qualname and b.line < line and tuple(g[:2] for g in b.guards) == unset for b in fills):
+            return None  # (this function does not fill it before it returns it: it may return the None)
+        vals = set()
+        for b in fills:
+            if b.guards and tuple(g[:2] for g in b.guards) != unset:
+                return None
+            if b.kind == "other" and b.target:
+                v = _constant_of(b.target)
+            elif b.kind == "other" and b.str_args and b.str_args[0]:
+                sub = _parse_guard(b.str_args[0])
+                v = self._eval(m, b.scope, sub, 1) if sub is not None else None
+            else:
+                return None
+            if not isinstance(v, (bool, int, str)):
+                return None
+            vals.add(v)
+        return vals.pop() if len(vals) == 1 else None
 
     def _decorator_gate(self, m, d):
         """False when decorator ``d`` wraps the function in a closure that calls it only under a

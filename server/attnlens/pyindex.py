@@ -134,6 +134,7 @@ class Param:
     kind: str  # posonly | pos | vararg | kwonly | kwarg
     has_default: bool
     annotation: str | None = None
+    default: str | None = None  # the default's text when it is a literal (`"softmax"`, `False`, `8`), else None
 
 
 @_pickled_by_fields
@@ -398,6 +399,14 @@ def compare(op: ast.cmpop, a, b):
     (``TypeError`` when ``a`` and ``b`` do not compare). The one comparison table of the folders
     (profile, envflags, the capability evaluator)."""
     return _COMPARE[type(op)](a, b)
+
+
+def _default_text(node: ast.AST | None) -> str | None:
+    """A parameter default's text when it is a str, int or bool literal (what a call that omits the argument
+    binds: the resolver folds the callee's guards on it), else None."""
+    if type(node) is _Constant and type(node.value) in (str, int, bool):
+        return repr(node.value)
+    return None
 
 
 def _literal_text(node: ast.AST) -> str:
@@ -919,11 +928,12 @@ class _Builder:
         allpos = list(a.posonlyargs) + list(a.args)
         for i, p in enumerate(allpos):
             has_def = i >= len(allpos) - pos_defaults
-            params.append(Param(p.arg, "posonly" if i < len(a.posonlyargs) else "pos", has_def, self._ann(p)))
+            dflt = a.defaults[i - (len(allpos) - pos_defaults)] if has_def else None
+            params.append(Param(p.arg, "posonly" if i < len(a.posonlyargs) else "pos", has_def, self._ann(p), _default_text(dflt)))
         if a.vararg:
             params.append(Param(a.vararg.arg, "vararg", False, self._ann(a.vararg)))
         for p, dflt in zip(a.kwonlyargs, a.kw_defaults):
-            params.append(Param(p.arg, "kwonly", dflt is not None, self._ann(p)))
+            params.append(Param(p.arg, "kwonly", dflt is not None, self._ann(p), _default_text(dflt)))
         if a.kwarg:
             params.append(Param(a.kwarg.arg, "kwarg", False, self._ann(a.kwarg)))
         return tuple(params)

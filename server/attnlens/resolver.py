@@ -120,6 +120,12 @@ class Resolver:
         self._reach_memo: dict = {}  # kernels reached by a multi-call function, this generation
         self._met_table: dict = {}  # each distinct `met` set of the memos once (_shared_met)
         self._layers_memo: dict = {}  # (module path, sha) -> its attention_layers, this generation
+        # (module path, sha, function) -> wrapper_target's answer; (module path, sha, scope, line, col) -> _hopeless's:
+        # both resolve a body's calls on fresh walks, the same wherever asked (upstream vLLM's `sites` asked them
+        # 72,680 and 354,302 times for 13,000 functions)
+        self._wrap_memo: dict = {}
+        self._hopeless_memo: dict = {}
+        self._tested_memo: dict = {}  # (module path, sha, function) -> the parameters its call guards test
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
         self.rebind_cache: dict = {}  # patches: does a module rebind attributes?
@@ -140,17 +146,88 @@ class Resolver:
                 parts.append(f"except {text}")
         return " and ".join(parts) if parts else None
 
-    def guard_value(self, mod: Module | None, guards: tuple, scope: str = "") -> bool | None:
+    def guard_value(self, mod: Module | None, guards: tuple, scope: str = "", binds: tuple = ()) -> bool | None:
+        """Can code under ``guards`` in function ``scope`` run on this platform (None: decided at run time)?
+        ``binds``: the parameters of ``scope`` the call being followed fixes (:meth:`call_binds`)."""
         vals = []
         for kind, text, _line in guards:
             if kind == "typecheck":
                 vals.append(False)
             elif kind == "if":
-                vals.append(self.profile.evaluate(mod, scope, text))
+                vals.append(self.profile.evaluate(mod, scope, text, binds))
             elif kind == "else":
-                v = self.profile.evaluate(mod, scope, text)
+                v = self.profile.evaluate(mod, scope, text, binds)
                 vals.append(None if v is None else not v)
         return M.combine_reachability(vals)
+
+    def call_binds(self, mod: Module, scope: str, cs: CallSite, tv: Val, caller_binds: tuple = ()) -> tuple:
+        """((parameter, constant), ...): the parameters of the function ``tv`` that its guards test and that the
+        call ``cs`` (in function ``scope`` of ``mod``) fixes: an argument that folds to a constant on this
+        platform (``inverse=True``; one of the caller's own bound parameters passed on), or the literal default
+        of one it leaves out (``scoring_func="softmax"``). Empty for any other callee, and for a parameter the
+        function assigns again or a call that spreads ``*args`` / ``**kwargs`` over what it leaves out."""
+        f = tv.func if tv.kind == ValKind.FUNCTION else None
+        if f is None or tv.module is None:
+            return ()
+        tested = self._tested_params(tv.module, f)
+        if not tested:
+            return ()
+        params = [p for p in f.params if p.kind in ("posonly", "pos", "kwonly")]
+        if f.class_name and params and params[0].name in ("self", "cls") and "staticmethod" not in (d.func for d in f.decorators):
+            params = params[1:]  # (called on an object or a class: bound)
+        kw = dict(cs.kw_texts)
+        out = []
+        for i, p in enumerate(params):
+            if p.name not in tested:
+                continue
+            text = kw.get(p.name)
+            if text is None and p.kind != "kwonly" and i < cs.nargs:
+                if cs.star_args:
+                    continue  # (which argument lands here is not static)
+                text = cs.arg_texts[i] if i < len(cs.arg_texts) else ""
+            if text is None:
+                if cs.star_args or cs.star_kwargs or p.default is None:
+                    continue
+                text = p.default
+            if not text:
+                continue
+            val = self.profile.value_of(mod, scope, text, caller_binds)
+            if val is not None:
+                out.append((p.name, val))
+        return tuple(out)
+
+    def _decided_by(self, mod: Module, scope: str, guards: tuple, binds: tuple, reach) -> str:
+        """`` (exact=True at this call)``: the parameters fixed by the call being followed that decided ``guards``
+        (their value differs from the guards' own), for a branch's label; '' when they decided nothing."""
+        if reach == self.guard_value(mod, guards, scope):
+            return ""
+        texts = " ".join(t for _k, t, _l in guards)
+        used = [f"{n}={val!r}" for n, val in binds if re.search(rf"\b{re.escape(n)}\b", texts)]
+        return f" ({', '.join(used)} at this call)" if used else ""
+
+    def _tested_params(self, mod: Module, f: FunctionInfo) -> frozenset:
+        """The parameters of ``f`` that a guard of one of its own calls tests by name, or that it passes on as an
+        argument, and that ``f`` never assigns again (memoised per function and generation)."""
+        self._check_memo_gen()
+        key = (mod.path, mod.summary.sha, f.qualname)
+        hit = self._tested_memo.get(key)
+        if hit is None:
+            names = {p.name for p in f.params if p.kind in ("posonly", "pos", "kwonly")} - {"self", "cls"}
+            names -= set(f.locals)
+            calls = [cs for cs in mod.summary.calls_in(f.qualname) if cs.scope == f.qualname]
+            texts = {t for cs in calls for _k, t, _l in cs.guards}
+            passed = {t for cs in calls for t in cs.arg_texts} | {t for cs in calls for _k, t in cs.kw_texts}
+            hit = frozenset(n for n in names if n in passed or any(re.search(rf"\b{re.escape(n)}\b", t) for t in texts)) \
+                if names and (texts or passed) else frozenset()
+            self._tested_memo[key] = hit
+        return hit
+
+    def with_binds(self, mod: Module, scope: str, cs: CallSite, tv: Val, caller_binds: tuple = ()) -> Val:
+        """``tv`` (the callee of ``cs``) carrying the parameters the call fixes (:meth:`call_binds`), if any."""
+        binds = self.call_binds(mod, scope, cs, tv, caller_binds) if tv.kind == ValKind.FUNCTION else ()
+        if not binds:
+            return tv
+        return dataclasses.replace(tv, extra={**tv.extra, "binds": binds})
 
     # ------------------------------------------------------------------
     # names
@@ -1052,7 +1129,7 @@ class Resolver:
         """Empty the memos of traced values, subtrees and call sites (a long batch bounds its memory with it:
         `attnlens sites`). Answers do not depend on what was traced before, so nothing changes but the time."""
         for memo in (self._val_memo, self._follow_memo, self._reach_memo, self._karg_memo, self._met_table,
-                     self._field_memo, self.site_memo):
+                     self._field_memo, self.site_memo, self._wrap_memo, self._hopeless_memo):
             memo.clear()
 
     def _check_memo_gen(self) -> None:
@@ -1063,6 +1140,9 @@ class Resolver:
             self._karg_memo.clear()
             self._met_table.clear()
             self._layers_memo.clear()
+            self._wrap_memo.clear()
+            self._hopeless_memo.clear()
+            self._tested_memo.clear()
             self._memo_gen = self.index.generation
 
     def _resolve_dotted(self, mod: Module, scope: str, text: str, w: Walk, line: int | None) -> Val:
@@ -1544,9 +1624,9 @@ class Resolver:
             recv = v.extra.get("receiver") or w.receiver
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
                     (v.extra.get("overload"), op_caller[0].name, op_caller[2]) if op_caller is not None
-                    else v.extra.get("overload") if v.kind == ValKind.TORCH_OP else None)
+                    else v.extra.get("overload") if v.kind == ValKind.TORCH_OP else v.extra.get("binds"))
             hit = self._follow_memo.get(mkey)
-            if hit is not None and not (w.has_room(hit[2]) and hit[3].isdisjoint(w.seen)):
+            if hit is not None and not (w.fits(hit[2]) and hit[3].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path (a cycle) would cut it: traced again
             if hit is None:
                 hit = self._follow_memo.get(mkey + (w.budget, w.fork_depth))
@@ -1557,15 +1637,19 @@ class Resolver:
             if hit is not None:
                 if self._visits:
                     self._visits[-1] |= hit[3]
+                if hit[2] is not None:
+                    w.note_need(hit[2])
                 w.hops.extend(hit[1])
                 return hit[0]
         w.seen.add(key)
         cuts, bcuts, inner, n_log, n0 = self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log), len(w.hops)
         vis_n = self._visits_push()
+        saved_need = w.start_need()
         try:
             fin = self._follow(v, w, launch, op_caller)
         finally:
             met = self._visits_pop(vis_n)
+            need = w.end_need(saved_need)
         w.seen.discard(key)
         outside = None if mkey is None or w.partial else self._outside_cuts(cuts, inner, n_log, w.seen, w, n0)
         if outside is not None and outside in (0, self.bound_cuts - bcuts):
@@ -1574,8 +1658,8 @@ class Resolver:
             # complete, or cut only by the leaf / depth bounds (then the same for the same budget and depth);
             # with what it met on the way: on a path through any of those, a fresh trace would end in a cycle
             met = self._shared_met(met)
-            if outside == 0:  # complete: reusable wherever a walk has as much room (Walk.has_room)
-                self._follow_memo[mkey] = (fin, tuple(w.hops[n0:]), (w.fork_depth, w.budget), met)
+            if outside == 0:  # complete: reusable wherever a walk has the room it needs (Walk.fits)
+                self._follow_memo[mkey] = (fin, tuple(w.hops[n0:]), need, met)
             else:
                 self._follow_memo[mkey + (w.budget, w.fork_depth)] = (fin, tuple(w.hops[n0:]), None, met)
         return fin
@@ -1763,6 +1847,9 @@ class Resolver:
             self._bound_cut()
             fk.truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): {len(arms)} branches not expanded"
         else:
+            needs: dict = {}
+            w.need_depth = max(w.need_depth, w.fork_depth)
+
             def expand(i: int, share: int):
                 a = arms[i]
                 bw = w.branch()
@@ -1770,9 +1857,14 @@ class Resolver:
                 fin = self.follow(a.val, bw, launch)
                 if bw.partial:
                     w.partial = True
-                return M.Branch(a.condition, a.reachable, a.label, self._chain(bw, fin, a.val.module), a.path, a.line)
+                b = M.Branch(a.condition, a.reachable, a.label, self._chain(bw, fin, a.val.module), a.path, a.line)
+                needs[i] = (bw.need_budget, b.chain.leaf_count())
+                w.need_depth = max(w.need_depth, bw.need_depth)
+                return b
 
-            done, left = _expand_within(w.budget, [a.reachable for a in arms], expand)
+            reach = [a.reachable for a in arms]
+            done, left = _expand_within(w.budget, reach, expand)
+            w.need_budget = max(w.need_budget, _fork_need(w.budget, reach, needs))
             fk.branches = [done[i] for i in sorted(done)]
             if left:
                 self._bound_cut()
@@ -1799,14 +1891,15 @@ class Resolver:
         mod = v.module
         assert mod is not None
         recv = w.receiver
-        key = (mod.path, mod.summary.sha, f.qualname, (recv[0].name, recv[1]) if recv else None, self.index.generation)
+        binds = v.extra.get("binds", ())  # (the parameters the call being followed fixes: call_binds)
+        key = (mod.path, mod.summary.sha, f.qualname, (recv[0].name, recv[1]) if recv else None, self.index.generation, binds)
         memo = self._reach_memo
         if self._reach_gen != self.index.generation:
             memo.clear()
             self._reach_gen = self.index.generation
         if self.memo_enabled:
             hit = memo.get(key)
-            if hit is not None and not (w.has_room(hit[3]) and hit[2].isdisjoint(w.seen)):
+            if hit is not None and not (w.fits(hit[3]) and hit[2].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path would cut it
             if hit is None:
                 hit = memo.get(key + (w.budget, w.fork_depth))
@@ -1815,6 +1908,8 @@ class Resolver:
             if hit is not None:
                 if hit[1] is not None or key not in memo:
                     self._bound_cut()  # (what uses it was cut below too)
+                if hit[3] is not None:
+                    w.note_need(hit[3])
                 if self._visits:
                     self._visits[-1] |= hit[2]
                 return hit[0], hit[1]
@@ -1824,6 +1919,8 @@ class Resolver:
         # a subtree cut short below makes the result depend on the budget (bounds) or on the path (cycles above)
         cuts0, bcuts0, inner0, n_log, n_hops = self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log), len(w.hops)
         vis_n = self._visits_push()
+        saved_need = w.start_need()
+        needs: dict = {}
         # the calls worth a branch, in source order; then expanded live and run-time ones first (dead ones get
         # what is left, a few leaves each), so a dead subtree never starves what can run
         cands = []
@@ -1835,19 +1932,31 @@ class Resolver:
                 continue
             if self._hopeless(mod, f.qualname, cs):
                 continue  # (decided before the leaf shares are handed out: it would take a share and give nothing)
-            reach = self.guard_value(mod, cs.guards, f.qualname) if cs.guards else True
+            reach = self.guard_value(mod, cs.guards, f.qualname, binds) if cs.guards else True
             cands.append((cs, reach))
+        # the calls whose guard the parameters this call fixes decided: what fixed it, on the branch's label
+        decided = {cs.line: self._decided_by(mod, f.qualname, cs.guards, binds, r) for cs, r in cands if binds and cs.guards}
         if w.fork_depth >= M.MAX_FORK_DEPTH and cands:
             truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): calls not expanded"
             cands = []
+        elif cands:
+            w.need_depth = max(w.need_depth, w.fork_depth)
 
         def expand(i: int, share: int):
-            nonlocal partial
             cs, reach = cands[i]
             bw = w.branch()
             if len(cands) == 1:
                 bw.fork_depth = w.fork_depth  # a body with one candidate call cannot fork here
             bw.budget = share
+            try:
+                b = expand_one(cs, reach, bw)
+            finally:
+                w.need_depth = max(w.need_depth, bw.need_depth)
+            needs[i] = (bw.need_budget, b.chain.leaf_count() if b is not None else 0)
+            return b
+
+        def expand_one(cs, reach, bw: Walk):
+            nonlocal partial
             cond = self.guard_text(cs.guards)
             sym = cs.func + (f"[{cs.subscript or 'grid'}]" if cs.launch else "")
             bw.add(Hop(HopKind.TRITON_LAUNCH if cs.launch else HopKind.CALL, mod.path, cs.line, sym, f"call in {f.qualname}", cond,
@@ -1855,6 +1964,8 @@ class Resolver:
             tv, launch = self.callee_value(mod, cs, bw)
             if any(h.kind == HopKind.PLATFORM for h in bw.hops) and tv.kind != ValKind.TORCH_OP:
                 return None  # platform queries are not kernels
+            if not launch:
+                tv = self.with_binds(mod, f.qualname, cs, tv, binds)
             if tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS):
                 # a kernel handed to a launcher the resolver cannot see (`ctx.call_kernel(kernel, grid, ...)`)
                 kv = self._kernel_argument(mod, f.qualname, cs)
@@ -1876,9 +1987,12 @@ class Resolver:
                            f"{kv.qual} is passed to {fin.symbol}, which launches it"))
                 ch = self._chain(bw, self.follow(kv, bw, launch=True), mod)
                 sym = f"{cs.func}({kv.qual}, ...)"
-            return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line)
+            return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)" + decided.get(cs.line, ""), ch, mod.path, cs.line)
 
-        kept, skipped = _expand_within(w.budget, [r for _cs, r in cands], expand)
+        reach_of = [r for _cs, r in cands]
+        kept, skipped = _expand_within(w.budget, reach_of, expand)
+        w.need_budget = max(w.need_budget, _fork_need(w.budget, reach_of, needs))
+        need = w.end_need(saved_need)
         out = _merge_not_installed([kept[i] for i in sorted(kept)])
         if skipped and truncated is None:
             truncated = f"leaf limit ({M.MAX_LEAVES}): {skipped} calls not expanded"
@@ -1889,7 +2003,7 @@ class Resolver:
         if partial:
             w.partial = True
         elif outside == 0 and truncated is None:
-            memo[key] = (out, None, met, (w.fork_depth, w.budget))
+            memo[key] = (out, None, met, need)
         elif outside == self.bound_cuts - bcuts0:
             # cut only by the leaf / depth bounds: the same for the same budget and depth
             memo[key + (w.budget, w.fork_depth)] = (out, truncated, met, None)
@@ -1900,6 +2014,16 @@ class Resolver:
         standard-library API, or unknown, and no Triton kernel is handed to it."""
         if cs.launch:
             return False
+        if not self.memo_enabled:
+            return self._hopeless_of(mod, scope, cs)
+        self._check_memo_gen()
+        key = (mod.path, mod.summary.sha, scope, cs.line, cs.col)
+        memo = self._hopeless_memo
+        if key in memo:
+            return memo[key]
+        return self._memo_if_clean(memo, key, lambda: self._hopeless_of(mod, scope, cs))
+
+    def _hopeless_of(self, mod: Module, scope: str, cs: CallSite) -> bool:
         probe = Walk()
         saved, probe.use_guards = probe.use_guards, cs.guards
         tv = self.resolve_dotted(mod, scope, cs.func, probe, line=cs.line)
@@ -2008,9 +2132,12 @@ class Resolver:
     def _follow_call(self, v: Val, f: FunctionInfo, cs: CallSite, why: str, w: Walk) -> Final:
         mod = v.module
         assert mod is not None
+        binds = v.extra.get("binds", ())
         w.add(Hop(HopKind.WRAPPER if cs.forwards else HopKind.CALL, mod.path, cs.line, cs.func or "?", why,
-                  self.guard_text(cs.guards), self.guard_value(mod, cs.guards, f.qualname) if cs.guards else None, cs.col))
+                  self.guard_text(cs.guards), self.guard_value(mod, cs.guards, f.qualname, binds) if cs.guards else None, cs.col))
         tv, launch = self.callee_value(mod, cs, w)
+        if not launch:
+            tv = self.with_binds(mod, f.qualname, cs, tv, binds)
         return self.follow(tv, w, launch=launch)
 
     def python_final(self, v: Val, f: FunctionInfo) -> Final:
@@ -2054,9 +2181,20 @@ class Resolver:
         return is_patch_decorator(self, mod, d)
 
     def wrapper_target(self, v: Val, f: FunctionInfo, w: Walk):
-        """If ``f`` is a thin wrapper, the one call it delegates to."""
+        """If ``f`` is a thin wrapper, the one call it delegates to (memoised per function: it reads nothing of
+        ``w``)."""
         mod = v.module
         assert mod is not None
+        if not self.memo_enabled:
+            return self._wrapper_target(mod, f)
+        self._check_memo_gen()
+        key = (mod.path, mod.summary.sha, f.qualname)
+        memo = self._wrap_memo
+        if key in memo:
+            return memo[key]
+        return self._memo_if_clean(memo, key, lambda: self._wrapper_target(mod, f))
+
+    def _wrapper_target(self, mod: Module, f: FunctionInfo):
         calls = mod.summary.calls_in(f.qualname)
         if not calls:
             return None
@@ -2120,6 +2258,8 @@ class Resolver:
         else:
             try:
                 v, launch = self.callee_value(mod, cs, w)
+                if not launch:
+                    v = self.with_binds(mod, cs.scope, cs, v)
                 final = self.follow(v, w, launch=launch)
             except RecursionError:
                 self._active.clear()
@@ -2256,6 +2396,27 @@ def _expand_within(leaves: int, reach: list, expand) -> tuple[dict, int]:
             budget.spend(b.chain.leaf_count())
     _second_chance(kept, budget, expand)
     return kept, skipped
+
+
+def _fork_need(leaves: int, reach: list, needs: dict) -> int:
+    """The least leaf budget at which :func:`_expand_within` would give every branch of ``needs`` ({index: (the
+    budget its subtree needs, its leaves)}, the branches as expanded within ``leaves``) at least what it needs at
+    the first pass, so that a fresh expansion makes the same tree (shares only grow with the budget); ``leaves``
+    when none below it does (or a branch was not expanded: then the tree was cut, and is not reused elsewhere)."""
+    if not reach:
+        return 0
+    if len(needs) < len(reach):
+        return leaves
+    for b in range(1, leaves):
+        budget = _Budget(b)
+        for i, share in budget.order(reach):
+            n, used = needs[i]
+            if share <= 0 or share < n:
+                break
+            budget.spend(used)
+        else:
+            return b
+    return leaves
 
 
 def _second_chance(kept: dict, budget, expand) -> None:

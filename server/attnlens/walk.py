@@ -110,6 +110,10 @@ class Walk:
         self.fork_depth = 0  # forks above this walk in the tree
         self.budget = M.MAX_LEAVES  # leaves this walk's subtree may still have
         self.use_guards: tuple = ()  # guards of the call being resolved (which local bindings can reach it)
+        # the room what was followed on this walk so far needs to come out the same (see fits): the least leaf
+        # budget, and the deepest fork depth at which a fork was expanded (-1: none)
+        self.need_budget = 0
+        self.need_depth = -1
 
     def sub(self) -> "Walk":
         """A fresh walk for a side resolution (its hops are not kept) that keeps the receiver: `self`
@@ -132,18 +136,43 @@ class Walk:
         b.fork_depth = self.fork_depth + 1
         b.budget = self.budget
         b.use_guards = ()
+        b.need_budget = 0
+        b.need_depth = -1
         return b
 
     def add(self, hop: Hop) -> None:
         self.hops.append(hop)
 
-    def has_room(self, computed: tuple[int, int]) -> bool:
-        """May a complete result computed at (fork depth, leaf budget) ``computed`` stand for a fresh trace at
-        this walk? Only where this walk has at least that much room: no deeper and no smaller a budget. With
-        less room a bound might cut what the result holds, or a branch it dropped might take the share another
-        one got, so answers would depend on what was traced before."""
-        depth, budget = computed
-        return self.fork_depth <= depth and self.budget >= budget
+    def start_need(self) -> tuple[int, int]:
+        """Begin recording what a resolution on this walk needs (:meth:`end_need` ends it): the record so far,
+        to give back to :meth:`end_need`."""
+        saved = (self.need_budget, self.need_depth)
+        self.need_budget, self.need_depth = 0, -1
+        return saved
+
+    def end_need(self, saved: tuple[int, int]) -> tuple[int | None, int]:
+        """The room the resolution begun at :meth:`start_need` needs, as (fork depth checks relative to this
+        walk's, or None when it expanded no fork; the least leaf budget); what it needs is added to the record
+        of the resolution around it."""
+        own_b, own_d = self.need_budget, self.need_depth
+        self.need_budget, self.need_depth = max(saved[0], own_b), max(saved[1], own_d)
+        return (None if own_d < 0 else own_d - self.fork_depth), own_b
+
+    def note_need(self, need: tuple[int | None, int]) -> None:
+        """A memoised result that needs ``need`` (:meth:`end_need`) is used on this walk."""
+        rel, budget = need
+        if budget > self.need_budget:
+            self.need_budget = budget
+        if rel is not None and self.fork_depth + rel > self.need_depth:
+            self.need_depth = self.fork_depth + rel
+
+    def fits(self, need: tuple[int | None, int]) -> bool:
+        """May a complete result that needs ``need`` (:meth:`end_need`) stand for a fresh trace at this walk?
+        Where every fork it expanded is still above the fork-depth limit, and the leaf budget is at least what
+        its forks need to give each branch its whole subtree at the first pass (``resolver._fork_need``): then
+        a fresh trace makes the same choices (no bound cuts, no second chances), whatever room it had."""
+        rel, budget = need
+        return self.budget >= budget and (rel is None or self.fork_depth + rel < M.MAX_FORK_DEPTH)
 
     def out_of_time(self) -> bool:
         if self.deadline is not None and time.perf_counter() > self.deadline:

@@ -244,6 +244,59 @@ class FlaggedLauncher:
             _copy_launch(src, dst)
 
 
+# 10b. a helper that asks the platform once and caches the answer in a module global (`if _G is None: _G = ...`,
+# `return _G`), and one that returns a platform query: both fold, so their branches are dead out of tree
+_FAST_SCALE_OK: bool | None = None
+
+
+def _fast_scale_available() -> bool:
+    global _FAST_SCALE_OK
+    if _FAST_SCALE_OK is None:
+        _FAST_SCALE_OK = current_platform.is_cuda() and current_platform.has_device_capability(80)
+    return _FAST_SCALE_OK
+
+
+def _scale_supported() -> bool:
+    return current_platform.is_rocm()
+
+
+def gated_launch(src, dst, n: int):
+    if _fast_scale_available() and n > 0:
+        _scaled_launch(src, dst)
+    elif _scale_supported():
+        _scaled_launch(src, dst)
+    else:
+        _copy_launch(src, dst)
+
+
+# 10c. what a call passes, or leaves to the default, decides the callee's guards on those parameters
+def _launch_by_mode(src, dst, mode: str = "scale", exact: bool = False):
+    if mode == "scale" and not exact:
+        _scaled_launch(src, dst)
+    else:
+        _copy_launch(src, dst)
+
+
+def launch_defaults(src, dst):
+    _launch_by_mode(src, dst)
+
+
+def launch_exact(src, dst):
+    _launch_by_mode(src, dst, exact=True)
+
+
+def launch_passing_on(src, dst, exact: bool = True):
+    _launch_by_mode(src, dst, "scale", exact)
+
+
+def launch_passing_on_caller(src, dst):
+    launch_passing_on(src, dst)
+
+
+def launch_unknown(src, dst, mode):
+    _launch_by_mode(src, dst, mode)
+
+
 # 11. constructor arguments flow to the base class: `self.writer_cls` is what the subclass passes
 class _WriterBase:
     def __init__(self, writer_cls=None):
