@@ -115,7 +115,7 @@ class Resolver:
         self._field_memo: dict = {}  # (generation, module, class, field) -> values constructors pass for it
         self._kw_memo: tuple | None = None  # (generation, keyword -> workspace modules passing it, per-file sets)
         self._mro_memo: dict = {}  # (module path, sha, class, limit) -> its MRO, this generation
-        self._karg_memo: dict = {}  # call site -> the Triton kernel handed to it (or None), this generation
+        self._karg_memo: dict = {}  # function -> call site -> the Triton kernel handed to it (or None), this generation (_call_memo)
         self._import_map_memo: tuple | None = None  # (generation, import hooks' module map)
         self._reach_memo: dict = {}  # kernels reached by a multi-call function, this generation
         self._met_table: dict = {}  # each distinct `met` set of the memos once (_shared_met)
@@ -1129,7 +1129,7 @@ class Resolver:
         """Empty the memos of traced values, subtrees and call sites (a long batch bounds its memory with it:
         `attnlens sites`). Answers do not depend on what was traced before, so nothing changes but the time."""
         for memo in (self._val_memo, self._follow_memo, self._reach_memo, self._karg_memo, self._met_table,
-                     self._field_memo, self.site_memo, self._wrap_memo, self._hopeless_memo):
+                     self._field_memo, self.site_memo, self._wrap_memo, self._hopeless_memo, self._tested_memo):
             memo.clear()
 
     def _check_memo_gen(self) -> None:
@@ -2016,12 +2016,21 @@ class Resolver:
             return False
         if not self.memo_enabled:
             return self._hopeless_of(mod, scope, cs)
+        return self._call_memo(self._hopeless_memo, mod, scope, cs, lambda: self._hopeless_of(mod, scope, cs))
+
+    def _call_memo(self, memo: dict, mod: Module, scope: str, cs: CallSite, compute):
+        """``compute()`` for call site ``cs`` of function ``scope``, memoised in ``memo`` per function, then per
+        call (line and column in one int: upstream vLLM's `sites` kept ~150,000 call-site entries between two
+        emptyings, a 5-tuple key each) when nothing cut it from outside (:meth:`_memo_if_clean`)."""
         self._check_memo_gen()
-        key = (mod.path, mod.summary.sha, scope, cs.line, cs.col)
-        memo = self._hopeless_memo
-        if key in memo:
-            return memo[key]
-        return self._memo_if_clean(memo, key, lambda: self._hopeless_of(mod, scope, cs))
+        fkey = (mod.path, mod.summary.sha, scope)
+        inner = memo.get(fkey)
+        if inner is None:
+            inner = memo[fkey] = {}
+        k = (cs.line << 20) | cs.col
+        if k in inner:
+            return inner[k]
+        return self._memo_if_clean(inner, k, compute)
 
     def _hopeless_of(self, mod: Module, scope: str, cs: CallSite) -> bool:
         probe = Walk()
@@ -2035,11 +2044,7 @@ class Resolver:
             self._kernel_argument(mod, scope, cs) is None
 
     def _kernel_argument(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
-        self._check_memo_gen()
-        key = (mod.path, mod.summary.sha, scope, cs.line, cs.col)
-        if key in self._karg_memo:
-            return self._karg_memo[key]
-        return self._memo_if_clean(self._karg_memo, key, lambda: self._kernel_argument_of(mod, scope, cs))
+        return self._call_memo(self._karg_memo, mod, scope, cs, lambda: self._kernel_argument_of(mod, scope, cs))
 
     def _kernel_argument_of(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
         for text in cs.arg_texts:
