@@ -188,9 +188,14 @@ def test_what_a_call_passes_or_leaves_to_the_default_decides_the_callees_guards(
     # each branch the call decided says what decided it
     c = ws.trace_symbol(P + "launch_exact")
     assert [b.label.split(": ", 1)[1] for b in c.final.fork.branches] == [
-        "_scaled_launch(...) (mode='scale', exact=True at this call)", "_copy_launch(...) (mode='scale', exact=True at this call)"]
+        "_scaled_launch(...) (decided by the call into _launch_by_mode: mode='scale', exact=True)",
+        "_copy_launch(...) (decided by the call into _launch_by_mode: mode='scale', exact=True)"]
     assert [b.label.split(": ", 1)[1] for b in ws.trace_symbol(P + "launch_unknown").final.fork.branches] == [
         "_scaled_launch(...)", "_copy_launch(...)"]
+    # a `None` the call passes or leaves decides `is None` / `is not None` (any other constant the other way)
+    sc = "scale is not None"
+    assert leaves(ws.trace_symbol(P + "launch_no_scale")) == [(*SCALE, [sc], False), (*COPY, [f"not ({sc})"], True)]
+    assert leaves(ws.trace_symbol(P + "launch_with_scale")) == [(*SCALE, [sc], True), (*COPY, [f"not ({sc})"], False)]
     # traced from its definition (no call), the guard is decided at run time
     assert leaves(ws.trace_symbol(P + "_launch_by_mode")) == [(*SCALE, [cond], None), (*COPY, [f"not ({cond})"], None)]
 

@@ -113,6 +113,23 @@ def _read_entry_points(root: Path) -> dict[str, dict[str, str]]:
     return out
 
 
+class _NoneValue:
+    """The constant ``None`` as a folded value (the evaluator's own ``None`` means "not known"): only a parameter a
+    call binds to ``None`` (an argument ``None``, or a ``None`` default it leaves) has it. Falsy; ``x is None``
+    folds to True on it, ``x is not None`` to False (and the other way round on any other constant)."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "None"
+
+
+NONE_VALUE = _NoneValue()
+
+
 class PlatformProfile:
     """What the plugin's platform class answers, evaluated statically: ``info()`` (the platform classes and
     their facts), ``current_platform`` (the value of ``vllm.platforms.current_platform``), ``method_value`` /
@@ -311,7 +328,7 @@ class PlatformProfile:
         ``binds``: ((parameter, constant), ...) of ``scope``'s parameters that the call being followed fixes (its
         arguments, or the defaults it leaves): a guard on them is decided for that call."""
         val = self.value_of(mod, scope, text, binds)
-        return val if isinstance(val, bool) else (bool(val) if isinstance(val, (int, str)) else None)
+        return val if isinstance(val, bool) else (bool(val) if isinstance(val, (int, str)) or val is NONE_VALUE else None)
 
     def value_of(self, mod, scope: str, text: str, binds: tuple = ()):
         """The constant expression ``text`` has in ``scope`` on this platform (a bool, int or str; a
@@ -339,7 +356,7 @@ class PlatformProfile:
             val = None
         finally:
             self._binds = saved
-        res = val if isinstance(val, (bool, int, str)) else None
+        res = val if isinstance(val, (bool, int, str)) or val is NONE_VALUE else None
         deps = self.r.outside_since(mark)
         if deps is not None and not deps:
             self._memo[key] = res
@@ -382,10 +399,14 @@ class PlatformProfile:
             if forced is not None:
                 return forced
             a = self._eval(mod, scope, node.left, depth + 1)
-            b = self._eval(mod, scope, node.comparators[0], depth + 1)
-            if a is None or b is None:
-                return None
             op = node.ops[0]
+            right = node.comparators[0]
+            if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None \
+                    and (a is NONE_VALUE or isinstance(a, (bool, int, str))):
+                return (a is NONE_VALUE) == isinstance(op, ast.Is)  # (a parameter a call bound: see NONE_VALUE)
+            b = self._eval(mod, scope, right, depth + 1)
+            if a is None or b is None or a is NONE_VALUE or b is NONE_VALUE:
+                return None
             if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
                 return None  # identity and membership are not folded (only what _forced_compare decides)
             try:

@@ -134,7 +134,7 @@ class Param:
     kind: str  # posonly | pos | vararg | kwonly | kwarg
     has_default: bool
     annotation: str | None = None
-    default: str | None = None  # the default's text when it is a literal (`"softmax"`, `False`, `8`), else None
+    default: str | None = None  # the default's text when it is a literal (`"softmax"`, `False`, `8`, `None`), else None
 
 
 @_pickled_by_fields
@@ -402,9 +402,9 @@ def compare(op: ast.cmpop, a, b):
 
 
 def _default_text(node: ast.AST | None) -> str | None:
-    """A parameter default's text when it is a str, int or bool literal (what a call that omits the argument
-    binds: the resolver folds the callee's guards on it), else None."""
-    if type(node) is _Constant and type(node.value) in (str, int, bool):
+    """A parameter default's text when it is a str, int, bool or ``None`` literal (what a call that omits the
+    argument binds: the resolver folds the callee's guards on it), else None."""
+    if type(node) is _Constant and (node.value is None or type(node.value) in (str, int, bool)):
         return repr(node.value)
     return None
 

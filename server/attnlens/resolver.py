@@ -36,7 +36,7 @@ from . import model as M
 from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
-from .profile import PlatformProfile
+from .profile import NONE_VALUE, PlatformProfile
 from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, interned_names, is_passthrough,
                       triton_decorated)
 from .torchops import OpRegistry
@@ -164,10 +164,13 @@ class Resolver:
         """((parameter, constant), ...): the parameters of the function ``tv`` that its guards test and that the
         call ``cs`` (in function ``scope`` of ``mod``) fixes: an argument that folds to a constant on this
         platform (``inverse=True``; one of the caller's own bound parameters passed on), or the literal default
-        of one it leaves out (``scoring_func="softmax"``). Empty for any other callee, and for a parameter the
-        function assigns again or a call that spreads ``*args`` / ``**kwargs`` over what it leaves out."""
+        of one it leaves out (``scoring_func="softmax"``). Empty for any other callee or a call by another name
+        (an autograd ``apply``, an alias), and for a parameter the function assigns again or a call that spreads
+        ``*args`` / ``**kwargs`` over what it leaves out."""
         f = tv.func if tv.kind == ValKind.FUNCTION else None
-        if f is None or tv.module is None:
+        if f is None or tv.module is None or cs.func.rpartition(".")[2] != f.name:
+            # (only a direct call of the def by its own name: `Fn.apply(...)` runs `forward(ctx, ...)`, a
+            # `__call__` or an alias may place the arguments differently)
             return ()
         tested = self._tested_params(tv.module, f)
         if not tested:
@@ -191,19 +194,19 @@ class Resolver:
                 text = p.default
             if not text:
                 continue
-            val = self.profile.value_of(mod, scope, text, caller_binds)
+            val = NONE_VALUE if text == "None" else self.profile.value_of(mod, scope, text, caller_binds)
             if val is not None:
                 out.append((p.name, val))
         return tuple(out)
 
     def _decided_by(self, mod: Module, scope: str, guards: tuple, binds: tuple, reach) -> str:
-        """`` (exact=True at this call)``: the parameters fixed by the call being followed that decided ``guards``
+        """`` (decided by the call into f: exact=True)``: the parameters fixed by the call being followed that decided ``guards``
         (their value differs from the guards' own), for a branch's label; '' when they decided nothing."""
         if reach == self.guard_value(mod, guards, scope):
             return ""
         texts = " ".join(t for _k, t, _l in guards)
         used = [f"{n}={val!r}" for n, val in binds if re.search(rf"\b{re.escape(n)}\b", texts)]
-        return f" ({', '.join(used)} at this call)" if used else ""
+        return f" (decided by the call into {scope.rpartition('.')[2]}: {', '.join(used)})" if used else ""
 
     def _tested_params(self, mod: Module, f: FunctionInfo) -> frozenset:
         """The parameters of ``f`` that a guard of one of its own calls tests by name, or that it passes on as an

@@ -297,6 +297,21 @@ def launch_unknown(src, dst, mode):
     _launch_by_mode(src, dst, mode)
 
 
+def _launch_if_scaled(src, dst, scale=None):
+    if scale is not None:
+        _scaled_launch(src, dst)
+    else:
+        _copy_launch(src, dst)
+
+
+def launch_no_scale(src, dst):
+    _launch_if_scaled(src, dst)
+
+
+def launch_with_scale(src, dst):
+    _launch_if_scaled(src, dst, scale=2)
+
+
 # 11. constructor arguments flow to the base class: `self.writer_cls` is what the subclass passes
 class _WriterBase:
     def __init__(self, writer_cls=None):
