@@ -139,3 +139,23 @@ def test_a_summary_holds_one_object_per_repeated_value():
                 assert a.line is a.fline and b.line is not None
             g, h = summ.functions["g"], summ.functions["h"]
             assert g.names_read == () and g.names_read is h.names_read
+
+
+def _summary_fields_digest() -> str:
+    import dataclasses
+    import hashlib
+
+    from attnlens import pyindex
+
+    classes = sorted((n, c) for n, c in vars(pyindex).items()
+                     if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == pyindex.__name__)
+    text = ";".join(f"{n}:{','.join(f.name for f in dataclasses.fields(c))}" for n, c in classes)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def test_the_summary_format_version_changes_with_the_summary_classes():
+    """A summary pickled by an older AttnLens loads field by field into the new classes (a field added since takes
+    its default): unless FORMAT_VERSION changes with the fields, a cache folder kept across an upgrade serves the
+    old summaries (`Param.default` came in at version 29: read from version 28's files, no call bound a default).
+    When this fails, bump FORMAT_VERSION and record the new digest here."""
+    assert {29: "7f739260b7afe244"}.get(FORMAT_VERSION) == _summary_fields_digest(), (FORMAT_VERSION, _summary_fields_digest())
