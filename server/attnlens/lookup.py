@@ -95,6 +95,8 @@ class Lookup(Protocol):
 
     def replay_cuts(self, keys: frozenset) -> bool: ...
 
+    def apart(self, compute): ...
+
 
 class Evaluator(Lookup, Protocol):
     """The resolver as a check sees it (``ModuleContext.r``, from ``Query.evaluator()``): the helpers'

@@ -163,19 +163,13 @@ class PlatformProfile:
 
     def _discover_apart(self) -> PlatformInfo:
         """:meth:`_discover`, apart from whatever the resolver is resolving when the profile is first asked (a guard
-        or a call's argument deep in a trace): the values being resolved there would cut its lookups short as
-        cycles, and it is kept for the whole generation. Its own cuts leave no mark on the resolution around it."""
-        r = self.r
-        saved = (r._active, r._visits, r.cuts, r.bound_cuts, r.inner_cuts, len(r.cut_log))
-        r._active, r._visits = set(), []
+        or a call's argument deep in a trace), whose values would cut its lookups short as cycles: it is kept for
+        the whole generation (:meth:`Resolver.apart`)."""
         self._discovering = True
         try:
-            return self._discover()
+            return self.r.apart(self._discover)
         finally:
             self._discovering = False
-            r._active, r._visits = saved[0], saved[1]
-            r.cuts, r.bound_cuts, r.inner_cuts = saved[2], saved[3], saved[4]
-            del r.cut_log[saved[5]:]
 
     def _discover(self) -> PlatformInfo:
         info = PlatformInfo()
@@ -698,13 +692,7 @@ class PlatformProfile:
         for b in fills:
             if b.guards and tuple(g[:2] for g in b.guards) != unset:
                 return None
-            if b.kind == "other" and b.target:
-                v = _constant_of(b.target)
-            elif b.kind == "other" and b.str_args and b.str_args[0]:
-                sub = _parse_guard(b.str_args[0])
-                v = self._eval(m, b.scope, sub, 1) if sub is not None else None
-            else:
-                return None
+            v = self._fold_binding(m, b.scope, dataclasses.replace(b, guards=(), scope=""), 1)  # (as a local's filling)
             if not isinstance(v, (bool, int, str)):
                 return None
             vals.add(v)

@@ -211,23 +211,11 @@ class Resolver:
     def _tested_params(self, mod: Module, f: FunctionInfo) -> frozenset:
         """The parameters of ``f`` that a guard of one of its own calls tests by name, or that it passes on as an
         argument, and that ``f`` never assigns again (memoised per function and generation)."""
-        self._check_memo_gen()
-        key = (mod.path, mod.summary.sha, f.qualname)
-        hit = self._tested_memo.get(key)
-        if hit is None:
-            names = {p.name for p in f.params if p.kind in ("posonly", "pos", "kwonly")} - {"self", "cls"}
-            names -= set(f.locals)
-            calls = [cs for cs in mod.summary.calls_in(f.qualname) if cs.scope == f.qualname]
-            texts = {t for cs in calls for _k, t, _l in cs.guards}
-            passed = {t for cs in calls for t in cs.arg_texts} | {t for cs in calls for _k, t in cs.kw_texts}
-            hit = frozenset(n for n in names if n in passed or any(re.search(rf"\b{re.escape(n)}\b", t) for t in texts)) \
-                if names and (texts or passed) else frozenset()
-            self._tested_memo[key] = hit
-        return hit
+        return self._memoised(self._tested_memo, (mod.path, mod.summary.sha, f.qualname), lambda: _tested_params(mod, f))
 
     def with_binds(self, mod: Module, scope: str, cs: CallSite, tv: Val, caller_binds: tuple = ()) -> Val:
         """``tv`` (the callee of ``cs``) carrying the parameters the call fixes (:meth:`call_binds`), if any."""
-        binds = self.call_binds(mod, scope, cs, tv, caller_binds) if tv.kind == ValKind.FUNCTION else ()
+        binds = self.call_binds(mod, scope, cs, tv, caller_binds)
         if not binds:
             return tv
         return dataclasses.replace(tv, extra={**tv.extra, "binds": binds})
@@ -677,12 +665,8 @@ class Resolver:
     # enums whose members name classes (backend registries), loops over literal lists
     # ------------------------------------------------------------------
     def is_enum(self, mod: Module, cq: str) -> bool:
-        key = (mod.path, mod.summary.sha, cq)
-        hit = self._enum_memo.get(key)
-        if hit is None:
-            hit = self._memo_if_clean(self._enum_memo, key, lambda: any(
-                t.rpartition(".")[2] in ("Enum", "IntEnum", "StrEnum") for b in self.mro(mod, cq) if b.cls for t in b.cls.bases))
-        return hit
+        return self._memoised(self._enum_memo, (mod.path, mod.summary.sha, cq), lambda: any(
+            t.rpartition(".")[2] in ("Enum", "IntEnum", "StrEnum") for b in self.mro(mod, cq) if b.cls for t in b.cls.bases))
 
     def enum_members(self, mod: Module, cq: str) -> list:
         """(member, value text) of an enum class body, in order (methods, nested classes and private names
@@ -885,12 +869,7 @@ class Resolver:
         layer with an attention backend): the classes of ``mod`` deriving from vLLM's ``AttentionLayerBase``,
         and the workspace's classes deriving from them (the plugin's layers). Memoised per module and index
         generation (14 ms each on upstream vLLM, whose every `Attention` file is read for subclasses)."""
-        self._check_memo_gen()
-        key = (mod.path, mod.summary.sha)
-        hit = self._layers_memo.get(key)
-        if hit is None:
-            hit = self._memo_if_clean(self._layers_memo, key, lambda: tuple(self._attention_layers(mod)))
-        return list(hit)
+        return list(self._memoised(self._layers_memo, (mod.path, mod.summary.sha), lambda: tuple(self._attention_layers(mod))))
 
     def _attention_layers(self, mod: Module) -> list:
         base = [Val(ValKind.CLASS, mod, q, mod.path, c.line) for q, c in mod.summary.classes.items() if "." not in q
@@ -1353,12 +1332,8 @@ class Resolver:
     def mro(self, mod: Module, cq: str, limit: int = 30) -> list[Val]:
         """Linearised base classes (depth-first, de-duplicated), starting with the class. Memoised per index
         generation (callers get a copy)."""
-        self._check_memo_gen()
-        key = (mod.path, mod.summary.sha, cq, limit)
-        hit = self._mro_memo.get(key)
-        if hit is None:  # (a base met while it is being resolved above is not memoised as this class's MRO)
-            hit = self._memo_if_clean(self._mro_memo, key, lambda: self._mro(mod, cq, limit), 50000)
-        return list(hit)
+        # (a base met while it is being resolved above is not memoised as this class's MRO)
+        return list(self._memoised(self._mro_memo, (mod.path, mod.summary.sha, cq, limit), lambda: self._mro(mod, cq, limit), 50000))
 
     def _mro(self, mod: Module, cq: str, limit: int) -> list[Val]:
         out: list[Val] = []
@@ -1702,6 +1677,13 @@ class Resolver:
         self.cuts += 1
         self.cut_log.append((kind, key))
 
+    def _memoised(self, memo: dict, key, compute, max_size: int = 0):
+        """``memo[key]``, else ``compute()`` kept there when nothing cut it from outside (:meth:`_memo_if_clean`); the
+        memos of this generation (:meth:`_check_memo_gen`). A ``None`` answer is memoised too."""
+        self._check_memo_gen()
+        hit = memo.get(key, _MISSING)
+        return self._memo_if_clean(memo, key, compute, max_size) if hit is _MISSING else hit
+
     def _memo_if_clean(self, memo: dict, key, compute, max_size: int = 0):
         """``compute()``, kept in ``memo`` under ``key`` unless something cut it from outside (:meth:`clean_since`:
         a side computation that met a value being resolved above it got a cycle's answer there); a memo past
@@ -1713,6 +1695,19 @@ class Resolver:
                 memo.clear()
             memo[key] = out
         return out
+
+    def apart(self, compute):
+        """``compute()`` apart from whatever is being resolved now (a fresh path: nothing in progress cuts it as a
+        cycle), its own cuts leaving no mark on the resolution around it: for an answer kept for the whole
+        generation (the platform profile), found wherever it is first asked."""
+        saved = (self._active, self._visits, self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log))
+        self._active, self._visits = set(), []
+        try:
+            return compute()
+        finally:
+            self._active, self._visits = saved[0], saved[1]
+            self.cuts, self.bound_cuts, self.inner_cuts = saved[2], saved[3], saved[4]
+            del self.cut_log[saved[5]:]
 
     def cut_mark(self) -> tuple:
         """Where the cut counters stand (for :meth:`clean_since`)."""
@@ -1937,8 +1932,6 @@ class Resolver:
                 continue  # (decided before the leaf shares are handed out: it would take a share and give nothing)
             reach = self.guard_value(mod, cs.guards, f.qualname, binds) if cs.guards else True
             cands.append((cs, reach))
-        # the calls whose guard the parameters this call fixes decided: what fixed it, on the branch's label
-        decided = {cs.line: self._decided_by(mod, f.qualname, cs.guards, binds, r) for cs, r in cands if binds and cs.guards}
         if w.fork_depth >= M.MAX_FORK_DEPTH and cands:
             truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): calls not expanded"
             cands = []
@@ -1990,7 +1983,9 @@ class Resolver:
                            f"{kv.qual} is passed to {fin.symbol}, which launches it"))
                 ch = self._chain(bw, self.follow(kv, bw, launch=True), mod)
                 sym = f"{cs.func}({kv.qual}, ...)"
-            return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)" + decided.get(cs.line, ""), ch, mod.path, cs.line)
+            # a guard the parameters this call fixes decided says so on the branch's label
+            decided = self._decided_by(mod, f.qualname, cs.guards, binds, reach) if binds and cs.guards else ""
+            return M.Branch(cond, reach, f"line {cs.line}: {sym}(...){decided}", ch, mod.path, cs.line)
 
         reach_of = [r for _cs, r in cands]
         kept, skipped = _expand_within(w.budget, reach_of, expand)
@@ -2026,14 +2021,8 @@ class Resolver:
         call (line and column in one int: upstream vLLM's `sites` kept ~150,000 call-site entries between two
         emptyings, a 5-tuple key each) when nothing cut it from outside (:meth:`_memo_if_clean`)."""
         self._check_memo_gen()
-        fkey = (mod.path, mod.summary.sha, scope)
-        inner = memo.get(fkey)
-        if inner is None:
-            inner = memo[fkey] = {}
-        k = (cs.line << 20) | cs.col
-        if k in inner:
-            return inner[k]
-        return self._memo_if_clean(inner, k, compute)
+        inner = memo.setdefault((mod.path, mod.summary.sha, scope), {})
+        return self._memoised(inner, (cs.line << 20) | cs.col, compute)
 
     def _hopeless_of(self, mod: Module, scope: str, cs: CallSite) -> bool:
         probe = Walk()
@@ -2195,12 +2184,7 @@ class Resolver:
         assert mod is not None
         if not self.memo_enabled:
             return self._wrapper_target(mod, f)
-        self._check_memo_gen()
-        key = (mod.path, mod.summary.sha, f.qualname)
-        memo = self._wrap_memo
-        if key in memo:
-            return memo[key]
-        return self._memo_if_clean(memo, key, lambda: self._wrapper_target(mod, f))
+        return self._memoised(self._wrap_memo, (mod.path, mod.summary.sha, f.qualname), lambda: self._wrapper_target(mod, f))
 
     def _wrapper_target(self, mod: Module, f: FunctionInfo):
         calls = mod.summary.calls_in(f.qualname)
@@ -2329,6 +2313,18 @@ class Resolver:
 
 
 _STDLIB = frozenset(getattr(__import__("sys"), "stdlib_module_names", ()))
+
+
+_MISSING = object()  # (a memo's "no entry", where None is an answer)
+
+
+def _tested_params(mod: Module, f: FunctionInfo) -> frozenset:
+    """See :meth:`Resolver._tested_params` (read from the summary alone)."""
+    names = {p.name for p in f.params if p.kind in ("posonly", "pos", "kwonly")} - {"self", "cls"} - set(f.locals)
+    calls = [cs for cs in mod.summary.calls_in(f.qualname) if cs.scope == f.qualname]
+    texts = {t for cs in calls for _k, t, _l in cs.guards}
+    passed = {t for cs in calls for t in cs.arg_texts} | {t for cs in calls for _k, t in cs.kw_texts}
+    return frozenset(n for n in names if n in passed or any(re.search(rf"\b{re.escape(n)}\b", t) for t in texts))
 
 
 def _classes_only(x: Val) -> bool:
