@@ -190,6 +190,8 @@ def test_what_a_call_passes_or_leaves_to_the_default_decides_the_callees_guards(
     assert [b.label.split(": ", 1)[1] for b in c.final.fork.branches] == [
         "_scaled_launch(...) (decided by the call into _launch_by_mode: mode='scale', exact=True)",
         "_copy_launch(...) (decided by the call into _launch_by_mode: mode='scale', exact=True)"]
+    assert [b.decided for b in c.final.fork.branches] == ["the call into _launch_by_mode: mode='scale', exact=True"] * 2
+    assert [lf.dead_at_call for lf in c.leaves()] == [True, False]
     assert [b.label.split(": ", 1)[1] for b in ws.trace_symbol(P + "launch_unknown").final.fork.branches] == [
         "_scaled_launch(...)", "_copy_launch(...)"]
     # a `None` the call passes or leaves decides `is None` / `is not None` (any other constant the other way)
@@ -249,3 +251,30 @@ def test_when_every_try_import_is_missing_the_call_names_the_first_package(tmp_p
     })
     c = ws.trace_at(*find(ws.root / "plug/ops.py", "ops.fused_decode(", 0, len("ops.")))
     assert [(lf.final.kind, lf.final.symbol) for lf in c.leaves()] == [(M.NOT_INSTALLED, "vendor_fast_ops")]
+
+
+def test_an_attribute_assigned_on_both_sides_of_an_if_forks_and_a_stored_flag_decides_the_class(ws):
+    """`if exact: self.tail = _ExactStep() else: self.tail = _CopyStep()`: both assignments are branches (the
+    first one alone took every leaf under `exact` before), and since both classes run `_CopyStep.__call__`, the
+    verdict names the copy kernel once, under neither condition. `self.use_scaled = use_scaled` stores the local
+    that chose `step_cls`: a call under `if self.use_scaled:` takes only `_ScaledStep`, its `else` only `_CopyStep`."""
+    from attnlens import render
+
+    tail = trace(ws, "self.tail(src")
+    assert leaves(tail) == [(*COPY, ["exact"], None), (*COPY, ["not (exact)"], None)]
+    live, dead = render.verdicts(tail)
+    assert [(v.final.symbol, [c.text for c in v.own], v.paths) for v in live] == [(COPY[1], [], 2)]
+    assert render.shared_conditions(live) == [] and dead == []
+    on = trace(ws, "self.step(src", 0)
+    assert leaves(on) == [(*SCALE, ["self.use_scaled", "use_scaled"], None),
+                          (*COPY, ["self.use_scaled", "not (use_scaled)"], False)]
+    assert [b.label.rsplit(" (", 1)[1] for b in on.final.fork.branches] == [
+        "decided by the call's guards: use_scaled=True)"] * 2
+    # what the call decided is said as such, not as a fact of the platform (the class runs elsewhere)
+    assert [b.decided for b in on.final.fork.branches] == ["the call's guards: use_scaled=True"] * 2
+    assert [lf.dead_at_call for lf in on.leaves()] == [False, True]
+    assert render.verdict_text(on)[1:] == ["Not taken at this call: _copy_kernel (Triton, if not (use_scaled))"]
+    assert [b["decided"] for b in on.to_json()["tree"]["branches"]] == ["the call's guards: use_scaled=True"] * 2
+    off = trace(ws, "self.step(src", 1)
+    assert leaves(off) == [(*SCALE, ["not (self.use_scaled)", "use_scaled"], False),
+                           (*COPY, ["not (self.use_scaled)", "not (use_scaled)"], None)]

@@ -6,6 +6,8 @@ plain string, so JSON output and string comparisons elsewhere are unchanged."""
 
 from __future__ import annotations
 
+import ast
+import functools
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
@@ -189,6 +191,9 @@ class Branch:
     chain: "Chain"
     path: str | None = None  # where the branch is decided (the call, the dict entry, the return)
     line: int | None = None
+    # what the call being followed fixed that decided the branch (`the call into f: mode='scale'`); None when the
+    # platform profile decides it, or nothing does (then "dead" means: on this platform)
+    decided: str | None = None
 
 
 @dataclass
@@ -216,6 +221,8 @@ class Leaf:
     conditions: list[str]
     reachable: bool | None  # False when any branch on the way is dead; None when any is decided at run time
     branch_path: list[str]  # the labels of the branches taken from the root
+    # dead only because the call being followed decided a branch (Branch.decided), not the platform (not in JSON)
+    dead_at_call: bool = False
 
     def to_json(self) -> dict:
         f = self.final
@@ -239,7 +246,7 @@ class Chain:
     def leaves(self) -> list[Leaf]:
         """Every leaf of the tree, depth first, with the conditions and reachability from the root."""
         out: list[Leaf] = []
-        _collect_leaves(self, [], [], True, out, 0)
+        _collect_leaves(self, [], [], True, out, 0, False)
         return out
 
     def live_leaves(self) -> list[Leaf]:
@@ -308,7 +315,8 @@ class Chain:
             d["fork"] = fk.header_json()
             d["fork"]["detail"] = f.detail
             d["branches"] = [{"condition": b.condition, "reachability": reach_word(b.reachable), "label": b.label,
-                              "path": b.path, "line": b.line, "node": b.chain.tree_json()} for b in fk.branches]
+                              "path": b.path, "line": b.line, "node": b.chain.tree_json(),
+                              **({"decided": b.decided} if b.decided else {})} for b in fk.branches]
         return d
 
     def to_json(self) -> dict:
@@ -328,8 +336,10 @@ class Chain:
         return d
 
 
-def _collect_leaves(chain: "Chain", conds: list, labels: list, reach, out: list, depth: int) -> None:
+def _collect_leaves(chain: "Chain", conds: list, labels: list, reach, out: list, depth: int, at_call: bool) -> None:
     f = chain.final
+    if reach is not False and chain.reachable is False:
+        at_call = False
     reach = combine_reachability([reach, chain.reachable])
     # guards on the trunk that the profile does not prove true are part of the path's conditions
     conds = list(conds)
@@ -337,12 +347,13 @@ def _collect_leaves(chain: "Chain", conds: list, labels: list, reach, out: list,
         if h.condition and h.reachable is not True and h.condition not in conds:
             conds.append(h.condition)
     if f.fork is None:
-        out.append(Leaf(f, list(conds), reach, list(labels)))
+        out.append(Leaf(f, list(conds), reach, list(labels), reach is False and at_call))
         return
     for b in f.fork.branches:
         r = combine_reachability([reach, b.reachable])
         sub = conds + ([b.condition] if b.condition and b.condition not in conds else [])
-        _collect_leaves(b.chain, sub, labels + [b.label], r, out, depth + 1)
+        _collect_leaves(b.chain, sub, labels + [b.label], r, out, depth + 1,
+                        at_call if reach is False else bool(b.decided) and b.reachable is False)
 
 
 def combine_reachability(values) -> bool | None:
@@ -355,3 +366,19 @@ def combine_reachability(values) -> bool | None:
         if v is not True:
             out = None
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def loose_condition(text: str) -> bool:
+    """Does the condition ``text`` bind looser than ``and`` (``a or b``, ``x if c else y``, a lambda), so that
+    joining it to other conditions with ``and`` needs parentheses?"""
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return False
+    return isinstance(node, (ast.IfExp, ast.Lambda, ast.NamedExpr)) or (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or))
+
+
+def and_joined(texts: list) -> str:
+    """Conditions joined by ``and``, each that binds looser than ``and`` in parentheses."""
+    return " and ".join(f"({t})" if len(texts) > 1 and loose_condition(t) else t for t in texts)

@@ -503,10 +503,13 @@ class PlatformProfile:
         return None
 
     def _fold_name(self, mod, scope, name, depth):
+        b = self._binds  # (a parameter fixed by the call being followed, Resolver.call_binds, or a boolean local
+        # an object's flag stored, Resolver.refined_by_guards)
+        if b is not None and b[0] == mod.path and b[1] == scope and name in b[2]:
+            return b[2][name]
         how, bindings = mod.summary.binding_of(scope, name)
         if how == "param":
-            b = self._binds  # (a parameter of the function being followed, fixed by its call: Resolver.call_binds)
-            return b[2].get(name) if b is not None and b[0] == mod.path and b[1] == scope else None
+            return None
         if how == "local":
             return self._fold_local(mod, scope, name, bindings, depth)
         if how != "module" or len(bindings) != 1:

@@ -25,6 +25,9 @@ KIND_LABEL = {
 TAKEN = "taken on this platform"
 DEAD = "DEAD on this platform"
 RUNTIME = "decided at run time"
+# ... and a branch that the call being followed decides (what it passes, or its own guards): not the platform
+TAKEN_AT_CALL = "taken at this call"
+DEAD_AT_CALL = "not taken at this call"
 
 
 def _loc(path: str | None, line: int | None) -> str:
@@ -37,8 +40,10 @@ def _reach(v) -> str:
     return reach_words(v)
 
 
-def reach_words(v: bool | None) -> str:
-    """A branch's or leaf's reachability in plain words."""
+def reach_words(v: bool | None, decided: str | None = None) -> str:
+    """A branch's or leaf's reachability in plain words (``decided``: the call being followed decided it)."""
+    if decided and v is not None:
+        return TAKEN_AT_CALL if v else DEAD_AT_CALL
     return TAKEN if v is True else DEAD if v is False else RUNTIME
 
 
@@ -51,7 +56,7 @@ def short_symbol(f: M.Final) -> str:
 
 
 def conditions_words(conds: list[str]) -> str:
-    return " and ".join(conds) if conds else "always"
+    return M.and_joined(conds) if conds else "always"
 
 
 # -- the tree, flattened with the hops on each leaf's path ---------------------
@@ -65,6 +70,7 @@ class Cond:
     reachable: bool | None
     path: str | None
     line: int | None
+    decided: str | None = None  # what the call being followed fixed that decided it (model.Branch.decided)
 
 
 @dataclass
@@ -131,7 +137,7 @@ def _leaf_paths(chain: M.Chain) -> list[LeafPath]:
             walks.append((hops, conds))
             return
         for b in c.final.fork.branches:
-            more = (Cond(b.condition, b.reachable, b.path, b.line),) if b.condition else ()
+            more = (Cond(b.condition, b.reachable, b.path, b.line, b.decided),) if b.condition else ()
             walk(b.chain, hops, conds + more)
 
     walk(chain, [], ())
@@ -257,11 +263,12 @@ class Verdict:
     by_default: bool | None = None  # the runtime conditions with no environment flag set
     paths: int = 1
     shared: tuple = ()  # runtime conditions every leaf that can run has (said once, after the verdict lines)
+    common: list | None = None  # the runtime conditions every path to this leaf has (None: those of ``runtime``)
 
     @property
     def own(self) -> list:
-        """The runtime conditions of this leaf that not every other leaf shares."""
-        return [c for c in self.runtime if c.text not in {x.text for x in self.shared}]
+        """The runtime conditions of this leaf that every path to it has and not every other leaf shares."""
+        return [c for c in (self.runtime if self.common is None else self.common) if c.text not in {x.text for x in self.shared}]
 
     @property
     def final(self) -> M.Final:
@@ -273,26 +280,36 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
     live: dict[tuple, Verdict] = {}
     dead: dict[tuple, Verdict] = {}
     cond_of = defaults.condition if defaults is not None else None
+    def default_of(runtime: list) -> bool | None:
+        if not runtime or cond_of is None:
+            return None
+        vals = [cond_of(c.text, c.path, c.line) for c in runtime]
+        return False if any(x is False for x in vals) else True if all(x is True for x in vals) else None
+
     for lp in leaf_paths(chain):
         nm = leaf_name(lp)
         key = (lp.final.kind, nm.full, nm.path, nm.line)
         r = lp.leaf.reachable
         table = dead if r is False else live
+        runtime = [c for c in lp.conds() if c.reachable is None] if r is None else []
         if key in table:
             v = table[key]
             v.paths += 1
             if r is True and v.reachable is not True:
-                v.reachable, v.runtime, v.by_default = True, [], None
+                v.reachable, v.runtime, v.common, v.by_default = True, [], None, None
+            if v.reachable is None:
+                # a condition only some paths to the leaf have is not one the leaf needs (`if w: self.attn = A(...)
+                # else: self.attn = B(...)`, both running one inherited `forward`); taken by default when any path is
+                theirs = {c.text for c in runtime}
+                v.common = [c for c in (v.runtime if v.common is None else v.common) if c.text in theirs]
+                d = default_of(runtime)
+                v.by_default = True if True in (d, v.by_default) else False if d is False and v.by_default is False else None
             continue
-        runtime = [c for c in lp.conds() if c.reachable is None] if r is None else []
-        by_default = None
-        if runtime and cond_of is not None:
-            vals = [cond_of(c.text, c.path, c.line) for c in runtime]
-            by_default = False if any(x is False for x in vals) else True if all(x is True for x in vals) else None
-        table[key] = Verdict(nm, lp, r, runtime, by_default)
+        table[key] = Verdict(nm, lp, r, runtime, default_of(runtime))
     lv = list(live.values())
     if len(lv) > 1:  # the trunk's guards, on every line, would hide what tells the leaves apart
-        common = [c for c in lv[0].runtime if all(any(x.text == c.text for x in v.runtime) for v in lv[1:])]
+        need = [{c.text for c in (v.runtime if v.common is None else v.common)} for v in lv]
+        common = [c for c in lv[0].runtime if all(c.text in n for n in need)]
         for v in lv:
             v.shared = tuple(common)
     return lv, list(dead.values())
@@ -324,7 +341,7 @@ def _dead_reason(lp: LeafPath) -> tuple[str, str]:
             return "selection", h.detail.removeprefix("never selected on this platform: ")
     for c in lp.conds():
         if c.reachable is False:
-            return "condition", c.text
+            return ("call" if c.decided else "condition"), c.text
     return "", ""
 
 
@@ -388,19 +405,25 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
     out = [f"Runs: {v.name.short} ({_where_plain(v)}, {_cond_plain(v)})" for v in live]
     common = shared_conditions(live)
     if common:
-        out.append("All of them only if " + " and ".join(c.text for c in common) + f" ({RUNTIME})")
+        out.append("All of them only if " + M.and_joined([c.text for c in common]) + f" ({RUNTIME})")
     if not live:
         why = _dead_reason(dead[0].lp) if dead else ("", "")
-        out.append("Runs: nothing on this platform" + (f" ({why[1]})" if why[1] and why[0] == "selection" else
-                                                       f" ({why[1]} is false here)" if why[1] else ""))
+        out.append(f"Runs: nothing {_where_dead(why[0])}" + (f" ({why[1]})" if why[1] and why[0] == "selection" else
+                                                              f" ({why[1]} is false here)" if why[1] else ""))
     pw = provider_words(defaults) if _has_providers(live) else None
     if pw:
         out.append(f"Loaded by default from: {pw}")
     for v in dead:
         kind, why = _dead_reason(v.lp)
-        out.append(f"Not taken on this platform: {v.name.short} ({KIND_TAG.get(v.final.kind, v.final.kind)}"
+        out.append(f"Not taken {_where_dead(kind)}: {v.name.short} ({KIND_TAG.get(v.final.kind, v.final.kind)}"
                    + (f", never selected" if kind == "selection" else f", if {why}" if why else "") + ")")
     return out
+
+
+def _where_dead(kind: str) -> str:
+    """Where a leaf is not taken: on this platform, or at this call (what the call being followed passes, or its own
+    guards, decided the branch: the same code can run from another call)."""
+    return "at this call" if kind == "call" else "on this platform"
 
 
 # Markdown (the hover) ------------------------------------------------------------------------------
@@ -439,7 +462,10 @@ def _cond(v: Verdict, fmt) -> str:
     elif v.own:
         shown = v.own if fmt.conditions is None else v.own[:fmt.conditions]
         more = len(v.own) - len(shown)
-        text = f"{RUNTIME} by " + " and ".join(fmt.code(fmt.cut(c.text, 90)) for c in shown) \
+        words = [fmt.code(fmt.cut(c.text, 90)) for c in shown]
+        if len(words) > 1:  # (`x or y` among others: in parentheses)
+            words = [f"({x})" if M.loose_condition(c.text) else x for x, c in zip(words, shown)]
+        text = f"{RUNTIME} by " + " and ".join(words) \
             + (f" and {more} more" if more else "")
     else:
         text = RUNTIME
@@ -530,21 +556,22 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
                    + f"{more} ({RUNTIME})")
     if not live:
         kind, why = _dead_reason(dead[0].lp) if dead else ("", "")
-        out.append("Runs: nothing on this platform" + (f" (never selected: {md_escape(_short_text(why, 100))})"
+        out.append(f"Runs: nothing {_where_dead(kind)}" + (f" (never selected: {md_escape(_short_text(why, 100))})"
                                                        if kind == "selection" else
                                                        f" ({md_code(why)} is false here)" if why else ""))
     pw = provider_words(defaults, md_code) if _has_providers(live) else None
     if pw:
         out.append(f"Loaded by default from: {pw}")
     if dead and live:
-        items = []
-        for v in dead[:MAX_DEAD]:
+        groups: dict = {}  # on this platform / at this call -> the dead leaves named there
+        for v in dead:
             kind, why = _dead_reason(v.lp)
-            items.append(f"{md_code(v.name.short)} ({KIND_TAG.get(v.final.kind, v.final.kind)}"
-                         + (", never selected" if kind == "selection" else f", if {md_code(_short_text(why, 60))}"
-                            if why else "") + ")")
-        more = f"; {len(dead) - MAX_DEAD} more" if len(dead) > MAX_DEAD else ""
-        out.append(f"Not taken on this platform: {'; '.join(items)}{more}")
+            groups.setdefault(_where_dead(kind), []).append(
+                f"{md_code(v.name.short)} ({KIND_TAG.get(v.final.kind, v.final.kind)}"
+                + (", never selected" if kind == "selection" else f", if {md_code(_short_text(why, 60))}" if why else "") + ")")
+        for where, items in groups.items():
+            more = f"; {len(items) - MAX_DEAD} more" if len(items) > MAX_DEAD else ""
+            out.append(f"Not taken {where}: {'; '.join(items[:MAX_DEAD])}{more}")
     elif dead:
         names = ", ".join(md_code(v.name.short) for v in dead[:MAX_DEAD])
         more = f" and {len(dead) - MAX_DEAD} more" if len(dead) > MAX_DEAD else ""
@@ -652,7 +679,7 @@ def _node_text(chain: M.Chain, pad: str, out: list[str]) -> None:
     for b in fk.branches:
         cond = f"if {b.condition}" if b.condition else "always"
         where = f"  @ {_loc(b.path, b.line)}" if b.path else ""
-        out.append(f"{pad}    [{cond} -> {reach_words(b.reachable)}] {b.label}{where}")
+        out.append(f"{pad}    [{cond} -> {reach_words(b.reachable, b.decided)}] {b.label}{where}")
         _node_text(b.chain, pad + "        ", out)
     if fk.truncated:
         out.append(f"{pad}    TRUNCATED: {fk.truncated} (more branches exist than are shown)")
@@ -786,7 +813,7 @@ def _fork_md(f: M.Final, link) -> str:
 def _branch_head_md(b: M.Branch, link) -> str:
     cond = f"*if* {md_code(b.condition)}" if b.condition else "*always*"
     where = _loc_md(b.path, b.line, link)
-    return f"{cond} — **{reach_words(b.reachable)}**: {md_escape(b.label)} {where}".rstrip()
+    return f"{cond} — **{reach_words(b.reachable, b.decided)}**: {md_escape(b.label)} {where}".rstrip()
 
 
 def _branch_md(b: M.Branch, link, pad: str, out: list[str]) -> None:

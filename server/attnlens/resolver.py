@@ -139,7 +139,8 @@ class Resolver:
         parts = []
         for kind, text, _line in guards:
             if kind in ("if", "typecheck"):
-                parts.append(text)
+                # (`a or b` joined to other guards by `and` is parenthesised: `x and (a or b) and y`)
+                parts.append(f"({text})" if len(guards) > 1 and M.loose_condition(text) else text)
             elif kind == "else":
                 parts.append(f"not ({text})")
             elif kind == "except":
@@ -200,13 +201,13 @@ class Resolver:
         return tuple(out)
 
     def _decided_by(self, mod: Module, scope: str, guards: tuple, binds: tuple, reach) -> str:
-        """`` (decided by the call into f: exact=True)``: the parameters fixed by the call being followed that decided ``guards``
-        (their value differs from the guards' own), for a branch's label; '' when they decided nothing."""
+        """``the call into f: exact=True``: the parameters fixed by the call being followed that decided ``guards``
+        (their value differs from the guards' own), for a branch (model.Branch.decided); '' when they decided nothing."""
         if reach == self.guard_value(mod, guards, scope):
             return ""
         texts = " ".join(t for _k, t, _l in guards)
         used = [f"{n}={val!r}" for n, val in binds if re.search(rf"\b{re.escape(n)}\b", texts)]
-        return f" (decided by the call into {scope.rpartition('.')[2]}: {', '.join(used)})" if used else ""
+        return f"the call into {scope.rpartition('.')[2]}: {', '.join(used)}" if used else ""
 
     def _tested_params(self, mod: Module, f: FunctionInfo) -> frozenset:
         """The parameters of ``f`` that a guard of one of its own calls tests by name, or that it passes on as an
@@ -334,7 +335,7 @@ class Resolver:
             else:
                 av = self.binding_value(mod, b, w.sub(), scope)
             arms.append(Alt(av, c, r if own else (None if conds else True), f"{b.name} = {b.target or '...'} (line {b.line})",
-                            mod.path, b.line))
+                            mod.path, b.line, (mod.path, scope, own) if own else None))
         if all(a.val.kind == ValKind.UNKNOWN for a in arms):
             return None  # nothing to choose between: the plain binding rules apply
         return alts_value(ForkKind.ASSIGNMENTS, chosen[0][0].name, mod, chosen[0][0].name, chosen[-1][0].line, arms)
@@ -553,8 +554,8 @@ class Resolver:
         if target.kind == ValKind.UNKNOWN and callee in ("cast", "typing.cast") and len(args) >= 2 and args[1]:
             return self.value_text(mod, scope, args[1], w, b_line)  # typing.cast(T, x) is x
         if target.kind == ValKind.ALTS:
-            arms = [Alt(self.result_of_call(mod, scope, name, line, callee, a.val, w.sub(), cond, args), a.condition,
-                        a.reachable, a.label, a.path, a.line) for a in target.extra["alts"]]
+            arms = [dataclasses.replace(a, val=self.result_of_call(mod, scope, name, line, callee, a.val, w.sub(), cond, args))
+                    for a in target.extra["alts"]]
             return alts_value(target.extra["fork_kind"], target.extra.get("decided_by"), mod, name, line, arms)
         if target.kind == ValKind.CLASS:
             rep_cls = self.oot_replacement(target)
@@ -1186,7 +1187,7 @@ class Resolver:
     def attr(self, v: Val, name: str, w: Walk) -> Val:
         k = v.kind
         if k == ValKind.ALTS:
-            arms = [Alt(self.attr(a.val, name, Walk()), a.condition, a.reachable, a.label, a.path, a.line) for a in v.extra["alts"]]
+            arms = [dataclasses.replace(a, val=self.attr(a.val, name, Walk())) for a in v.extra["alts"]]
             if all(a.val.kind == ValKind.UNKNOWN for a in arms):
                 return Val(ValKind.UNKNOWN, v.module, f"{v.qual}.{name}", v.path, v.line,
                            reason=f"`{name}` is found on none of the {len(arms)} candidates of `{v.qual}`")
@@ -1382,15 +1383,13 @@ class Resolver:
                     return av
             if instance and name in c.inst_attrs:
                 b = c.inst_attrs[name]
-                iv = self._inst_value(m, b, w) if not (b.kind == "other" and b.target == "None") else None
-                if name in c.inst_more and (iv is None or iv.kind == ValKind.UNKNOWN):
-                    # the first assignment names nothing (`self.x = None`, then `self.x = make(...)` elsewhere): the
-                    # later ones are what the attribute holds
+                if name in c.inst_more:
+                    # assigned in several places (`if w: self.attn = A(...) else: self.attn = B(...)`; `self.x = None`
+                    # first, `self.x = make(...)` later): what each assignment that names something holds
                     alt = self._reassigned(cv, name, w)
                     if alt is not None:
                         return alt
-                if iv is None:
-                    iv = self._inst_value(m, b, w)
+                iv = self._inst_value(m, b, w)
                 ann = c.inst_ann.get(name)
                 if iv.kind == ValKind.UNKNOWN and ann:  # `self.x: T = ...`: the declared type when the value says nothing
                     av = self.annotation_value(m, b.attr or "", ann, b.line)
@@ -1420,26 +1419,56 @@ class Resolver:
         return av
 
     def _reassigned(self, cv: Val, name: str, w: Walk) -> Val | None:
-        """``self.x`` assigned in several places (``self.x = None`` in an except, ``self.x = make(...)`` in the else):
-        a fork over the assignments whose values can be called (None is none); None when fewer than two are left."""
+        """``self.x`` assigned in several places: a fork over the assignments whose values can be called (None is
+        none), each under its own guards; None when none is left. In one method an unconditional assignment
+        overwrites those before it (as for a local, :meth:`_branch_bindings`): what it holds is kept only where the
+        conditional ones after it do not run, and not at all when they cover both sides of one ``if``."""
         m, c = cv.module, cv.cls
-        bs = [b for b in (c.inst_attrs[name],) + c.inst_more[name] if not (b.kind == "other" and b.target in ("None", None))]
-        if len(bs) < 2:
-            return self._inst_value(m, bs[0], w) if bs else None
-        arms = []
-        for b in bs:
+        every = sorted((c.inst_attrs[name],) + c.inst_more[name], key=lambda b: b.line)
+        by_method: dict = {}
+        for b in every:
+            by_method.setdefault(b.attr or "", []).append(b)
+        chosen = []  # (binding, condition text, reachability)
+        for q, bs in by_method.items():
+            keep = []
+            for b in reversed(bs):
+                keep.append(b)
+                if not b.guards:
+                    break
+            keep.reverse()
+            later = [b for b in keep if b.guards]
+            for b in keep:
+                if b.guards:
+                    chosen.append((b, self.guard_text(b.guards), self.guard_value(m, b.guards, q)))
+                    continue
+                if not later:
+                    chosen.append((b, None, None))  # (which method's assignment holds is decided at run time)
+                    continue
+                sides = {(g[0], g[1], g[2]) for x in later if len(x.guards) == 1 for g in x.guards}
+                if any(k == "if" and ("else", t, ln) in sides for k, t, ln in sides):
+                    continue  # overwritten on both sides of an `if`
+                reach = [self.guard_value(m, x.guards, q) for x in later]
+                chosen.append((b, " and ".join(f"not ({self.guard_text(x.guards)})" for x in later),
+                               False if any(r is True for r in reach) else (True if all(r is False for r in reach) else None)))
+        chosen = [(b, t, r) for b, t, r in chosen if not (b.kind == "other" and b.target in ("None", None))]
+        if len(chosen) < 2:
+            return self._inst_value(m, chosen[0][0], w) if chosen else None
+        arms, named = [], []
+        for b, text, reach in chosen:
             sub = w.sub()
             av = self._inst_value(m, b, sub)
             if av.kind == ValKind.UNKNOWN:
                 # a value the analysis cannot name (`self.quant_method = quant_method` of a walrus): left out, as a
                 # branch it would only add an unresolved leaf to every call through the attribute
                 continue
-            arms.append(Alt(av, self.guard_text(b.guards), self.guard_value(m, b.guards, b.attr or "") if b.guards else None,
-                            f"self.{name} = {b.target or '...'} ({os.path.basename(m.path)}:{b.line})", m.path, b.line))
+            named.append(b)
+            arms.append(Alt(av, text, reach, f"self.{name} = {b.target or '...'} ({os.path.basename(m.path)}:{b.line})",
+                            m.path, b.line, (m.path, b.attr or "", b.guards) if b.guards else None))
         if len(arms) < 2:
-            return arms[0].val if arms else None
-        w.add(Hop(HopKind.ALIAS, m.path, bs[0].line, f"self.{name}", f"self.{name} is assigned in {len(bs)} places"))
-        return alts_value(ForkKind.ASSIGNMENTS, f"self.{name}", m, f"self.{name}", bs[0].line, arms)
+            # one assignment names something: followed on this walk (its hops keep the guards it is under)
+            return self._inst_value(m, named[0], w) if named else None
+        w.add(Hop(HopKind.ALIAS, m.path, chosen[0][0].line, f"self.{name}", f"self.{name} is assigned in {len(chosen)} places"))
+        return alts_value(ForkKind.ASSIGNMENTS, f"self.{name}", m, f"self.{name}", chosen[0][0].line, arms)
 
     def _inst_value(self, m: Module, b: Binding, w: Walk) -> Val:
         scope = b.attr or ""
@@ -1855,7 +1884,7 @@ class Resolver:
                 fin = self.follow(a.val, bw, launch)
                 if bw.partial:
                     w.partial = True
-                b = M.Branch(a.condition, a.reachable, a.label, self._chain(bw, fin, a.val.module), a.path, a.line)
+                b = M.Branch(a.condition, a.reachable, a.label, self._chain(bw, fin, a.val.module), a.path, a.line, a.decided)
                 needs[i] = (bw.need_budget, b.chain.leaf_count())
                 w.need_depth = max(w.need_depth, bw.need_depth)
                 return b
@@ -1881,7 +1910,81 @@ class Resolver:
             w.add(Hop(HopKind.ALIAS, mod.path, cs.line, f"{cs.func}[{cs.subscript}]", f"{cs.func}[{cs.subscript}](...): an item of a dict of callables",
                       None, None, cs.col))
             return self.dict_choice(v, cs.subscript or "?", mod, cs.scope), False
+        if v.kind == ValKind.ALTS and cs.guards:
+            v = self.refined_by_guards(mod, cs, v)
         return v, cs.launch
+
+    def refined_by_guards(self, mod: Module, cs: CallSite, v: Val) -> Val:
+        """``v`` (a fork the callee of ``cs`` can be) with the alternatives the call's own guards rule out marked
+        dead. The guards of a call in a method that test a flag of the object (``if self.use_mha:``) fix the
+        boolean local or parameter that method's class stored in it (``self.use_mha = use_mha`` in ``__init__``),
+        and so the conditions read on that local where the class chose among alternatives (``if use_mha:
+        attn_cls = A ... else: attn_cls = B``; ``self.attn = attn_cls(...)``)."""
+        facts = self._flag_facts(mod, cs.scope, cs.guards)
+        return self._refine_arms(v, facts, 0) if facts else v
+
+    def _flag_facts(self, mod: Module, scope: str, guards: tuple) -> dict:
+        """{(module path, method): {name: bool}}: what the object-flag guards of a call in ``scope`` fix."""
+        cq = self.enclosing_class(mod, scope)
+        c = mod.summary.classes.get(cq) if cq else None
+        if c is None:
+            return {}
+        out: dict = {}
+        for kind, text, _line in guards:
+            if kind not in ("if", "else"):
+                continue
+            node = parse_expr(text)
+            if node is None:
+                continue
+            # `if a and b:` fixes a and b; its `else` fixes a lone flag only
+            parts = node.values if kind == "if" and isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) else [node]
+            for part in parts:
+                negated = isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
+                e = part.operand if negated else part
+                if not (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self"):
+                    continue
+                b = c.inst_attrs.get(e.attr)
+                if b is None or b.kind != "assign" or b.guards or e.attr in c.inst_more or not (b.target or "").isidentifier():
+                    continue
+                q = b.attr or ""
+                if not self._boolean_name(mod, q, b.target):
+                    continue
+                out.setdefault((mod.path, q), {})[b.target] = (kind == "if") != negated
+        return out
+
+    @staticmethod
+    def _boolean_name(mod: Module, q: str, name: str) -> bool:
+        """Is ``name`` in function ``q`` a bool: a parameter annotated ``bool`` or defaulting to True/False, or a
+        local every binding of which is a comparison, a boolean operation, a ``not`` or a bool literal?"""
+        f = mod.summary.functions.get(q)
+        if f is None:
+            return False
+        for p in f.params:
+            if p.name == name:
+                return p.annotation == "bool" or p.default in ("True", "False")
+        bs = f.locals.get(name) or ()
+        return bool(bs) and all(b.kind == "other" and (b.str_args or b.target in ("True", "False")) for b in bs)
+
+    def _refine_arms(self, v: Val, facts: dict, depth: int) -> Val:
+        changed, arms = False, []
+        for a in v.extra["alts"]:
+            na = a
+            g = a.guarded
+            binds = facts.get((g[0], g[1])) if g is not None else None
+            if binds and a.reachable is not False:
+                m = self.index.module_for_path(g[0])
+                used = tuple((n, val) for n, val in binds.items() if any(re.search(rf"\b{re.escape(n)}\b", t) for _k, t, _l in g[2]))
+                r = self.guard_value(m, g[2], g[1], used) if m is not None and used else a.reachable
+                if r is not a.reachable:
+                    why = "the call's guards: " + ", ".join(f"{n}={val!r}" for n, val in used)
+                    na = dataclasses.replace(a, reachable=r, label=f"{a.label} (decided by {why})", decided=why)
+            if na.val.kind == ValKind.ALTS and depth < 4:
+                nv = self._refine_arms(na.val, facts, depth + 1)
+                if nv is not na.val:
+                    na = dataclasses.replace(na, val=nv)
+            changed = changed or na is not a
+            arms.append(na)
+        return dataclasses.replace(v, extra={**v.extra, "alts": arms}) if changed else v
 
     def body_branches(self, v: Val, f: FunctionInfo, w: Walk) -> list:
         """The calls of ``f`` whose chains reach kernel-like code, each as a branch under its guard
@@ -1985,7 +2088,8 @@ class Resolver:
                 sym = f"{cs.func}({kv.qual}, ...)"
             # a guard the parameters this call fixes decided says so on the branch's label
             decided = self._decided_by(mod, f.qualname, cs.guards, binds, reach) if binds and cs.guards else ""
-            return M.Branch(cond, reach, f"line {cs.line}: {sym}(...){decided}", ch, mod.path, cs.line)
+            return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)" + (f" (decided by {decided})" if decided else ""), ch,
+                            mod.path, cs.line, decided or None)
 
         reach_of = [r for _cs, r in cands]
         kept, skipped = _expand_within(w.budget, reach_of, expand)
@@ -2353,8 +2457,8 @@ def _merge_not_installed(branches: list) -> list:
     for (pkg, _cond), (j, lines) in groups.items():
         if len(lines) > 1:
             b = out[j]
-            out[j] = M.Branch(b.condition, b.reachable, f"{b.label} (+{len(lines) - 1} more calls into `{pkg}`, lines "
-                              f"{', '.join(str(x) for x in lines)})", b.chain, b.path, b.line)
+            out[j] = dataclasses.replace(b, label=f"{b.label} (+{len(lines) - 1} more calls into `{pkg}`, lines "
+                                            f"{', '.join(str(x) for x in lines)})")
     return out
 
 

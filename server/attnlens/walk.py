@@ -88,6 +88,10 @@ class Alt:
     label: str
     path: str | None = None
     line: int | None = None
+    # (module path, function qualname, guards): where the condition was read, for a call site whose own guards
+    # decide it (Resolver.refined_by_guards); None for an alternative whose condition is not a function's guards
+    guarded: tuple | None = None
+    decided: str | None = None  # what the call fixed that decided this alternative (model.Branch.decided)
 
 
 def alts_value(fork_kind: ForkKind, decided_by: str | None, mod: Module | None, name: str, line: int | None, arms: list) -> Val:

@@ -28,20 +28,21 @@ class CallsMixin:
         return self.item_for_leaf(chain, chain.final)
 
     def item_for_leaf(self, chain: M.Chain, f: M.Final, reachable: bool | None = True,
-                      conditions: list[str] | None = None) -> Item:
-        """The item of one leaf of ``chain``'s tree; a dead leaf says so in its detail."""
+                      conditions: list[str] | None = None, at_call: bool = False) -> Item:
+        """The item of one leaf of ``chain``'s tree; a dead leaf says so in its detail (``at_call``: the call being
+        followed decided it, not the platform)."""
         it = self._leaf_item(chain, f)
         if reachable is False:
-            cond = f" (if {' and '.join(conditions)})" if conditions else ""
-            it.detail = f"DEAD on this platform{cond}: {it.detail}".rstrip(": ")
+            cond = f" (if {M.and_joined(conditions)})" if conditions else ""
+            it.detail = f"{'not taken at this call' if at_call else 'DEAD on this platform'}{cond}: {it.detail}".rstrip(": ")
             it.data = dict(it.data, dead=True)
         elif reachable is None and conditions:
-            it.detail = f"decided at run time (if {' and '.join(conditions)}): {it.detail}".rstrip(": ")
+            it.detail = f"decided at run time (if {M.and_joined(conditions)}): {it.detail}".rstrip(": ")
         return it
 
     def items_for_leaves(self, chain: M.Chain) -> list[Item]:
         """One item per leaf of the tree (dead leaves marked, never left out)."""
-        return [self.item_for_leaf(chain, lf.final, lf.reachable, lf.conditions) for lf in chain.leaves()]
+        return [self.item_for_leaf(chain, lf.final, lf.reachable, lf.conditions, lf.dead_at_call) for lf in chain.leaves()]
 
     def _leaf_item(self, chain: M.Chain, f: M.Final) -> Item:
         if f.fork is not None and f.fork.path and f.fork.line:

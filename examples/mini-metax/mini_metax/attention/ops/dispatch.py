@@ -342,3 +342,42 @@ def _import_block_ops():
 def copy_blocks_vendored(src, dst):
     block_ops = _import_block_ops()
     block_ops.copy_blocks(src, dst)
+
+
+# 13. an attribute assigned on both sides of an `if` in __init__ (both classes run one inherited `__call__`), and a
+# flag the class stores from the local that chose a class: a call under `if self.use_scaled:` takes only the class
+# chosen when the flag holds
+class _ScaledStep:
+    def __call__(self, src, dst):
+        _scaled_launch(src, dst)
+
+
+class _CopyStep:
+    def __call__(self, src, dst):
+        _copy_launch(src, dst)
+
+
+class _ExactStep(_CopyStep):
+    exact = True
+
+
+class StepRunner:
+    def __init__(self, n: int, exact: bool):
+        use_scaled = n == 128
+        self.use_scaled = use_scaled
+        if use_scaled:
+            step_cls = _ScaledStep
+        else:
+            step_cls = _CopyStep
+        self.step = step_cls()
+        if exact:
+            self.tail = _ExactStep()
+        else:
+            self.tail = _CopyStep()
+
+    def run(self, src, dst):
+        if self.use_scaled:
+            self.step(src, dst)
+        else:
+            self.step(src, dst)
+        self.tail(src, dst)
