@@ -278,3 +278,29 @@ def test_an_attribute_assigned_on_both_sides_of_an_if_forks_and_a_stored_flag_de
     off = trace(ws, "self.step(src", 1)
     assert leaves(off) == [(*SCALE, ["not (self.use_scaled)", "use_scaled"], False),
                            (*COPY, ["not (self.use_scaled)", "not (use_scaled)"], None)]
+
+
+def test_an_attribute_reassigned_from_itself_keeps_the_object_it_held(tmp_path):
+    """`self.enc = Enc()` then `self.enc = self.enc.to(dtype)` (nn.Module.to returns the module): the second
+    assignment is no value of its own, so the call runs `Enc.__call__`; `self.x = None` first and a class on each
+    side of an `if` later is a fork over the two classes."""
+    from tests.helpers import fixture_ws
+
+    ws = fixture_ws(tmp_path, {
+        "plug/__init__.py": "",
+        "plug/k.py": (
+            "import triton\n\n\n@triton.jit\ndef kern_a(x):\n    pass\n\n\n@triton.jit\ndef kern_b(x):\n    pass\n\n\n"
+            "class Enc:\n    def __call__(self, x):\n        kern_a[(1,)](x)\n\n    def to(self, d):\n        return self\n\n\n"
+            "class Other:\n    def __call__(self, x):\n        kern_b[(1,)](x)\n\n\n"
+            "class Model:\n    def __init__(self, d, fast):\n        self.enc = Enc()\n        self.enc = self.enc.to(d)\n"
+            "        self.alt = None\n        if fast:\n            self.alt = Enc()\n        else:\n            self.alt = Other()\n\n"
+            "    def forward(self, x):\n        self.enc(x)\n        self.alt(x)\n"),
+    })
+    mod = ws.index.module("plug.k")
+    got = {}
+    for cs in mod.summary.calls:
+        if cs.func in ("self.enc", "self.alt"):
+            got[cs.func] = [(lf.final.kind, lf.final.symbol, lf.conditions, lf.reachable) for lf in ws.resolver.trace_call(mod, cs).leaves()]
+    assert got == {"self.enc": [(M.TRITON_KERNEL, "plug.k.kern_a", [], True)],
+                   "self.alt": [(M.TRITON_KERNEL, "plug.k.kern_a", ["fast"], None),
+                                (M.TRITON_KERNEL, "plug.k.kern_b", ["not (fast)"], None)]}

@@ -1424,7 +1424,10 @@ class Resolver:
         overwrites those before it (as for a local, :meth:`_branch_bindings`): what it holds is kept only where the
         conditional ones after it do not run, and not at all when they cover both sides of one ``if``."""
         m, c = cv.module, cv.cls
-        every = sorted((c.inst_attrs[name],) + c.inst_more[name], key=lambda b: b.line)
+        # (`self.x = self.x.to(dtype)` keeps the object the assignment before it made: not a value of its own)
+        own = f"self.{name}"
+        every = sorted((b for b in (c.inst_attrs[name],) + c.inst_more[name]
+                        if not (b.target == own or (b.target or "").startswith(own + "."))), key=lambda b: b.line)
         by_method: dict = {}
         for b in every:
             by_method.setdefault(b.attr or "", []).append(b)
