@@ -304,3 +304,22 @@ def test_an_attribute_reassigned_from_itself_keeps_the_object_it_held(tmp_path):
     assert got == {"self.enc": [(M.TRITON_KERNEL, "plug.k.kern_a", [], True)],
                    "self.alt": [(M.TRITON_KERNEL, "plug.k.kern_a", ["fast"], None),
                                 (M.TRITON_KERNEL, "plug.k.kern_b", ["not (fast)"], None)]}
+
+
+def test_what_a_call_rules_out_itself_its_guards_its_arguments_and_a_base_class_value(ws):
+    """`StagedRunner.run` calls `self.head(...)` under the same module-level condition that chose `self.head`'s
+    class in `__init__`: only `_ScaledStep` runs there. `self.body(src, dst, wide=True)`: `_CopyStep.__call__` takes
+    no `wide`, so that object would raise TypeError: only `_WideStep` runs. `_FastOp` replaces the `self.impl` its
+    base sets only `if fast:`: the base's `_CopyStep` is the other branch (it was dropped)."""
+    stage = 'os.environ.get("MINI_STAGE") == "first"'
+    head = trace(ws, "self.head(src")
+    assert leaves(head) == [(*SCALE, [stage], None), (*COPY, [stage, f"not ({stage})"], False)]
+    assert [b.decided for b in head.final.fork.branches] == [f"the call's guards: {stage} is True"] * 2
+    body = trace(ws, "self.body(src")
+    assert leaves(body) == [(*SCALE, ["exact"], None), (*COPY, ["not (exact)"], False)]
+    assert [b.decided for b in body.final.fork.branches] == [
+        None, "the call's arguments: it passes `wide=`, which _CopyStep.__call__ does not take (TypeError)"]
+    impl = trace(ws, "self.impl(src")
+    assert leaves(impl) == [(*SCALE, ["fast"], None), (*COPY, ["not (fast)"], None)]
+    assert [b.label for b in impl.final.fork.branches] == ["self.impl = _ScaledStep (dispatch.py:422)",
+                                                           "self.impl as _BaseOp sets it"]

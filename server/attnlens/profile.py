@@ -504,7 +504,7 @@ class PlatformProfile:
 
     def _fold_name(self, mod, scope, name, depth):
         b = self._binds  # (a parameter fixed by the call being followed, Resolver.call_binds, or a boolean local
-        # an object's flag stored, Resolver.refined_by_guards)
+        # an object's flag stored, Resolver.refined_at_call)
         if b is not None and b[0] == mod.path and b[1] == scope and name in b[2]:
             return b[2][name]
         how, bindings = mod.summary.binding_of(scope, name)

@@ -1352,7 +1352,8 @@ class Resolver:
         return out
 
     def class_attr(self, mod: Module, cq: str, name: str, w: Walk, instance: bool = False) -> Val | None:
-        for cv in self.mro(mod, cq):
+        chain = self.mro(mod, cq)
+        for i, cv in enumerate(chain):
             m = cv.module
             c = cv.cls
             if m is None or c is None:
@@ -1383,10 +1384,11 @@ class Resolver:
                     return av
             if instance and name in c.inst_attrs:
                 b = c.inst_attrs[name]
-                if name in c.inst_more:
+                if name in c.inst_more or b.guards:
                     # assigned in several places (`if w: self.attn = A(...) else: self.attn = B(...)`; `self.x = None`
-                    # first, `self.x = make(...)` later): what each assignment that names something holds
-                    alt = self._reassigned(cv, name, w)
+                    # first, `self.x = make(...)` later), or only under a guard over what a base class set: what each
+                    # assignment that names something holds
+                    alt = self._reassigned(cv, name, w, chain[i + 1:], (mod, cq))
                     if alt is not None:
                         return alt
                 iv = self._inst_value(m, b, w)
@@ -1418,15 +1420,18 @@ class Resolver:
             w.add(Hop(HopKind.ALIAS, m.path, fld[3], f"{cv.dotted}.{name}", f"{name}: {fld[1]} (field)"))
         return av
 
-    def _reassigned(self, cv: Val, name: str, w: Walk) -> Val | None:
+    def _reassigned(self, cv: Val, name: str, w: Walk, bases: list = (), concrete: tuple | None = None) -> Val | None:
         """``self.x`` assigned in several places: a fork over the assignments whose values can be called (None is
         none), each under its own guards; None when none is left. In one method an unconditional assignment
         overwrites those before it (as for a local, :meth:`_branch_bindings`): what it holds is kept only where the
-        conditional ones after it do not run, and not at all when they cover both sides of one ``if``."""
+        conditional ones after it do not run, and not at all when they cover both sides of one ``if``. Where every
+        assignment in ``__init__`` is conditional, the attribute otherwise holds what a class of ``bases`` (the rest
+        of the MRO) set: that is a branch too (`CustomOp.__init__` sets `_forward_method`; a subclass sets it
+        again only on some platforms)."""
         m, c = cv.module, cv.cls
         # (`self.x = self.x.to(dtype)` keeps the object the assignment before it made: not a value of its own)
         own = f"self.{name}"
-        every = sorted((b for b in (c.inst_attrs[name],) + c.inst_more[name]
+        every = sorted((b for b in (c.inst_attrs[name],) + c.inst_more.get(name, ())
                         if not (b.target == own or (b.target or "").startswith(own + "."))), key=lambda b: b.line)
         by_method: dict = {}
         for b in every:
@@ -1454,10 +1459,24 @@ class Resolver:
                 chosen.append((b, " and ".join(f"not ({self.guard_text(x.guards)})" for x in later),
                                False if any(r is True for r in reach) else (True if all(r is False for r in reach) else None)))
         chosen = [(b, t, r) for b, t, r in chosen if not (b.kind == "other" and b.target in ("None", None))]
+        init = next((bs for q, bs in by_method.items() if q.rpartition(".")[2] == "__init__"), [])
+        sides = {g for b in init if len(b.guards) == 1 for g in b.guards}
+        if not all(b.guards for b in init) or any(k == "if" and ("else", t, ln) in sides for k, t, ln in sides):
+            init = []  # (set on every path through __init__: what a base class set does not stay)
+        inherited = self._inherited_attr(bases, name, w.receiver or concrete) if init and chosen else None
+        if inherited is not None:
+            reach = [self.guard_value(m, b.guards, b.attr or "") for b in init]
+            chosen.append((inherited, " and ".join(f"not ({self.guard_text(b.guards)})" for b in init),
+                           False if any(r is True for r in reach) else (True if all(r is False for r in reach) else None)))
         if len(chosen) < 2:
             return self._inst_value(m, chosen[0][0], w) if chosen else None
         arms, named = [], []
         for b, text, reach in chosen:
+            if isinstance(b, tuple):  # (what a base class set: (its class Val, the value))
+                bcv, av = b
+                if av.kind != ValKind.UNKNOWN:
+                    arms.append(Alt(av, text, reach, f"self.{name} as {bcv.qual} sets it", bcv.path, bcv.line))
+                continue
             sub = w.sub()
             av = self._inst_value(m, b, sub)
             if av.kind == ValKind.UNKNOWN:
@@ -1469,9 +1488,25 @@ class Resolver:
                             m.path, b.line, (m.path, b.attr or "", b.guards) if b.guards else None))
         if len(arms) < 2:
             # one assignment names something: followed on this walk (its hops keep the guards it is under)
-            return self._inst_value(m, named[0], w) if named else None
+            return self._inst_value(m, named[0], w) if named else arms[0].val if arms else None
         w.add(Hop(HopKind.ALIAS, m.path, chosen[0][0].line, f"self.{name}", f"self.{name} is assigned in {len(chosen)} places"))
         return alts_value(ForkKind.ASSIGNMENTS, f"self.{name}", m, f"self.{name}", chosen[0][0].line, arms)
+
+    def _inherited_attr(self, bases: list, name: str, receiver: tuple | None) -> tuple | None:
+        """(class, value) of instance attribute ``name`` as the first class of ``bases`` that sets it does, ``self``
+        there being ``receiver`` (the concrete class); None when none does or its value names nothing."""
+        for bcv in bases:
+            bc = bcv.cls
+            if bcv.module is None or bc is None:
+                continue
+            if name in bc.methods or name in bc.attrs:
+                return None
+            if name in bc.inst_attrs:
+                bw = Walk()
+                bw.receiver = receiver
+                v = self.class_attr(bcv.module, bcv.qual, name, bw, instance=True)
+                return (bcv, v) if v is not None and v.kind != ValKind.UNKNOWN else None
+        return None
 
     def _inst_value(self, m: Module, b: Binding, w: Walk) -> Val:
         scope = b.attr or ""
@@ -1913,47 +1948,55 @@ class Resolver:
             w.add(Hop(HopKind.ALIAS, mod.path, cs.line, f"{cs.func}[{cs.subscript}]", f"{cs.func}[{cs.subscript}](...): an item of a dict of callables",
                       None, None, cs.col))
             return self.dict_choice(v, cs.subscript or "?", mod, cs.scope), False
-        if v.kind == ValKind.ALTS and cs.guards:
-            v = self.refined_by_guards(mod, cs, v)
+        if v.kind == ValKind.ALTS:
+            v = self.refined_at_call(mod, cs, v)
         return v, cs.launch
 
-    def refined_by_guards(self, mod: Module, cs: CallSite, v: Val) -> Val:
-        """``v`` (a fork the callee of ``cs`` can be) with the alternatives the call's own guards rule out marked
-        dead. The guards of a call in a method that test a flag of the object (``if self.use_mha:``) fix the
-        boolean local or parameter that method's class stored in it (``self.use_mha = use_mha`` in ``__init__``),
-        and so the conditions read on that local where the class chose among alternatives (``if use_mha:
-        attn_cls = A ... else: attn_cls = B``; ``self.attn = attn_cls(...)``)."""
-        facts = self._flag_facts(mod, cs.scope, cs.guards)
-        return self._refine_arms(v, facts, 0) if facts else v
+    def refined_at_call(self, mod: Module, cs: CallSite, v: Val) -> Val:
+        """``v`` (a fork the callee of ``cs`` can be) with the alternatives the call itself rules out marked dead
+        ("not taken at this call", ``Alt.decided``):
 
-    def _flag_facts(self, mod: Module, scope: str, guards: tuple) -> dict:
-        """{(module path, method): {name: bool}}: what the object-flag guards of a call in ``scope`` fix."""
+        * **its guards.** A guard of the call in a method that tests a flag of the object (``if self.use_mha:``)
+          fixes the boolean local or parameter the class stored in it (``self.use_mha = use_mha`` in
+          ``__init__``), and so the conditions on that local where the class chose among alternatives (``if
+          use_mha: attn_cls = A ... else: attn_cls = B``; ``self.attn = attn_cls(...)``). A guard on an expression
+          of module-level names only (``get_pp_group().is_first_rank``, ``envs.X``) is taken as fixed for the
+          process: the same expression guarding an alternative in the same module is decided by it.
+        * **its arguments.** An alternative whose function (an instance's ``__call__`` or ``forward``) does not
+          accept what the call passes (a keyword it lacks, too many positional arguments, a required one
+          missing) would raise ``TypeError``: that object is not what runs there."""
+        facts = self._call_facts(mod, cs.scope, cs.guards) if cs.guards else None
+        return self._refine_arms(cs, v, facts, 0)
+
+    def _call_facts(self, mod: Module, scope: str, guards: tuple) -> tuple | None:
+        """({(module path, method): {name: bool}}, {(module path, expression dump): bool}) that the guards of a call
+        in ``scope`` fix (:meth:`refined_at_call`); None when they fix nothing."""
         cq = self.enclosing_class(mod, scope)
         c = mod.summary.classes.get(cq) if cq else None
-        if c is None:
-            return {}
-        out: dict = {}
+        binds: dict = {}
+        exprs: dict = {}
         for kind, text, _line in guards:
             if kind not in ("if", "else"):
                 continue
             node = parse_expr(text)
             if node is None:
                 continue
-            # `if a and b:` fixes a and b; its `else` fixes a lone flag only
+            # `if a and b:` fixes a and b; its `else` fixes a lone condition only
             parts = node.values if kind == "if" and isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) else [node]
             for part in parts:
                 negated = isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
                 e = part.operand if negated else part
-                if not (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self"):
-                    continue
-                b = c.inst_attrs.get(e.attr)
-                if b is None or b.kind != "assign" or b.guards or e.attr in c.inst_more or not (b.target or "").isidentifier():
-                    continue
-                q = b.attr or ""
-                if not self._boolean_name(mod, q, b.target):
-                    continue
-                out.setdefault((mod.path, q), {})[b.target] = (kind == "if") != negated
-        return out
+                truth = (kind == "if") != negated
+                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+                    b = c.inst_attrs.get(e.attr) if c is not None else None
+                    if b is None or b.kind != "assign" or b.guards or e.attr in c.inst_more or not (b.target or "").isidentifier():
+                        continue
+                    q = b.attr or ""
+                    if self._boolean_name(mod, q, b.target):
+                        binds.setdefault((mod.path, q), {})[b.target] = truth
+                elif _module_level(mod, scope, e):
+                    exprs[(mod.path, ast.dump(e))] = truth
+        return (binds, exprs) if binds or exprs else None
 
     @staticmethod
     def _boolean_name(mod: Module, q: str, name: str) -> bool:
@@ -1968,21 +2011,84 @@ class Resolver:
         bs = f.locals.get(name) or ()
         return bool(bs) and all(b.kind == "other" and (b.str_args or b.target in ("True", "False")) for b in bs)
 
-    def _refine_arms(self, v: Val, facts: dict, depth: int) -> Val:
+    def _guards_under(self, guarded: tuple, facts: tuple) -> tuple:
+        """(reachability, what decided it) of an alternative's guards (``Alt.guarded``) under a call's facts."""
+        path, q, guards = guarded
+        m = self.index.module_for_path(path)
+        if m is None:
+            return None, ""
+        binds = facts[0].get((path, q), {})
+        vals, used = [], []
+        for g in guards:
+            kind, text, _line = g
+            known = None
+            if kind in ("if", "else") and facts[1]:
+                node = parse_expr(text)
+                neg = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)
+                e = node.operand if neg else node
+                if e is not None and (path, ast.dump(e)) in facts[1] and _module_level(m, q, e):
+                    known = facts[1][(path, ast.dump(e))] != neg
+                    used.append(f"{ast.unparse(e) if neg else text} is {facts[1][(path, ast.dump(e))]!r}")
+                    known = known if kind == "if" else not known
+            if known is None:
+                b = tuple((n, val) for n, val in binds.items() if re.search(rf"\b{re.escape(n)}\b", text))
+                used.extend(f"{n}={val!r}" for n, val in b)
+                known = self.guard_value(m, (g,), q, b)
+            vals.append(known)
+        return M.combine_reachability(vals), ", ".join(dict.fromkeys(used))
+
+    def _rejects(self, v: Val, cs: CallSite) -> str:
+        """What of the call ``cs`` the function ``v`` stands for (an instance: its ``__call__`` or ``forward``) does
+        not accept, so that the call would raise TypeError (`already_sequence_parallel=`); '' when it accepts it or
+        that cannot be told (``*args``/``**kwargs`` on either side, a decorated function)."""
+        if cs.star_args or cs.star_kwargs or v.module is None:
+            return ""
+        if v.kind == ValKind.INSTANCE:
+            for meth in ("__call__", "forward"):
+                fv = self.class_attr(v.module, v.qual, meth, Walk(), instance=True)
+                if fv is not None:
+                    break
+            if fv is None or fv.kind != ValKind.FUNCTION or fv.module is None:
+                return ""
+            v = fv
+        f = v.func if v.kind == ValKind.FUNCTION else None
+        if f is None or f.decorators or cs.func.endswith(".apply"):
+            return ""
+        params = list(f.params)
+        if f.class_name and params and params[0].name in ("self", "cls"):
+            params = params[1:]
+        kinds = {p.kind for p in params}
+        names = {p.name for p in params if p.kind in ("pos", "kwonly")}
+        for kw in cs.keywords:
+            if kw not in names and "kwarg" not in kinds:
+                return f"`{kw}=`, which {v.qual} does not take"
+        positional = [p for p in params if p.kind in ("posonly", "pos")]
+        if cs.nargs > len(positional) and "vararg" not in kinds:
+            return f"{cs.nargs} positional arguments, {v.qual} takes {len(positional)}"
+        for i, p in enumerate(positional):
+            if i >= cs.nargs and not p.has_default and p.name not in cs.keywords:
+                return f"no `{p.name}`, which {v.qual} requires"
+        for p in params:
+            if p.kind == "kwonly" and not p.has_default and p.name not in cs.keywords:
+                return f"no `{p.name}=`, which {v.qual} requires"
+        return ""
+
+    def _refine_arms(self, cs: CallSite, v: Val, facts: tuple | None, depth: int) -> Val:
         changed, arms = False, []
         for a in v.extra["alts"]:
             na = a
-            g = a.guarded
-            binds = facts.get((g[0], g[1])) if g is not None else None
-            if binds and a.reachable is not False:
-                m = self.index.module_for_path(g[0])
-                used = tuple((n, val) for n, val in binds.items() if any(re.search(rf"\b{re.escape(n)}\b", t) for _k, t, _l in g[2]))
-                r = self.guard_value(m, g[2], g[1], used) if m is not None and used else a.reachable
-                if r is not a.reachable:
-                    why = "the call's guards: " + ", ".join(f"{n}={val!r}" for n, val in used)
+            if facts is not None and a.guarded is not None and a.reachable is not False:
+                r, why = self._guards_under(a.guarded, facts)
+                if r is not a.reachable and why:
+                    why = f"the call's guards: {why}"
                     na = dataclasses.replace(a, reachable=r, label=f"{a.label} (decided by {why})", decided=why)
+            if na.reachable is not False and not cs.launch and na.val.kind in (ValKind.INSTANCE, ValKind.FUNCTION):
+                bad = self._rejects(na.val, cs)
+                if bad:
+                    why = f"the call's arguments: it passes {bad} (TypeError)"
+                    na = dataclasses.replace(na, reachable=False, label=f"{na.label} (decided by {why})", decided=why)
             if na.val.kind == ValKind.ALTS and depth < 4:
-                nv = self._refine_arms(na.val, facts, depth + 1)
+                nv = self._refine_arms(cs, na.val, facts, depth + 1)
                 if nv is not na.val:
                     na = dataclasses.replace(na, val=nv)
             changed = changed or na is not a
@@ -2577,6 +2683,22 @@ def _pkg(v: Val) -> str | None:
     if v.module is None:
         return None
     return v.module.name.split(".", 1)[0]
+
+
+def _module_level(mod: Module, scope: str, node: ast.expr) -> bool:
+    """Is ``node`` an expression of module-level names only (imports and globals of ``mod`` as seen from ``scope``:
+    no parameter, local, ``self`` or builtin), with no lambda or comprehension? Such a condition is taken to have
+    one value for the process (``get_pp_group().is_first_rank``, ``envs.VLLM_X``)."""
+    seen = False
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Lambda, ast.comprehension, ast.NamedExpr, ast.Await, ast.Yield)):
+            return False
+        if isinstance(n, ast.Name):
+            how, bs = mod.summary.binding_of(scope, n.id)
+            if how != "module" or not bs:
+                return False
+            seen = True
+    return seen
 
 
 def parse_expr(text: str) -> ast.expr | None:

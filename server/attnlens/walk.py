@@ -89,7 +89,7 @@ class Alt:
     path: str | None = None
     line: int | None = None
     # (module path, function qualname, guards): where the condition was read, for a call site whose own guards
-    # decide it (Resolver.refined_by_guards); None for an alternative whose condition is not a function's guards
+    # decide it (Resolver.refined_at_call); None for an alternative whose condition is not a function's guards
     guarded: tuple | None = None
     decided: str | None = None  # what the call fixed that decided this alternative (model.Branch.decided)
 

@@ -12,11 +12,13 @@ and its condition (see docs/resolver.md, "Trees"):
 * ``torch.compile`` / ``functools.partial`` results and a decorator without ``functools.wraps``;
 * helpers that are *not* pass-throughs (a platform query, a host synchronise);
 * a name bound to its own call result (must end as a cycle, not a crash);
-* one name returned twice, bound again before each return (a `try` import with a vendored fallback).
+* one name returned twice, bound again before each return (a `try` import with a vendored fallback);
+* an attribute assigned on several paths, and what a call rules out itself (its guards, its arguments).
 """
 
 import functools
 import importlib
+import os
 
 import torch
 
@@ -381,3 +383,43 @@ class StepRunner:
         else:
             self.step(src, dst)
         self.tail(src, dst)
+
+
+# 14. what a call rules out itself: a guard on a module-level expression that also chose the attribute's class in
+# __init__, an object whose `__call__` does not take what the call passes (TypeError), and a base class's value
+# that a subclass replaces only under a condition
+class _WideStep:
+    def __call__(self, src, dst, wide: bool = False):
+        _scaled_launch(src, dst)
+
+
+class StagedRunner:
+    def __init__(self, exact: bool):
+        if os.environ.get("MINI_STAGE") == "first":
+            self.head = _ScaledStep()
+        else:
+            self.head = _CopyStep()
+        if exact:
+            self.body = _WideStep()
+        else:
+            self.body = _CopyStep()
+
+    def run(self, src, dst):
+        if os.environ.get("MINI_STAGE") == "first":
+            self.head(src, dst)
+        self.body(src, dst, wide=True)
+
+
+class _BaseOp:
+    def __init__(self):
+        self.impl = _CopyStep()
+
+
+class _FastOp(_BaseOp):
+    def __init__(self, fast: bool):
+        super().__init__()
+        if fast:
+            self.impl = _ScaledStep()
+
+    def run(self, src, dst):
+        self.impl(src, dst)
