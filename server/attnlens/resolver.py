@@ -1389,8 +1389,8 @@ class Resolver:
                     # first, `self.x = make(...)` later), or only under a guard over what a base class set: what each
                     # assignment that names something holds
                     alt = self._reassigned(cv, name, w, chain[i + 1:], (mod, cq))
-                    if alt is not None:
-                        return alt
+                    if alt is not None and alt.kind != ValKind.UNKNOWN:
+                        return alt  # (else the declared type below may still say what it is)
                 iv = self._inst_value(m, b, w)
                 ann = c.inst_ann.get(name)
                 if iv.kind == ValKind.UNKNOWN and ann:  # `self.x: T = ...`: the declared type when the value says nothing
