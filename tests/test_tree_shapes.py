@@ -273,7 +273,8 @@ def test_an_attribute_assigned_on_both_sides_of_an_if_forks_and_a_stored_flag_de
     # what the call decided is said as such, not as a fact of the platform (the class runs elsewhere)
     assert [b.decided for b in on.final.fork.branches] == ["the call's guards: use_scaled=True"] * 2
     assert [lf.dead_at_call for lf in on.leaves()] == [False, True]
-    assert render.verdict_text(on)[1:] == ["Not taken at this call: _copy_kernel (Triton, if not (use_scaled))"]
+    assert render.verdict_text(on)[1:] == [
+        "Not taken at this call: _copy_kernel (Triton, if not (use_scaled); decided by the call's guards: use_scaled=True)"]
     assert [b["decided"] for b in on.to_json()["tree"]["branches"]] == ["the call's guards: use_scaled=True"] * 2
     off = trace(ws, "self.step(src", 1)
     assert leaves(off) == [(*SCALE, ["not (self.use_scaled)", "use_scaled"], False),
@@ -296,16 +297,21 @@ def test_an_attribute_reassigned_from_itself_keeps_the_object_it_held(tmp_path):
             "        self.alt = None\n        if fast:\n            self.alt = Enc()\n        else:\n            self.alt = Other()\n\n"
             "    def forward(self, x):\n        self.enc(x)\n        self.alt(x)\n\n\n"
             "class Lazy:\n    def __init__(self):\n        self.mgr: Enc\n\n    def setup(self, make):\n        if make is None:\n            raise ValueError(make)\n        self.mgr = make()\n\n"
-            "    def forward(self, x):\n        self.mgr(x)\n"),
+            "    def forward(self, x):\n        self.mgr(x)\n\n\n"
+            "class Base:\n    def __init__(self):\n        self.extra: Enc | None = None\n\n\n"
+            "class Sub(Base):\n    def __init__(self, fast):\n        super().__init__()\n        if fast:\n            self.extra = Other()\n\n"
+            "    def forward(self, x):\n        self.extra(x)\n"),
     })
     mod = ws.index.module("plug.k")
     got = {}
     for cs in mod.summary.calls:
-        if cs.func in ("self.enc", "self.alt", "self.mgr"):
+        if cs.func in ("self.enc", "self.alt", "self.mgr", "self.extra"):
             got[cs.func] = [(lf.final.kind, lf.final.symbol, lf.conditions, lf.reachable) for lf in ws.resolver.trace_call(mod, cs).leaves()]
     # (`self.mgr: Enc` declared, then set past a guard to a value the analysis cannot name: the declared type says
     # what it is)
     assert got.pop("self.mgr") == [(M.TRITON_KERNEL, "plug.k.kern_a", [], True)]
+    # (a subclass sets `self.extra` only `if fast:` over its base's `None`: no branch for the base's annotation)
+    assert got.pop("self.extra") == [(M.TRITON_KERNEL, "plug.k.kern_b", ["fast"], None)]
     assert got == {"self.enc": [(M.TRITON_KERNEL, "plug.k.kern_a", [], True)],
                    "self.alt": [(M.TRITON_KERNEL, "plug.k.kern_a", ["fast"], None),
                                 (M.TRITON_KERNEL, "plug.k.kern_b", ["not (fast)"], None)]}

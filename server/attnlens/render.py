@@ -137,7 +137,8 @@ def _leaf_paths(chain: M.Chain) -> list[LeafPath]:
             walks.append((hops, conds))
             return
         for b in c.final.fork.branches:
-            more = (Cond(b.condition, b.reachable, b.path, b.line, b.decided),) if b.condition else ()
+            # (a branch the call decided counts even without a condition of its own: "always", but not at this call)
+            more = (Cond(b.condition or "", b.reachable, b.path, b.line, b.decided),) if b.condition or b.decided else ()
             walk(b.chain, hops, conds + more)
 
     walk(chain, [], ())
@@ -334,15 +335,16 @@ def unreadable_code(chain: M.Chain) -> bool:
     return any(lp.final.kind == M.FinalKind.UNRESOLVED and "cannot read" in (lp.final.reason or "") for lp in leaf_paths(chain))
 
 
-def _dead_reason(lp: LeafPath) -> tuple[str, str]:
-    """(kind, text) of the first thing on the way that the platform proves false."""
+def _dead_reason(lp: LeafPath) -> tuple[str, str, str]:
+    """(kind, text, what the call fixed) of the first thing on the way that is false: a selection, a condition the
+    platform decides, or a branch the call being followed decided (kind "call", with ``Branch.decided``)."""
     for h in lp.hops:
         if h.kind == M.HopKind.SELECTION and h.reachable is False:
-            return "selection", h.detail.removeprefix("never selected on this platform: ")
+            return "selection", h.detail.removeprefix("never selected on this platform: "), ""
     for c in lp.conds():
         if c.reachable is False:
-            return ("call" if c.decided else "condition"), c.text
-    return "", ""
+            return ("call", c.text, c.decided) if c.decided else ("condition", c.text, "")
+    return "", "", ""
 
 
 def _status_words(status: str) -> str:
@@ -407,16 +409,18 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
     if common:
         out.append("All of them only if " + M.and_joined([c.text for c in common]) + f" ({RUNTIME})")
     if not live:
-        why = _dead_reason(dead[0].lp) if dead else ("", "")
+        why = _dead_reason(dead[0].lp) if dead else ("", "", "")
         out.append(f"Runs: nothing {_where_dead(why[0])}" + (f" ({why[1]})" if why[1] and why[0] == "selection" else
+                                                              f" (decided by {why[2]})" if why[0] == "call" else
                                                               f" ({why[1]} is false here)" if why[1] else ""))
     pw = provider_words(defaults) if _has_providers(live) else None
     if pw:
         out.append(f"Loaded by default from: {pw}")
     for v in dead:
-        kind, why = _dead_reason(v.lp)
+        kind, why, by = _dead_reason(v.lp)
         out.append(f"Not taken {_where_dead(kind)}: {v.name.short} ({KIND_TAG.get(v.final.kind, v.final.kind)}"
-                   + (f", never selected" if kind == "selection" else f", if {why}" if why else "") + ")")
+                   + (f", never selected" if kind == "selection" else f", if {why}" if why else "")
+                   + (f"; decided by {by}" if by else "") + ")")
     return out
 
 
@@ -555,9 +559,10 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
         out.append("All of them only if " + " and ".join(md_code(_short_text(c.text, 90)) for c in common[:2])
                    + f"{more} ({RUNTIME})")
     if not live:
-        kind, why = _dead_reason(dead[0].lp) if dead else ("", "")
+        kind, why, by = _dead_reason(dead[0].lp) if dead else ("", "", "")
         out.append(f"Runs: nothing {_where_dead(kind)}" + (f" (never selected: {md_escape(_short_text(why, 100))})"
                                                        if kind == "selection" else
+                                                       f" (decided by {md_escape(_short_text(by, 100))})" if by else
                                                        f" ({md_code(why)} is false here)" if why else ""))
     pw = provider_words(defaults, md_code) if _has_providers(live) else None
     if pw:
@@ -565,10 +570,11 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
     if dead and live:
         groups: dict = {}  # on this platform / at this call -> the dead leaves named there
         for v in dead:
-            kind, why = _dead_reason(v.lp)
+            kind, why, by = _dead_reason(v.lp)
             groups.setdefault(_where_dead(kind), []).append(
                 f"{md_code(v.name.short)} ({KIND_TAG.get(v.final.kind, v.final.kind)}"
-                + (", never selected" if kind == "selection" else f", if {md_code(_short_text(why, 60))}" if why else "") + ")")
+                + (", never selected" if kind == "selection" else f", if {md_code(_short_text(why, 60))}" if why else "")
+                + (f"; decided by {md_escape(_short_text(by, 80))}" if by else "") + ")")
         for where, items in groups.items():
             more = f"; {len(items) - MAX_DEAD} more" if len(items) > MAX_DEAD else ""
             out.append(f"Not taken {where}: {'; '.join(items[:MAX_DEAD])}{more}")

@@ -1384,7 +1384,7 @@ class Resolver:
                     return av
             if instance and name in c.inst_attrs:
                 b = c.inst_attrs[name]
-                if name in c.inst_more or b.guards:
+                if name in c.inst_more or (b.guards and any(x.cls is not None and name in x.cls.inst_attrs for x in chain[i + 1:])):
                     # assigned in several places (`if w: self.attn = A(...) else: self.attn = B(...)`; `self.x = None`
                     # first, `self.x = make(...)` later), or only under a guard over what a base class set: what each
                     # assignment that names something holds
@@ -1469,7 +1469,8 @@ class Resolver:
             chosen.append((inherited, " and ".join(f"not ({self.guard_text(b.guards)})" for b in init),
                            False if any(r is True for r in reach) else (True if all(r is False for r in reach) else None)))
         if len(chosen) < 2:
-            return self._inst_value(m, chosen[0][0], w) if chosen else None
+            # (the first assignment alone: what class_attr follows anyway, with its declared type as a fallback)
+            return None if not chosen or chosen[0][0] is c.inst_attrs[name] else self._inst_value(m, chosen[0][0], w)
         arms, named = [], []
         for b, text, reach in chosen:
             if isinstance(b, tuple):  # (what a base class set: (its class Val, the value))
@@ -1502,6 +1503,9 @@ class Resolver:
             if name in bc.methods or name in bc.attrs:
                 return None
             if name in bc.inst_attrs:
+                first = bc.inst_attrs[name]
+                if first.kind == "other" and first.target in ("None", None) and name not in bc.inst_more:
+                    return None  # (`self.x: T | None = None`: nothing to call; its annotation is no value)
                 bw = Walk()
                 bw.receiver = receiver
                 v = self.class_attr(bcv.module, bcv.qual, name, bw, instance=True)
