@@ -334,3 +334,11 @@ def test_what_a_call_rules_out_itself_its_guards_its_arguments_and_a_base_class_
     assert leaves(impl) == [(*SCALE, ["fast"], None), (*COPY, ["not (fast)"], None)]
     assert [b.label for b in impl.final.fork.branches] == ["self.impl = _ScaledStep (dispatch.py:422)",
                                                            "self.impl as _BaseOp sets it"]
+
+
+def test_a_flag_set_again_only_under_a_guard_the_platform_decides_false_stays_false(ws):
+    """`self.allow_scaled = False`, then `if can_use_cuda: self.allow_scaled = ...` in `__init__` and `if
+    self.allow_specialized:` (which copies `can_use_cuda`) in another method: `can_use_cuda` needs `is_cuda()`,
+    False out of tree, so neither later assignment runs and the scaled branch is dead."""
+    assert leaves(ws.trace_symbol(P + "GatedRouter.route")) == [(*SCALE, ["self.allow_scaled"], False),
+                                                                 (*COPY, ["not (self.allow_scaled)"], True)]

@@ -495,6 +495,10 @@ class PlatformProfile:
                 return None
         if b.kind == "other" and b.target:
             return _constant_of(b.target)
+        if b.kind == "assign" and b.target and depth < 6:
+            # `self.allow_x = can_use_x` (a local of the method, or a name of the module): folds as that name does
+            node = _parse_guard(b.target)
+            return self._eval(mod, scope, node, depth + 1) if node is not None else None
         if b.kind == "call" and b.target and not b.alternatives:
             return self._eval_call(mod, scope, b.target, ast.Call(func=ast.Name(id="_"), args=[], keywords=[]))
         if b.kind == "other" and b.str_args and b.str_args[0]:
@@ -545,9 +549,13 @@ class PlatformProfile:
 
     def _fold_alike(self, mod, scoped, depth):
         """The constant every ``(scope, binding)`` folds to alike, else None. Guards are set aside: whichever
-        assignment runs, the value is the same. A plain name or attribute (``x = y``) folds as ``y`` does."""
+        assignment runs, the value is the same; but an assignment under a guard this platform decides False never
+        runs and is left out (`self.allow_x = False`, then `if can_use_cuda_kernels: self.allow_x = ...`). A plain
+        name or attribute (``x = y``) folds as ``y`` does."""
         vals = []
         for q, b in scoped:
+            if b.guards and len(scoped) > 1 and self._never_runs(mod, q, b.guards, depth):
+                continue
             if b.kind == "assign" and b.target and not b.scope:
                 node = _parse_guard(b.target)
                 v = self._eval(mod, q, node, depth) if node is not None else None
@@ -557,6 +565,23 @@ class PlatformProfile:
                 return None
             vals.append(v)
         return vals[0] if vals and all(v == vals[0] for v in vals) else None
+
+    def _never_runs(self, mod, q, guards, depth) -> bool:
+        """Does one of ``guards`` (of code in function ``q``) fold to the side that skips the code?"""
+        if depth >= 6:
+            return False
+        for kind, text, _line in guards:
+            if kind not in ("if", "else"):
+                continue
+            node = _parse_guard(text)
+            v = self._eval(mod, q, node, depth + 1) if node is not None else None
+            if v is None or v is NONE_VALUE and kind == "if":
+                if v is NONE_VALUE and kind == "if":
+                    return True
+                continue
+            if isinstance(v, (bool, int, str)) and bool(v) != (kind == "if"):
+                return True
+        return False
 
     def _fold_self_attr(self, mod, scope, name, depth):
         """``self.x`` assigned exactly once (in ``__init__``) to a constant, in the class or its bases."""

@@ -423,3 +423,24 @@ class _FastOp(_BaseOp):
 
     def run(self, src, dst):
         self.impl(src, dst)
+
+
+# 15. a flag set False, then set again only under a guard this platform decides False (and in another method under a
+# flag that copies that guard): it stays False, so the branch it enables is dead out of tree
+class GatedRouter:
+    def __init__(self, n: int):
+        can_use_cuda = current_platform.is_cuda() and n > 0
+        self.allow_specialized = can_use_cuda
+        self.allow_scaled = False
+        if can_use_cuda:
+            self.allow_scaled = n % 8 == 0
+
+    def set_size(self, n: int):
+        if self.allow_specialized:
+            self.allow_scaled = n % 8 == 0
+
+    def route(self, src, dst):
+        if self.allow_scaled:
+            _scaled_launch(src, dst)
+        else:
+            _copy_launch(src, dst)
