@@ -342,3 +342,12 @@ def test_a_flag_set_again_only_under_a_guard_the_platform_decides_false_stays_fa
     False out of tree, so neither later assignment runs and the scaled branch is dead."""
     assert leaves(ws.trace_symbol(P + "GatedRouter.route")) == [(*SCALE, ["self.allow_scaled"], False),
                                                                  (*COPY, ["not (self.allow_scaled)"], True)]
+
+
+def test_an_assert_isinstance_on_an_attribute_keeps_only_its_alternatives_of_that_class(ws):
+    """`assert isinstance(self.impl, _FastImpl)` then `self.impl.run(...)`: the `_SlowImpl` alternative would have
+    failed the assert, so at that call only `_FastImpl.run` runs; without the assert both can."""
+    c = trace(ws, "self.impl.run(src", 0)
+    assert leaves(c) == [(*SCALE, ["fast"], None), (*COPY, ["not (fast)"], False)]
+    assert [b.decided for b in c.final.fork.branches] == [None, "the call's guards: isinstance(self.impl, _FastImpl) is True"]
+    assert leaves(trace(ws, "self.impl.run(src", 1)) == [(*SCALE, ["fast"], None), (*COPY, ["not (fast)"], None)]

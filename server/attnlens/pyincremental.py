@@ -393,6 +393,8 @@ def _func(f: FunctionInfo, d: int, c: int, st) -> FunctionInfo:
         g.return_alts = tuple((st(t), _guards(gs, d), ln + d) for t, gs, ln in f.return_alts)
     if f.raise_ifs:
         g.raise_ifs = frozenset(ln + d for ln in f.raise_ifs)
+    if f.asserts:
+        g.asserts = tuple((ln + d, t) for ln, t in f.asserts)
     if f.attr_sets:
         g.attr_sets = tuple((t, v, ln + d, _guards(gs, d)) for t, v, ln, gs in f.attr_sets)
     if f.inner_defs:

@@ -229,6 +229,7 @@ class FunctionInfo:
     return_alts: tuple = ()  # (text, guards, line) of each `return`, text as in `returns`
     globals_: frozenset = frozenset()  # names declared `global` in the body
     raise_ifs: frozenset = frozenset()  # lines of `if c: raise ...` (what follows runs only when not c)
+    asserts: tuple = ()  # (line, text) of each `assert c` directly in the body: what follows runs only when c holds
     # `obj.a.b = <dotted name or literal>` on a local or parameter (not self): (target, value, line, guards)
     attr_sets: tuple = ()
 
@@ -1043,6 +1044,8 @@ class _Builder:
         fi.significant = sum(
             1 for s in node.body if not (_is_docstring(s) or _is_log_call(s) or isinstance(s, (ast.Pass, ast.Assert)))
         )
+        fi.asserts = tuple((s.lineno, " ".join((self.seg(s.test) or "").split())) for s in node.body
+                           if type(s) is ast.Assert and self.seg(s.test))
         # outer binding
         if self.cls and not self.scope:
             self.cls[-1].methods[node.name] = qual

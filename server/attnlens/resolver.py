@@ -1969,16 +1969,20 @@ class Resolver:
         * **its arguments.** An alternative whose function (an instance's ``__call__`` or ``forward``) does not
           accept what the call passes (a keyword it lacks, too many positional arguments, a required one
           missing) would raise ``TypeError``: that object is not what runs there."""
-        facts = self._call_facts(mod, cs.scope, cs.guards) if cs.guards else None
+        f = mod.summary.functions.get(cs.scope) if cs.scope else None
+        asserts = tuple(("if", t, ln) for ln, t in f.asserts if ln < cs.line) if f is not None and f.asserts else ()
+        facts = self._call_facts(mod, cs.scope, cs.guards + asserts) if cs.guards or asserts else None
         return self._refine_arms(cs, v, facts, 0)
 
     def _call_facts(self, mod: Module, scope: str, guards: tuple) -> tuple | None:
-        """({(module path, method): {name: bool}}, {(module path, expression dump): bool}) that the guards of a call
-        in ``scope`` fix (:meth:`refined_at_call`); None when they fix nothing."""
+        """({(module path, method): {name: bool}}, {(module path, expression dump): bool}, {"self.x": (class module
+        name, class qualname, bool, text)}) that the guards of a call in ``scope`` (and the ``assert`` statements
+        before it) fix (:meth:`refined_at_call`); None when they fix nothing."""
         cq = self.enclosing_class(mod, scope)
         c = mod.summary.classes.get(cq) if cq else None
         binds: dict = {}
         exprs: dict = {}
+        isa: dict = {}
         for kind, text, _line in guards:
             if kind not in ("if", "else"):
                 continue
@@ -1991,7 +1995,15 @@ class Resolver:
                 negated = isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
                 e = part.operand if negated else part
                 truth = (kind == "if") != negated
-                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+                if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "isinstance" and len(e.args) == 2 \
+                        and isinstance(e.args[0], ast.Attribute) and isinstance(e.args[0].value, ast.Name) \
+                        and e.args[0].value.id == "self" and mod.summary.binding_of(scope, "isinstance")[1] == []:
+                    # `assert isinstance(self.impl, ModularImpl)`: which class the attribute's object is
+                    cname = ast.unparse(e.args[1]) if isinstance(e.args[1], (ast.Name, ast.Attribute)) else None
+                    cv = self.resolve_dotted(mod, scope, cname, Walk()) if cname else None
+                    if cv is not None and cv.kind == ValKind.CLASS and cv.module is not None:
+                        isa[f"self.{e.args[0].attr}"] = (cv.module.name, cv.qual, truth, ast.unparse(e))
+                elif isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
                     b = c.inst_attrs.get(e.attr) if c is not None else None
                     if b is None or b.kind != "assign" or b.guards or e.attr in c.inst_more or not (b.target or "").isidentifier():
                         continue
@@ -2000,7 +2012,7 @@ class Resolver:
                         binds.setdefault((mod.path, q), {})[b.target] = truth
                 elif _module_level(mod, scope, e):
                     exprs[(mod.path, ast.dump(e))] = truth
-        return (binds, exprs) if binds or exprs else None
+        return (binds, exprs, isa) if binds or exprs or isa else None
 
     @staticmethod
     def _boolean_name(mod: Module, q: str, name: str) -> bool:
@@ -2079,6 +2091,11 @@ class Resolver:
 
     def _refine_arms(self, cs: CallSite, v: Val, facts: tuple | None, depth: int) -> Val:
         changed, arms = False, []
+        # the object of a `self.x` the call's guards or asserts say the class of (`isinstance(self.x, C)`)
+        isa = None
+        if facts is not None and facts[2] and v.qual == cs.func:
+            root = ".".join(cs.func.split(".")[:2])
+            isa = facts[2].get(root)
         for a in v.extra["alts"]:
             na = a
             if facts is not None and a.guarded is not None and a.reachable is not False:
@@ -2086,6 +2103,14 @@ class Resolver:
                 if r is not a.reachable and why:
                     why = f"the call's guards: {why}"
                     na = dataclasses.replace(a, reachable=r, label=f"{a.label} (decided by {why})", decided=why)
+            if isa is not None and na.reachable is not False:
+                recv = (na.val.module, na.val.qual) if na.val.kind == ValKind.INSTANCE else na.val.extra.get("receiver") \
+                    if na.val.kind == ValKind.FUNCTION else None
+                if recv is not None and recv[0] is not None:
+                    sub = any(b.module is not None and (b.module.name, b.qual) == isa[:2] for b in self.mro(recv[0], recv[1]))
+                    if sub != isa[2]:
+                        why = f"the call's guards: {isa[3]} is {isa[2]!r}"
+                        na = dataclasses.replace(na, reachable=False, label=f"{na.label} (decided by {why})", decided=why)
             if na.reachable is not False and not cs.launch and na.val.kind in (ValKind.INSTANCE, ValKind.FUNCTION):
                 bad = self._rejects(na.val, cs)
                 if bad:

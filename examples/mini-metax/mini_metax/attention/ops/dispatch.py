@@ -444,3 +444,29 @@ class GatedRouter:
             _scaled_launch(src, dst)
         else:
             _copy_launch(src, dst)
+
+
+# 16. `assert isinstance(self.impl, C)` before a call on it: only the alternatives of `self.impl` that are a C run
+class _FastImpl:
+    def run(self, src, dst):
+        _scaled_launch(src, dst)
+
+
+class _SlowImpl:
+    def run(self, src, dst):
+        _copy_launch(src, dst)
+
+
+class ImplKernel:
+    def __init__(self, fast: bool):
+        if fast:
+            self.impl = _FastImpl()
+        else:
+            self.impl = _SlowImpl()
+
+    def apply(self, src, dst):
+        assert isinstance(self.impl, _FastImpl)
+        self.impl.run(src, dst)
+
+    def apply_any(self, src, dst):
+        self.impl.run(src, dst)
