@@ -335,7 +335,7 @@ class PlatformProfile:
         if key in self._memo and self._gen == self.r.index.generation:
             return self._memo[key]
         _ = self.info
-        node = _parse_guard(text)
+        node = parse_guard(text)
         if node is None:
             return None
         # a value cut at values being resolved above it is memoised with them, for where they are (Resolver.outside_since)
@@ -497,7 +497,7 @@ class PlatformProfile:
             return _constant_of(b.target)
         if b.kind == "assign" and b.target and depth < 6:
             # `self.allow_x = can_use_x` (a local of the method, or a name of the module): folds as that name does
-            node = _parse_guard(b.target)
+            node = parse_guard(b.target)
             return self._eval(mod, scope, node, depth + 1) if node is not None else None
         if b.kind == "call" and b.target and not b.alternatives:
             return self._eval_call(mod, scope, b.target, ast.Call(func=ast.Name(id="_"), args=[], keywords=[]))
@@ -556,11 +556,7 @@ class PlatformProfile:
         for q, b in scoped:
             if b.guards and len(scoped) > 1 and self._never_runs(mod, q, b.guards, depth):
                 continue
-            if b.kind == "assign" and b.target and not b.scope:
-                node = _parse_guard(b.target)
-                v = self._eval(mod, q, node, depth) if node is not None else None
-            else:
-                v = self._fold_binding(mod, q, dataclasses.replace(b, guards=()), depth)
+            v = self._fold_binding(mod, q, dataclasses.replace(b, guards=()), depth)
             if v is None:
                 return None
             vals.append(v)
@@ -573,14 +569,10 @@ class PlatformProfile:
         for kind, text, _line in guards:
             if kind not in ("if", "else"):
                 continue
-            node = _parse_guard(text)
+            node = parse_guard(text)
             v = self._eval(mod, q, node, depth + 1) if node is not None else None
-            if v is None or v is NONE_VALUE and kind == "if":
-                if v is NONE_VALUE and kind == "if":
-                    return True
-                continue
-            if isinstance(v, (bool, int, str)) and bool(v) != (kind == "if"):
-                return True
+            if (v is NONE_VALUE or isinstance(v, (bool, int, str))) and bool(v) != (kind == "if"):
+                return True  # (NONE_VALUE is falsy)
         return False
 
     def _fold_self_attr(self, mod, scope, name, depth):
@@ -701,7 +693,7 @@ class PlatformProfile:
         current_platform.is_cuda()``; the summary keeps no text of other expressions), or a module global the
         function fills once and returns
         (``if _G is None: _G = <expr>`` ... ``return _G``: the value every filling gives). None when unknown."""
-        node = _parse_guard(text)
+        node = parse_guard(text)
         if node is None:
             return None
         if not isinstance(node, ast.Name):
@@ -772,7 +764,7 @@ def _constant_of(text: str):
     return val if isinstance(val, (bool, int, str)) else None
 
 
-def _parse_guard(text: str):
+def parse_guard(text: str):
     """Parsed guard expressions, memoised by text (the same guard appears in many scopes)."""
     node = _GUARDS.get(text, False)
     if node is False:

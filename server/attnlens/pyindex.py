@@ -1044,8 +1044,8 @@ class _Builder:
         fi.significant = sum(
             1 for s in node.body if not (_is_docstring(s) or _is_log_call(s) or isinstance(s, (ast.Pass, ast.Assert)))
         )
-        fi.asserts = tuple((s.lineno, " ".join((self.seg(s.test) or "").split())) for s in node.body
-                           if type(s) is ast.Assert and self.seg(s.test))
+        fi.asserts = tuple((s.lineno, text) for s in node.body if type(s) is ast.Assert
+                           for text in (" ".join((self.seg(s.test) or "").split()),) if text)
         # outer binding
         if self.cls and not self.scope:
             self.cls[-1].methods[node.name] = qual

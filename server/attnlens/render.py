@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import model as M
@@ -264,12 +264,12 @@ class Verdict:
     by_default: bool | None = None  # the runtime conditions with no environment flag set
     paths: int = 1
     shared: tuple = ()  # runtime conditions every leaf that can run has (said once, after the verdict lines)
-    common: list | None = None  # the runtime conditions every path to this leaf has (None: those of ``runtime``)
+    common: list = field(default_factory=list)  # the runtime conditions every path to this leaf has
 
     @property
     def own(self) -> list:
         """The runtime conditions of this leaf that every path to it has and not every other leaf shares."""
-        return [c for c in (self.runtime if self.common is None else self.common) if c.text not in {x.text for x in self.shared}]
+        return [c for c in self.common if c.text not in {x.text for x in self.shared}]
 
     @property
     def final(self) -> M.Final:
@@ -297,19 +297,19 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
             v = table[key]
             v.paths += 1
             if r is True and v.reachable is not True:
-                v.reachable, v.runtime, v.common, v.by_default = True, [], None, None
+                v.reachable, v.runtime, v.common, v.by_default = True, [], [], None
             if v.reachable is None:
                 # a condition only some paths to the leaf have is not one the leaf needs (`if w: self.attn = A(...)
                 # else: self.attn = B(...)`, both running one inherited `forward`); taken by default when any path is
                 theirs = {c.text for c in runtime}
-                v.common = [c for c in (v.runtime if v.common is None else v.common) if c.text in theirs]
+                v.common = [c for c in v.common if c.text in theirs]
                 d = default_of(runtime)
                 v.by_default = True if True in (d, v.by_default) else False if d is False and v.by_default is False else None
             continue
-        table[key] = Verdict(nm, lp, r, runtime, default_of(runtime))
+        table[key] = Verdict(nm, lp, r, runtime, default_of(runtime), common=list(runtime))
     lv = list(live.values())
     if len(lv) > 1:  # the trunk's guards, on every line, would hide what tells the leaves apart
-        need = [{c.text for c in (v.runtime if v.common is None else v.common)} for v in lv]
+        need = [{c.text for c in v.common} for v in lv]
         common = [c for c in lv[0].runtime if all(c.text in n for n in need)]
         for v in lv:
             v.shared = tuple(common)

@@ -36,7 +36,7 @@ from . import model as M
 from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
-from .profile import NONE_VALUE, PlatformProfile
+from .profile import NONE_VALUE, PlatformProfile, parse_guard
 from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, interned_names, is_passthrough,
                       triton_decorated)
 from .torchops import OpRegistry
@@ -1448,26 +1448,19 @@ class Resolver:
             for b in keep:
                 if b.guards:
                     chosen.append((b, self.guard_text(b.guards), self.guard_value(m, b.guards, q)))
-                    continue
-                if not later:
+                elif not later:
                     chosen.append((b, None, None))  # (which method's assignment holds is decided at run time)
-                    continue
-                sides = {(g[0], g[1], g[2]) for x in later if len(x.guards) == 1 for g in x.guards}
-                if any(k == "if" and ("else", t, ln) in sides for k, t, ln in sides):
-                    continue  # overwritten on both sides of an `if`
-                reach = [self.guard_value(m, x.guards, q) for x in later]
-                chosen.append((b, " and ".join(f"not ({self.guard_text(x.guards)})" for x in later),
-                               False if any(r is True for r in reach) else (True if all(r is False for r in reach) else None)))
+                else:
+                    rest = self._none_of(m, q, later)  # (what it holds stays where no later one runs)
+                    if rest is not None:
+                        chosen.append((b,) + rest)
         chosen = [(b, t, r) for b, t, r in chosen if not (b.kind == "other" and b.target in ("None", None))]
-        init = next((bs for q, bs in by_method.items() if q.rpartition(".")[2] == "__init__"), [])
-        sides = {g for b in init if len(b.guards) == 1 for g in b.guards}
-        if not all(b.guards for b in init) or any(k == "if" and ("else", t, ln) in sides for k, t, ln in sides):
-            init = []  # (set on every path through __init__: what a base class set does not stay)
-        inherited = self._inherited_attr(bases, name, w.receiver or concrete) if init and chosen else None
+        init_q, init = next(((q, bs) for q, bs in by_method.items() if q.rpartition(".")[2] == "__init__"), ("", []))
+        # (set on some paths through __init__ only: where none runs, what a base class set stays)
+        rest = self._none_of(m, init_q, init) if init and chosen and all(b.guards for b in init) else None
+        inherited = self._inherited_attr(bases, name, w.receiver or concrete) if rest is not None else None
         if inherited is not None:
-            reach = [self.guard_value(m, b.guards, b.attr or "") for b in init]
-            chosen.append((inherited, " and ".join(f"not ({self.guard_text(b.guards)})" for b in init),
-                           False if any(r is True for r in reach) else (True if all(r is False for r in reach) else None)))
+            chosen.append((inherited,) + rest)
         if len(chosen) < 2:
             # (the first assignment alone: what class_attr follows anyway, with its declared type as a fallback)
             return None if not chosen or chosen[0][0] is c.inst_attrs[name] else self._inst_value(m, chosen[0][0], w)
@@ -1492,6 +1485,16 @@ class Resolver:
             return self._inst_value(m, named[0], w) if named else arms[0].val if arms else None
         w.add(Hop(HopKind.ALIAS, m.path, chosen[0][0].line, f"self.{name}", f"self.{name} is assigned in {len(chosen)} places"))
         return alts_value(ForkKind.ASSIGNMENTS, f"self.{name}", m, f"self.{name}", chosen[0][0].line, arms)
+
+    def _none_of(self, m: Module, q: str, guarded: list) -> tuple | None:
+        """(condition text, reachability) of "none of the assignments ``guarded`` (each under guards, in function
+        ``q``) runs"; None when they cover both sides of one ``if`` (one of them always runs)."""
+        sides = {g for b in guarded if len(b.guards) == 1 for g in b.guards}
+        if any(k == "if" and ("else", t, ln) in sides for k, t, ln in sides):
+            return None
+        reach = [self.guard_value(m, b.guards, q) for b in guarded]
+        return (" and ".join(f"not ({self.guard_text(b.guards)})" for b in guarded),
+                False if True in reach else True if all(r is False for r in reach) else None)
 
     def _inherited_attr(self, bases: list, name: str, receiver: tuple | None) -> tuple | None:
         """(class, value) of instance attribute ``name`` as the first class of ``bases`` that sets it does, ``self``
@@ -1986,7 +1989,7 @@ class Resolver:
         for kind, text, _line in guards:
             if kind not in ("if", "else"):
                 continue
-            node = parse_expr(text)
+            node = parse_guard(text)
             if node is None:
                 continue
             # `if a and b:` fixes a and b; its `else` fixes a lone condition only
@@ -2038,14 +2041,14 @@ class Resolver:
         for g in guards:
             kind, text, _line = g
             known = None
-            if kind in ("if", "else") and facts[1]:
-                node = parse_expr(text)
+            node = parse_guard(text) if kind in ("if", "else") and facts[1] else None
+            if node is not None:
                 neg = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)
                 e = node.operand if neg else node
-                if e is not None and (path, ast.dump(e)) in facts[1] and _module_level(m, q, e):
-                    known = facts[1][(path, ast.dump(e))] != neg
-                    used.append(f"{ast.unparse(e) if neg else text} is {facts[1][(path, ast.dump(e))]!r}")
-                    known = known if kind == "if" else not known
+                fact = facts[1].get((path, ast.dump(e)))
+                if fact is not None and _module_level(m, q, e):
+                    known = (fact != neg) == (kind == "if")  # (the guard's text holds, and it is an `if`)
+                    used.append(f"{ast.unparse(e) if neg else text} is {fact!r}")
             if known is None:
                 b = tuple((n, val) for n, val in binds.items() if re.search(rf"\b{re.escape(n)}\b", text))
                 used.extend(f"{n}={val!r}" for n, val in b)
@@ -2101,21 +2104,18 @@ class Resolver:
             if facts is not None and a.guarded is not None and a.reachable is not False:
                 r, why = self._guards_under(a.guarded, facts)
                 if r is not a.reachable and why:
-                    why = f"the call's guards: {why}"
-                    na = dataclasses.replace(a, reachable=r, label=f"{a.label} (decided by {why})", decided=why)
+                    na = _decided(a, r, f"the call's guards: {why}")
             if isa is not None and na.reachable is not False:
                 recv = (na.val.module, na.val.qual) if na.val.kind == ValKind.INSTANCE else na.val.extra.get("receiver") \
                     if na.val.kind == ValKind.FUNCTION else None
                 if recv is not None and recv[0] is not None:
                     sub = any(b.module is not None and (b.module.name, b.qual) == isa[:2] for b in self.mro(recv[0], recv[1]))
                     if sub != isa[2]:
-                        why = f"the call's guards: {isa[3]} is {isa[2]!r}"
-                        na = dataclasses.replace(na, reachable=False, label=f"{na.label} (decided by {why})", decided=why)
+                        na = _decided(na, False, f"the call's guards: {isa[3]} is {isa[2]!r}")
             if na.reachable is not False and not cs.launch and na.val.kind in (ValKind.INSTANCE, ValKind.FUNCTION):
                 bad = self._rejects(na.val, cs)
                 if bad:
-                    why = f"the call's arguments: it passes {bad} (TypeError)"
-                    na = dataclasses.replace(na, reachable=False, label=f"{na.label} (decided by {why})", decided=why)
+                    na = _decided(na, False, f"the call's arguments: it passes {bad} (TypeError)")
             if na.val.kind == ValKind.ALTS and depth < 4:
                 nv = self._refine_arms(cs, na.val, facts, depth + 1)
                 if nv is not na.val:
@@ -2712,6 +2712,11 @@ def _pkg(v: Val) -> str | None:
     if v.module is None:
         return None
     return v.module.name.split(".", 1)[0]
+
+
+def _decided(a: Alt, reach: bool | None, why: str) -> Alt:
+    """Alternative ``a`` with the reachability the call being followed decided, saying what decided it."""
+    return dataclasses.replace(a, reachable=reach, label=f"{a.label} (decided by {why})", decided=why)
 
 
 def _module_level(mod: Module, scope: str, node: ast.expr) -> bool:
