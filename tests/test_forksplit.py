@@ -1,5 +1,5 @@
-"""Two processes over one list (``attnlens.forksplit``): the results of one process, in order, on every run; a
-helper that dies leaves its half to this process; `attnlens sites` split over two processes gives what one
+"""Two processes over one list (``attnlens.forksplit``): the results of one process, in order, on every run; each
+process claims from its end when free; a helper that dies leaves its items to this process; `attnlens sites` split over two processes gives what one
 process gives (the example plugin, the split forced by a low module threshold)."""
 
 from __future__ import annotations
@@ -14,26 +14,47 @@ from tests.helpers import have_vllm
 needs_two = pytest.mark.skipif(forksplit.cores() < 2 or not hasattr(os, "fork"), reason="needs two cores and fork")
 
 
-def test_split_point_halves_by_weight():
-    assert forksplit.split_point([1.0] * 10) == 5
-    assert forksplit.split_point([10.0, 1.0, 1.0, 1.0]) == 1
-    assert forksplit.split_point([1.0, 1.0, 1.0, 10.0]) == 3
-    assert forksplit.split_point([0.0, 0.0]) == 1
-
-
 @needs_two
-def test_results_are_in_order_and_the_helper_computes_the_second_half(tmp_path):
+def test_results_are_in_order_and_each_process_takes_its_end(tmp_path):
+    """This process claims from the front and the helper from the back until they meet: every item once, the
+    results in order, the items before the meeting point made here and those after it by the helper."""
+    import time
+
     parent = os.getpid()
-    got = list(forksplit.iter_split(9, lambda i: (i * i, os.getpid() == parent), tmp_path, weights=[1.0] * 9))
-    assert [v for v, _ in got] == [i * i for i in range(9)]
-    assert [here for _, here in got] == [True] * 4 + [False] * 5
+
+    def work(i):
+        time.sleep(0.02)  # (each item takes a while: both processes get some)
+        return i * i, os.getpid() == parent
+
+    got = list(forksplit.iter_split(40, work, tmp_path))
+    assert [v for v, _ in got] == [i * i for i in range(40)]
+    here = [h for _, h in got]
+    k = here.index(False)
+    assert 0 < k < 40 and here == [True] * k + [False] * (40 - k)
     assert list(forksplit.iter_split(9, lambda i: i, tmp_path, allowed=False)) == list(range(9))
     assert list(tmp_path.iterdir()) == []  # (the spool file had no name)
 
 
 @needs_two
+def test_a_helper_slower_than_this_process_leaves_it_more_items(tmp_path):
+    """The claims follow who is free: a helper whose items take ten times as long gets far fewer of them (fixed
+    halves would give it half)."""
+    import time
+
+    parent = os.getpid()
+
+    def work(i):
+        mine = os.getpid() == parent
+        time.sleep(0.005 if mine else 0.05)
+        return mine
+
+    got = list(forksplit.iter_split(60, work, tmp_path))
+    assert 1 <= got.count(False) <= 15
+
+
+@needs_two
 def test_results_come_as_they_are_made_and_a_caller_that_stops_ends_the_helper(tmp_path, monkeypatch):
-    """The split is streamed: this process's half is handed out before the helper's is read (nothing is
+    """The split is streamed: this process's results are handed out as they are made (nothing is
     collected first), and a caller that stops early ends the helper (no process is left behind)."""
     parent = os.getpid()
     seen = []
@@ -54,8 +75,7 @@ def test_results_come_as_they_are_made_and_a_caller_that_stops_ends_the_helper(t
         return i
 
     it = forksplit.iter_split(8, work, tmp_path)
-    assert next(it) == 0 and seen == [0]  # the first result before the rest of the half is made
-    assert next(it) == 1 and seen == [0, 1]
+    assert next(it) == 0 and seen == [0]  # the first result before the rest is made
     it.close()  # stopped: the helper is killed and reaped
     assert len(forked) == 1
     with pytest.raises(ChildProcessError):
@@ -63,7 +83,7 @@ def test_results_come_as_they_are_made_and_a_caller_that_stops_ends_the_helper(t
 
 
 @needs_two
-def test_a_helper_that_dies_leaves_its_half_here(tmp_path):
+def test_a_helper_that_dies_leaves_its_items_here(tmp_path):
     parent = os.getpid()
 
     def work(i):
@@ -77,8 +97,8 @@ def test_a_helper_that_dies_leaves_its_half_here(tmp_path):
 @pytest.mark.skipif(not have_vllm(), reason="vllm 0.26.0 is not installed in the test interpreter")
 @needs_two
 def test_sites_split_over_two_processes_gives_what_one_gives(tmp_path, monkeypatch):
-    """The example plugin's sites with the split forced (a threshold of 1 module): the helper renders the second
-    half, and the records equal one process's (which `attnlens sites` prints: the CLI's equality is the same
+    """The example plugin's sites with the split forced (a threshold of 1 module): the helper renders the
+    modules' end, and the records equal one process's (which `attnlens sites` prints: the CLI's equality is the same
     function of these records)."""
     import json
 
@@ -96,7 +116,7 @@ def test_sites_split_over_two_processes_gives_what_one_gives(tmp_path, monkeypat
     two = records(ws)
     assert len(one) > 20 and [r[0] for r in two] == [r[0] for r in one]
     assert {pid for _j, pid in one} == {os.getpid()}
-    assert len({pid for _j, pid in two}) == 2  # (the second half came from the helper)
+    assert len({pid for _j, pid in two}) == 2  # (the last modules came from the helper)
 
 
 @needs_two

@@ -249,9 +249,9 @@ class Workspace:
     def kernel_site_records(self, paths: list[str] | None, render) -> Iterator:
         """``render(site)`` of every site :meth:`kernel_sites` gives, in its order, as they are made (no site or
         record is kept here: upstream vLLM's JSON records are 100 MB); in a CLI process on two cores and at
-        least ``SITES_SPLIT_MIN_MODULES`` modules to read, a forked helper traces the second half of the
-        modules (:func:`attnlens.forksplit.iter_split`: ``render`` must give a picklable value). Upstream vLLM
-        as the workspace: 22,888 sites of 2,234 modules."""
+        least ``SITES_SPLIT_MIN_MODULES`` modules to read, a forked helper traces the second half of the modules
+        by bytes, and the first to finish takes the other's last modules (:func:`attnlens.forksplit.iter_split`: ``render`` must give a picklable
+        value). Upstream vLLM as the workspace: 22,968 sites of 2,234 modules."""
         from . import forksplit
         from .cache import flush_all
         from .registry import Registry
