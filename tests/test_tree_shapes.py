@@ -351,3 +351,47 @@ def test_an_assert_isinstance_on_an_attribute_keeps_only_its_alternatives_of_tha
     assert leaves(c) == [(*SCALE, ["fast"], None), (*COPY, ["not (fast)"], False)]
     assert [b.decided for b in c.final.fork.branches] == [None, "the call's guards: isinstance(self.impl, _FastImpl) is True"]
     assert leaves(trace(ws, "self.impl.run(src", 1)) == [(*SCALE, ["fast"], None), (*COPY, ["not (fast)"], None)]
+
+
+def test_an_object_called_binds_its_forwards_parameters_also_behind_a_forward_that_hands_them_on(ws):
+    """`self.norm(x)` runs `_AddNorm.forward(x, residual=None)`: the default decides `if residual is None:` (the
+    scale kernel is not taken at this call); `self.norm(x, r)` leaves it to run time. `_PickedNorm.forward(self,
+    *args, **kwargs)` hands the arguments to whichever method `__init__` picked: each method's guards on
+    `residual` are decided by what the call passed, through the hand-on (`residual=r`: run time)."""
+    assert leaves(trace(ws, "self.norm(x)")) == [(*COPY, ["residual is None"], True), (*SCALE, ["not (residual is None)"], False)]
+    c = trace(ws, "self.norm(x)")
+    assert [lf.dead_at_call for lf in c.leaves()] == [False, True]
+    assert c.final.fork.branches[0].decided == "the call into forward: residual=None"
+    assert leaves(trace(ws, "self.norm(x, r)")) == [(*COPY, ["residual is None"], None),
+                                                   (*SCALE, ["not (residual is None)"], None)]
+    fast, plain = "current_platform.is_cuda()", "not (current_platform.is_cuda())"
+    assert leaves(trace(ws, "self.picked(x)")) == [
+        (*SCALE, [fast, "residual is not None"], False),
+        (*SCALE, [plain, "residual is not None"], False),
+        (*COPY, [plain, "not (residual is not None)"], True)]
+    assert [lf.dead_at_call for lf in trace(ws, "self.picked(x)").leaves()] == [False, True, False]
+    assert leaves(trace(ws, "self.picked(x, residual=r)")) == [
+        (*SCALE, [fast, "residual is not None"], False),
+        (*SCALE, [plain, "residual is not None"], None),
+        (*COPY, [plain, "not (residual is not None)"], None)]
+
+
+def test_what_the_call_decided_is_said_as_the_calls_in_the_verdict_the_tree_and_the_leaves(ws):
+    """A leaf that one path does not take on this platform and another only at this call gets a verdict line each;
+    the hops under a branch the call decided, and the leaf lines, say "at this call" (the same code runs from
+    other calls), not "on this platform"."""
+    from attnlens import render
+
+    c = trace(ws, "self.picked(x)")
+    v = render.verdict_text(c)
+    assert v[1:] == [
+        "Not taken on this platform: _scale_kernel (Triton, if current_platform.is_cuda())",
+        "Not taken at this call: _scale_kernel (Triton, if residual is not None; decided by the call into "
+        "forward_plain: residual=None)"]
+    text = render.chain_text(c)
+    hops = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("0. call") and "_launch" in ln]
+    assert [h.rsplit("[", 1)[1] for h in hops] == [
+        "if residual is not None -> not taken at this call]", "if residual is not None -> not taken at this call]",
+        "if not (residual is not None) -> taken at this call]"]
+    assert [ln.rsplit("-> ", 1)[1] for ln in text.splitlines() if ln.startswith("  - triton_kernel")] == [
+        render.DEAD, render.DEAD_AT_CALL, render.TAKEN]

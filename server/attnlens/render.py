@@ -154,7 +154,7 @@ def leaf_summary(lf: M.Leaf, conditions: list[str] | None = None) -> str:
     extra = f"  ({f.reason})" if f.kind in (M.FinalKind.UNRESOLVED, M.FinalKind.NOT_INSTALLED) and f.reason else ""
     conds = lf.conditions if conditions is None else conditions
     return (f"{f.kind} {short_symbol(f)} @ {_loc(f.path, f.line)}  if {conditions_words(conds)}"
-            f" -> {reach_words(lf.reachable)}{extra}")
+            f" -> {reach_words(lf.reachable, 'call' if lf.dead_at_call else None)}{extra}")
 
 
 def site_leaves_text(chain: M.Chain) -> str:
@@ -289,8 +289,9 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
 
     for lp in leaf_paths(chain):
         nm = leaf_name(lp)
-        key = (lp.final.kind, nm.full, nm.path, nm.line)
         r = lp.leaf.reachable
+        # (a leaf not taken on this platform on one path and only at this call on another is said both ways)
+        key = (lp.final.kind, nm.full, nm.path, nm.line, r is False and lp.leaf.dead_at_call)
         table = dead if r is False else live
         runtime = [c for c in lp.conds() if c.reachable is None] if r is None else []
         if key in table:
@@ -667,9 +668,10 @@ def _final_text(f: M.Final, pad: str) -> list[str]:
     return out
 
 
-def _node_text(chain: M.Chain, pad: str, out: list[str]) -> None:
+def _node_text(chain: M.Chain, pad: str, out: list[str], by_call: M.Branch | None = None) -> None:
+    """``by_call``: the branch this chain is, when the call being followed decided it (:func:`_hop_reach`)."""
     for i, h in enumerate(chain.hops):
-        cond = f"  [if {h.condition} -> {_reach(h.reachable)}]" if h.condition else ""
+        cond = f"  [if {h.condition} -> {_hop_reach(h, by_call)}]" if h.condition else ""
         out.append(f"{pad}{i:2d}. {h.kind:<18} {h.symbol}  @ {_loc(h.path, h.line)}{cond}")
         if h.detail:
             out.append(f"{pad}    {'':<18} {h.detail}")
@@ -686,7 +688,7 @@ def _node_text(chain: M.Chain, pad: str, out: list[str]) -> None:
         cond = f"if {b.condition}" if b.condition else "always"
         where = f"  @ {_loc(b.path, b.line)}" if b.path else ""
         out.append(f"{pad}    [{cond} -> {reach_words(b.reachable, b.decided)}] {b.label}{where}")
-        _node_text(b.chain, pad + "        ", out)
+        _node_text(b.chain, pad + "        ", out, b if b.decided and b.condition else None)
     if fk.truncated:
         out.append(f"{pad}    TRUNCATED: {fk.truncated} (more branches exist than are shown)")
 
@@ -743,7 +745,7 @@ def backends_table(entries, root: Path) -> str:
                     for lf in c.chain.leaves():
                         f = lf.final
                         lines.append(f"        - {f.kind} {f.symbol}  if {conditions_words(lf.conditions)}"
-                                     f" -> {reach_words(lf.reachable)}")
+                                     f" -> {reach_words(lf.reachable, 'call' if lf.dead_at_call else None)}")
                 else:
                     f = c.chain.final
                     lines.append(f"      {_rel(c.path, root)}:{c.line}  {c.call} -> {f.kind} {f.symbol}{dead}")
@@ -797,10 +799,18 @@ def _final_md_details(f: M.Final, link) -> list[str]:
     return out
 
 
-def _hop_md(h: M.Hop, link) -> str:
+def _hop_reach(h: M.Hop, by_call: M.Branch | None) -> str:
+    """A hop's guard in words; ``by_call``: the branch the hop is on, when the call being followed decided it (a hop
+    under that branch's own guard says so too: not "on this platform", the same code runs from other calls)."""
+    if by_call is not None and h.condition == by_call.condition:
+        return reach_words(by_call.reachable, by_call.decided)
+    return reach_words(h.reachable)
+
+
+def _hop_md(h: M.Hop, link, by_call: M.Branch | None = None) -> str:
     where = _loc_md(h.path, h.line, link)
     word = HOP_WORDS.get(h.kind, h.kind.replace("_", " "))
-    cond = f" — *if* {md_code(h.condition)}: {reach_words(h.reachable)}" if h.condition else ""
+    cond = f" — *if* {md_code(h.condition)}: {_hop_reach(h, by_call)}" if h.condition else ""
     detail = f" — {md_escape(h.detail)}" if h.detail else ""
     return f"{word} {md_code(h.symbol)} {where}{cond}{detail}"
 
@@ -832,7 +842,7 @@ def _branch_md(b: M.Branch, link, pad: str, out: list[str]) -> None:
         out.append(f"{pad}- {head} — folded ({hops} hop{'s' if hops != 1 else ''}): would reach {what}")
         return
     out.append(f"{pad}- {head}")
-    _subtree_md(b.chain, link, pad + "  ", out)
+    _subtree_md(b.chain, link, pad + "  ", out, b if b.decided and b.condition else None)
 
 
 def _all_hops(chain: M.Chain):
@@ -842,9 +852,9 @@ def _all_hops(chain: M.Chain):
             yield from _all_hops(b.chain)
 
 
-def _subtree_md(chain: M.Chain, link, pad: str, out: list[str]) -> None:
+def _subtree_md(chain: M.Chain, link, pad: str, out: list[str], by_call: M.Branch | None = None) -> None:
     for h in chain.hops:
-        out.append(f"{pad}- {_hop_md(h, link)}")
+        out.append(f"{pad}- {_hop_md(h, link, by_call)}")
     f = chain.final
     if f.fork is None:
         out.append(f"{pad}- {_leaf_md(f, link)}")

@@ -173,29 +173,52 @@ class Resolver:
             # (only a direct call of the def by its own name: `Fn.apply(...)` runs `forward(ctx, ...)`, a
             # `__call__` or an alias may place the arguments differently)
             return ()
-        tested = self._tested_params(tv.module, f)
+        return self._bind_params(tv.module, f, *self._call_args(mod, scope, cs, caller_binds))
+
+    def _call_args(self, mod: Module, scope: str, cs: CallSite, caller_binds: tuple) -> tuple:
+        """(positional texts, keyword texts, spread, fold) of the call ``cs`` for :meth:`_bind_params`: ``fold``
+        gives what an argument's text folds to where the call is, with the caller's own bound parameters (a
+        constant, ``NONE_VALUE``, or None when unknown); ``spread`` when the call spreads ``*args`` or
+        ``**kwargs`` (then which argument lands where, and what is left out, is not static)."""
+        def fold(text: str):
+            if not text:
+                return None
+            return NONE_VALUE if text == "None" else self.profile.value_of(mod, scope, text, caller_binds)
+
+        return () if cs.star_args else cs.arg_texts, cs.kw_texts, cs.star_args or cs.star_kwargs, fold
+
+    def arg_record(self, mod: Module, scope: str, cs: CallSite, caller_binds: tuple) -> tuple:
+        """The arguments of ``cs`` folded (:meth:`_call_args`), for a callee that hands them on whole
+        (``forward(self, *args, **kwargs)``): ((value, ...), ((keyword, value), ...), spread), a value None
+        where unknown. A part of memo keys: equal for calls that pass the same constants."""
+        pos, kws, spread, fold = self._call_args(mod, scope, cs, caller_binds)
+        return tuple(fold(t) for t in pos), tuple((k, fold(t)) for k, t in kws), spread
+
+    def _bind_params(self, fmod: Module, f: FunctionInfo, pos, kws, spread: bool, fold=None) -> tuple:
+        """((parameter, constant), ...) of ``f`` from its call's arguments: each parameter its guards test that
+        an argument fixes, or that is left out and has a literal default. ``pos`` / ``kws`` hold what ``fold``
+        turns into a value (none: they are values already)."""
+        tested = self._tested_params(fmod, f)
         if not tested:
             return ()
         params = [p for p in f.params if p.kind in ("posonly", "pos", "kwonly")]
         if f.class_name and params and params[0].name in ("self", "cls") and "staticmethod" not in (d.func for d in f.decorators):
             params = params[1:]  # (called on an object or a class: bound)
-        kw = dict(cs.kw_texts)
+        kw = dict(kws)
         out = []
         for i, p in enumerate(params):
             if p.name not in tested:
                 continue
-            text = kw.get(p.name)
-            if text is None and p.kind != "kwonly" and i < cs.nargs:
-                if cs.star_args:
-                    continue  # (which argument lands here is not static)
-                text = cs.arg_texts[i] if i < len(cs.arg_texts) else ""
-            if text is None:
-                if cs.star_args or cs.star_kwargs or p.default is None:
-                    continue
-                text = p.default
-            if not text:
-                continue
-            val = NONE_VALUE if text == "None" else self.profile.value_of(mod, scope, text, caller_binds)
+            if p.name in kw:
+                val = fold(kw[p.name]) if fold is not None else kw[p.name]
+            elif p.kind != "kwonly" and i < len(pos):
+                val = fold(pos[i]) if fold is not None else pos[i]
+            elif spread or p.default is None:
+                continue  # (spread: which argument lands here, or whether one does, is not static)
+            elif p.default == "None":
+                val = NONE_VALUE
+            else:
+                val = fold(p.default) if fold is not None else self.profile.value_of(fmod, "", p.default)
             if val is not None:
                 out.append((p.name, val))
         return tuple(out)
@@ -214,12 +237,55 @@ class Resolver:
         argument, and that ``f`` never assigns again (memoised per function and generation)."""
         return self._memoised(self._tested_memo, (mod.path, mod.summary.sha, f.qualname), lambda: _tested_params(mod, f))
 
-    def with_binds(self, mod: Module, scope: str, cs: CallSite, tv: Val, caller_binds: tuple = ()) -> Val:
-        """``tv`` (the callee of ``cs``) carrying the parameters the call fixes (:meth:`call_binds`), if any."""
+    def with_binds(self, mod: Module, scope: str, cs: CallSite, tv: Val, caller_binds: tuple = (),
+                   handed: tuple | None = None) -> Val:
+        """``tv`` (the callee of ``cs``) carrying what the call fixes: the parameters (:meth:`call_binds`) of a
+        function called by its own name; for an instance called (or each instance of a fork), its folded
+        arguments (:meth:`arg_record`), bound to the parameters of its ``__call__`` / ``forward`` when that is
+        followed. ``handed``: the arguments the function ``cs`` is in received, when ``cs`` hands them on whole
+        (``return self._forward_method(*args, **kwargs)``): they go to the callee instead."""
+        if handed is not None:
+            return self._with_args(tv, handed)
+        if tv.kind in (ValKind.INSTANCE, ValKind.ALTS):
+            rec = None
+            if tv.kind == ValKind.INSTANCE or any(a.val.kind == ValKind.INSTANCE for a in tv.extra["alts"]):
+                rec = self.arg_record(mod, scope, cs, caller_binds)
+            return tv if rec is None or (rec[2] and not any(x is not None for x in rec[0])
+                                         and not any(x is not None for _k, x in rec[1])) else self._with_args(tv, rec)
         binds = self.call_binds(mod, scope, cs, tv, caller_binds)
         if not binds:
             return tv
         return dataclasses.replace(tv, extra={**tv.extra, "binds": binds})
+
+    def _with_args(self, tv: Val, rec: tuple) -> Val:
+        """``tv`` called with the folded arguments ``rec``: an instance (or a fork's instances) carries them to
+        its ``__call__`` / ``forward``; a function takes its parameters' bindings from them, and one that hands
+        its arguments on whole (:func:`_hands_on_whole`) carries them too."""
+        if tv.kind == ValKind.INSTANCE and tv.module is not None:
+            return dataclasses.replace(tv, extra={**tv.extra, "args": rec})
+        if tv.kind == ValKind.FUNCTION and tv.module is not None:
+            f = tv.func
+            if f is None:
+                return tv
+            if _hands_on_whole(f):
+                return dataclasses.replace(tv, extra={**tv.extra, "args": rec})
+            binds = self._bind_params(tv.module, f, *rec)
+            return dataclasses.replace(tv, extra={**tv.extra, "binds": binds}) if binds else tv
+        if tv.kind == ValKind.ALTS:
+            arms = tv.extra["alts"]
+            new = [dataclasses.replace(a, val=self._with_args(a.val, rec)) for a in arms]
+            if any(n.val is not a.val for n, a in zip(new, arms)):
+                return dataclasses.replace(tv, extra={**tv.extra, "alts": new})
+        return tv
+
+    @staticmethod
+    def handed_on(v: Val, f: FunctionInfo, cs: CallSite) -> tuple | None:
+        """The folded arguments the followed function ``v`` (``f``) received, when its call ``cs`` hands them
+        on whole: ``f`` takes only ``*args`` / ``**kwargs`` and ``cs`` spreads exactly those and nothing else."""
+        rec = v.extra.get("args")
+        if rec is None or not cs.forwards or cs.nargs or cs.keywords:
+            return None
+        return rec if (cs.star_args, cs.star_kwargs) == _var_params(f) else None
 
     # ------------------------------------------------------------------
     # names
@@ -1676,7 +1742,8 @@ class Resolver:
             recv = v.extra.get("receiver") or w.receiver
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
                     (v.extra.get("overload"), op_caller[0].name, op_caller[2]) if op_caller is not None
-                    else v.extra.get("overload") if v.kind == ValKind.TORCH_OP else v.extra.get("binds"))
+                    else v.extra.get("overload") if v.kind == ValKind.TORCH_OP else v.extra.get("binds")
+                    if "args" not in v.extra else (v.extra.get("binds"), v.extra["args"]))
             hit = self._follow_memo.get(mkey)
             if hit is not None and not (w.fits(hit[2]) and hit[3].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path (a cycle) would cut it: traced again
@@ -1884,7 +1951,8 @@ class Resolver:
                 fv = self.class_attr(v.module, v.qual, meth, w, instance=True) if v.module else None
                 if fv is not None and fv.kind == ValKind.FUNCTION:
                     w.add(Hop(HopKind.CALL, fv.path or "", fv.line or 0, fv.dotted, f"instance of {v.dotted} called: {meth}"))
-                    return self.follow(fv, w)
+                    rec = v.extra.get("args")
+                    return self.follow(self._with_args(fv, rec) if rec is not None else fv, w)
             return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason=f"instance of {v.dotted} is not callable statically")
         if k == ValKind.TORCH_OP:
             return self.ops.follow_op(v, w, op_caller)
@@ -2131,7 +2199,8 @@ class Resolver:
         assert mod is not None
         recv = w.receiver
         binds = v.extra.get("binds", ())  # (the parameters the call being followed fixes: call_binds)
-        key = (mod.path, mod.summary.sha, f.qualname, (recv[0].name, recv[1]) if recv else None, self.index.generation, binds)
+        key = (mod.path, mod.summary.sha, f.qualname, (recv[0].name, recv[1]) if recv else None, self.index.generation,
+               binds if "args" not in v.extra else (binds, v.extra["args"]))
         memo = self._reach_memo
         if self._reach_gen != self.index.generation:
             memo.clear()
@@ -2202,7 +2271,7 @@ class Resolver:
             if any(h.kind == HopKind.PLATFORM for h in bw.hops) and tv.kind != ValKind.TORCH_OP:
                 return None  # platform queries are not kernels
             if not launch:
-                tv = self.with_binds(mod, f.qualname, cs, tv, binds)
+                tv = self.with_binds(mod, f.qualname, cs, tv, binds, self.handed_on(v, f, cs))
             if tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS):
                 # a kernel handed to a launcher the resolver cannot see (`ctx.call_kernel(kernel, grid, ...)`)
                 kv = self._kernel_argument(mod, f.qualname, cs)
@@ -2376,7 +2445,7 @@ class Resolver:
                   self.guard_text(cs.guards), self.guard_value(mod, cs.guards, f.qualname, binds) if cs.guards else None, cs.col))
         tv, launch = self.callee_value(mod, cs, w)
         if not launch:
-            tv = self.with_binds(mod, f.qualname, cs, tv, binds)
+            tv = self.with_binds(mod, f.qualname, cs, tv, binds, self.handed_on(v, f, cs))
         return self.follow(tv, w, launch=launch)
 
     def python_final(self, v: Val, f: FunctionInfo) -> Final:
@@ -2567,6 +2636,21 @@ def _tested_params(mod: Module, f: FunctionInfo) -> frozenset:
     texts = {t for cs in calls for _k, t, _l in cs.guards}
     passed = {t for cs in calls for t in cs.arg_texts} | {t for cs in calls for _k, t in cs.kw_texts}
     return frozenset(n for n in names if n in passed or any(re.search(rf"\b{re.escape(n)}\b", t) for t in texts))
+
+
+def _var_params(f: FunctionInfo) -> tuple:
+    """(takes ``*args``, takes ``**kwargs``) of ``f``."""
+    kinds = {p.kind for p in f.params}
+    return "vararg" in kinds, "kwarg" in kinds
+
+
+def _hands_on_whole(f: FunctionInfo) -> bool:
+    """Does ``f`` take nothing but ``*args`` / ``**kwargs`` (after ``self``): a ``forward(self, *args,
+    **kwargs)`` that hands its arguments on (CustomOp's dispatch)?"""
+    named = [p for p in f.params if p.kind in ("posonly", "pos", "kwonly")]
+    if f.class_name and named and named[0].name in ("self", "cls"):
+        named = named[1:]
+    return not named and any(_var_params(f))
 
 
 def _classes_only(x: Val) -> bool:
