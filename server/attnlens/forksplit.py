@@ -5,16 +5,16 @@ For one-shot CLI commands over a whole workspace on a machine with two or more c
 upstream vLLM: 2,234 modules, 128,000 traced calls). The helper is a fork, so it starts with everything this
 process computed before (the index, the platform profile, the never-selected set); each process keeps its
 own memos from there. Each claims its next item from two ranges in shared memory (under a lock): its own half
-in order, then the other's from the end. So the two finish together (fixed halves by source bytes finished 4-6
-s apart on upstream vLLM) and each still works through neighbouring modules in order, which share most of what
-they trace (on upstream vLLM, claiming items alternately cost 25 % more CPU in all, and the helper's half taken
-from the end 28 %). This needs results that do not depend on which process made them or on what it made before: true of
-`attnlens sites` (docs/resolver.md, "context read past a memo's key": the same output forward, in reverse
-and split). The results come in order as they are ready (:func:`iter_split`): the helper writes each of its
-results (pickled: give it plain values, e.g. rendered strings) to a spool file in a folder the caller names
-(its cache folder) and tells this process where, so neither process holds what is already handed out
-(`attnlens sites --json` on upstream vLLM: 100 MB of output). Items the helper claimed and did not finish (it
-died or was killed) are done here after it.
+in order, then the other's from the end. So the two finish together (fixed halves by source bytes finished
+4-6 s apart on upstream vLLM) and each still works through neighbouring modules in order, which share most
+of what they trace (claiming items alternately cost 22 % more CPU in all on upstream vLLM: each process then
+traced most of the workspace). This needs results that do not depend on which process made them or on what
+it made before: true of `attnlens sites` (docs/resolver.md, "context read past a memo's key": the same output
+forward, in reverse and split). The results come in order as they are ready (:func:`iter_split`): the helper
+writes each of its results (pickled: give it plain values, e.g. rendered strings) to a spool file in a folder
+the caller names (its cache folder) and tells this process where, so neither process holds what is already
+handed out (`attnlens sites --json` on upstream vLLM: 100 MB of output). Items the helper claimed and did not
+finish (it died or was killed) are done here after it.
 
 Only where forking is safe (a single-threaded process: the CLI's ``allow_fork``). Anything else, or fewer
 than two cores, runs every item here.
