@@ -395,3 +395,16 @@ def test_what_the_call_decided_is_said_as_the_calls_in_the_verdict_the_tree_and_
         "if not (residual is not None) -> taken at this call]"]
     assert [ln.rsplit("-> ", 1)[1] for ln in text.splitlines() if ln.startswith("  - triton_kernel")] == [
         render.DEAD, render.DEAD_AT_CALL, render.TAKEN]
+
+
+def test_a_callers_guard_on_a_module_level_expression_decides_the_calls_inside_the_callee(ws):
+    """`forward` calls `self.embed_input(...)` under `if os.environ.get("MINI_STAGE") == "first":`; inside,
+    `self.embed(...)` is the `_ScaledStep` or `_CopyStep` that `__init__` chose by the same expression: the copy
+    arm is not taken at this call (the caller's guards). Traced from `embed_input` itself, both can run."""
+    cond = 'os.environ.get("MINI_STAGE") == "first"'
+    c = trace(ws, "self.embed_input(src, dst)")
+    assert leaves(c) == [(*SCALE, [cond], None), (*COPY, [cond, f"not ({cond})"], False)]
+    assert [b.decided for b in c.final.fork.branches] == [f"the caller's guards: {cond} is True"] * 2
+    assert [lf.dead_at_call for lf in c.leaves()] == [False, True]
+    inner = trace(ws, "self.embed(src, dst)")
+    assert leaves(inner) == [(*SCALE, [cond], None), (*COPY, [f"not ({cond})"], None)]

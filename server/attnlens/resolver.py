@@ -126,6 +126,7 @@ class Resolver:
         self._wrap_memo: dict = {}
         self._hopeless_memo: dict = {}
         self._tested_memo: dict = {}  # (module path, sha, function) -> the parameters its call guards test
+        self._guard_facts_memo: dict = {}  # (module path, sha, scope, guards) -> module-level expression facts
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
         self.rebind_cache: dict = {}  # patches: does a module rebind attributes?
@@ -243,19 +244,46 @@ class Resolver:
         function called by its own name; for an instance called (or each instance of a fork), its folded
         arguments (:meth:`arg_record`), bound to the parameters of its ``__call__`` / ``forward`` when that is
         followed. ``handed``: the arguments the function ``cs`` is in received, when ``cs`` hands them on whole
-        (``return self._forward_method(*args, **kwargs)``): they go to the callee instead."""
+        (``return self._forward_method(*args, **kwargs)``): they go to the callee instead. A callee of the same
+        module also carries what the call's guards fix of module-level expressions (:meth:`_guard_facts`)."""
         if handed is not None:
-            return self._with_args(tv, handed)
-        if tv.kind in (ValKind.INSTANCE, ValKind.ALTS):
+            out = self._with_args(tv, handed)
+        elif tv.kind in (ValKind.INSTANCE, ValKind.ALTS):
             rec = None
             if tv.kind == ValKind.INSTANCE or any(a.val.kind == ValKind.INSTANCE for a in tv.extra["alts"]):
                 rec = self.arg_record(mod, scope, cs, caller_binds)
-            return tv if rec is None or (rec[2] and not any(x is not None for x in rec[0])
-                                         and not any(x is not None for _k, x in rec[1])) else self._with_args(tv, rec)
-        binds = self.call_binds(mod, scope, cs, tv, caller_binds)
-        if not binds:
-            return tv
-        return dataclasses.replace(tv, extra={**tv.extra, "binds": binds})
+            out = tv if rec is None or (rec[2] and not any(x is not None for x in rec[0])
+                                        and not any(x is not None for _k, x in rec[1])) else self._with_args(tv, rec)
+        else:
+            binds = self.call_binds(mod, scope, cs, tv, caller_binds)
+            out = dataclasses.replace(tv, extra={**tv.extra, "binds": binds}) if binds else tv
+        if cs.guards and out.kind in (ValKind.FUNCTION, ValKind.INSTANCE) and out.module is not None \
+                and out.module.path == mod.path:
+            facts = self._guard_facts(mod, scope, cs.guards)
+            if facts:
+                out = dataclasses.replace(out, extra={**out.extra, "facts": facts})
+        return out
+
+    def _guard_facts(self, mod: Module, scope: str, guards: tuple) -> tuple:
+        """((expression key, bool), ...): what ``guards`` (of a call in ``scope``) fix of expressions of module-level
+        names only (``if get_pp_group().is_first_rank:``), for the calls inside a callee of the same module: an
+        alternative there chosen by the same expression is decided by it (:meth:`refined_at_call`). One level: the
+        callee's own callees do not get them."""
+        key = (mod.path, mod.summary.sha, scope, guards)
+        hit = self._guard_facts_memo.get(key)
+        if hit is None:
+            exprs: dict = {}
+            for kind, text, _line in guards:
+                if kind not in ("if", "else"):
+                    continue
+                for e, truth in _guard_parts(kind, parse_guard(text)):
+                    if _module_level(mod, scope, e):
+                        exprs[(mod.path, ast.dump(e))] = truth
+            hit = tuple(sorted(exprs.items()))
+            if len(self._guard_facts_memo) > 50000:
+                self._guard_facts_memo.clear()
+            self._guard_facts_memo[key] = hit
+        return hit
 
     def _with_args(self, tv: Val, rec: tuple) -> Val:
         """``tv`` called with the folded arguments ``rec``: an instance (or a fork's instances) carries them to
@@ -1742,8 +1770,7 @@ class Resolver:
             recv = v.extra.get("receiver") or w.receiver
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
                     (v.extra.get("overload"), op_caller[0].name, op_caller[2]) if op_caller is not None
-                    else v.extra.get("overload") if v.kind == ValKind.TORCH_OP else v.extra.get("binds")
-                    if "args" not in v.extra else (v.extra.get("binds"), v.extra["args"]))
+                    else v.extra.get("overload") if v.kind == ValKind.TORCH_OP else _context_key(v))
             hit = self._follow_memo.get(mkey)
             if hit is not None and not (w.fits(hit[2]) and hit[3].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path (a cycle) would cut it: traced again
@@ -1952,7 +1979,11 @@ class Resolver:
                 if fv is not None and fv.kind == ValKind.FUNCTION:
                     w.add(Hop(HopKind.CALL, fv.path or "", fv.line or 0, fv.dotted, f"instance of {v.dotted} called: {meth}"))
                     rec = v.extra.get("args")
-                    return self.follow(self._with_args(fv, rec) if rec is not None else fv, w)
+                    if rec is not None:
+                        fv = self._with_args(fv, rec)
+                    if v.extra.get("facts"):
+                        fv = dataclasses.replace(fv, extra={**fv.extra, "facts": v.extra["facts"]})
+                    return self.follow(fv, w)
             return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason=f"instance of {v.dotted} is not callable statically")
         if k == ValKind.TORCH_OP:
             return self.ops.follow_op(v, w, op_caller)
@@ -2011,9 +2042,10 @@ class Resolver:
                 fk.truncated = f"leaf limit ({M.MAX_LEAVES}): {left} branches not expanded"
         return Final(FinalKind.FORK, v.path, v.line, v.dotted, detail=f"one of {len(arms)} candidates ({fk.kind})", fork=fk)
 
-    def callee_value(self, mod: Module, cs: CallSite, w: Walk) -> tuple[Val, bool]:
+    def callee_value(self, mod: Module, cs: CallSite, w: Walk, outer: tuple | None = None) -> tuple[Val, bool]:
         """The value of a call site's callee and whether it is a kernel launch; ``d[key](...)`` of a
-        literal dict of callables becomes a fork (a call of an item, not a launch)."""
+        literal dict of callables becomes a fork (a call of an item, not a launch). ``outer``: what the guards of
+        the call into the function ``cs`` is in fixed (:meth:`_guard_facts`)."""
         saved, w.use_guards = w.use_guards, cs.guards
         try:
             v = self.resolve_dotted(mod, cs.scope, cs.func, w, line=cs.line)
@@ -2024,10 +2056,10 @@ class Resolver:
                       None, None, cs.col))
             return self.dict_choice(v, cs.subscript or "?", mod, cs.scope), False
         if v.kind == ValKind.ALTS:
-            v = self.refined_at_call(mod, cs, v)
+            v = self.refined_at_call(mod, cs, v, outer)
         return v, cs.launch
 
-    def refined_at_call(self, mod: Module, cs: CallSite, v: Val) -> Val:
+    def refined_at_call(self, mod: Module, cs: CallSite, v: Val, outer: tuple | None = None) -> Val:
         """``v`` (a fork the callee of ``cs`` can be) with the alternatives the call itself rules out marked dead
         ("not taken at this call", ``Alt.decided``):
 
@@ -2036,14 +2068,18 @@ class Resolver:
           ``__init__``), and so the conditions on that local where the class chose among alternatives (``if
           use_mha: attn_cls = A ... else: attn_cls = B``; ``self.attn = attn_cls(...)``). A guard on an expression
           of module-level names only (``get_pp_group().is_first_rank``, ``envs.X``) is taken as fixed for the
-          process: the same expression guarding an alternative in the same module is decided by it.
+          process: the same expression guarding an alternative in the same module is decided by it. So is one
+          that the guards of the call into this function fixed (``outer``: "decided by the caller's guards").
         * **its arguments.** An alternative whose function (an instance's ``__call__`` or ``forward``) does not
           accept what the call passes (a keyword it lacks, too many positional arguments, a required one
           missing) would raise ``TypeError``: that object is not what runs there."""
         f = mod.summary.functions.get(cs.scope) if cs.scope else None
         asserts = tuple(("if", t, ln) for ln, t in f.asserts if ln < cs.line) if f is not None and f.asserts else ()
         facts = self._call_facts(mod, cs.scope, cs.guards + asserts) if cs.guards or asserts else None
-        return self._refine_arms(cs, v, facts, 0)
+        wider = None
+        if outer:
+            wider = ({}, dict(outer), {}) if facts is None else (facts[0], {**dict(outer), **facts[1]}, facts[2])
+        return self._refine_arms(cs, v, facts, 0, wider)
 
     def _call_facts(self, mod: Module, scope: str, guards: tuple) -> tuple | None:
         """({(module path, method): {name: bool}}, {(module path, expression dump): bool}, {"self.x": (class module
@@ -2057,15 +2093,7 @@ class Resolver:
         for kind, text, _line in guards:
             if kind not in ("if", "else"):
                 continue
-            node = parse_guard(text)
-            if node is None:
-                continue
-            # `if a and b:` fixes a and b; its `else` fixes a lone condition only
-            parts = node.values if kind == "if" and isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) else [node]
-            for part in parts:
-                negated = isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
-                e = part.operand if negated else part
-                truth = (kind == "if") != negated
+            for e, truth in _guard_parts(kind, parse_guard(text)):
                 if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "isinstance" and len(e.args) == 2 \
                         and isinstance(e.args[0], ast.Attribute) and isinstance(e.args[0].value, ast.Name) \
                         and e.args[0].value.id == "self" and mod.summary.binding_of(scope, "isinstance")[1] == []:
@@ -2160,7 +2188,7 @@ class Resolver:
                 return f"no `{p.name}=`, which {v.qual} requires"
         return ""
 
-    def _refine_arms(self, cs: CallSite, v: Val, facts: tuple | None, depth: int) -> Val:
+    def _refine_arms(self, cs: CallSite, v: Val, facts: tuple | None, depth: int, wider: tuple | None = None) -> Val:
         changed, arms = False, []
         # the object of a `self.x` the call's guards or asserts say the class of (`isinstance(self.x, C)`)
         isa = None
@@ -2173,6 +2201,10 @@ class Resolver:
                 r, why = self._guards_under(a.guarded, facts)
                 if r is not a.reachable and why:
                     na = _decided(a, r, f"the call's guards: {why}")
+            if wider is not None and na is a and a.guarded is not None and a.reachable is not False:
+                r, why = self._guards_under(a.guarded, wider)
+                if r is not a.reachable and why:
+                    na = _decided(a, r, f"the caller's guards: {why}")
             if isa is not None and na.reachable is not False:
                 recv = (na.val.module, na.val.qual) if na.val.kind == ValKind.INSTANCE else na.val.extra.get("receiver") \
                     if na.val.kind == ValKind.FUNCTION else None
@@ -2185,7 +2217,7 @@ class Resolver:
                 if bad:
                     na = _decided(na, False, f"the call's arguments: it passes {bad} (TypeError)")
             if na.val.kind == ValKind.ALTS and depth < 4:
-                nv = self._refine_arms(cs, na.val, facts, depth + 1)
+                nv = self._refine_arms(cs, na.val, facts, depth + 1, wider)
                 if nv is not na.val:
                     na = dataclasses.replace(na, val=nv)
             changed = changed or na is not a
@@ -2200,7 +2232,7 @@ class Resolver:
         recv = w.receiver
         binds = v.extra.get("binds", ())  # (the parameters the call being followed fixes: call_binds)
         key = (mod.path, mod.summary.sha, f.qualname, (recv[0].name, recv[1]) if recv else None, self.index.generation,
-               binds if "args" not in v.extra else (binds, v.extra["args"]))
+               _context_key(v))
         memo = self._reach_memo
         if self._reach_gen != self.index.generation:
             memo.clear()
@@ -2267,7 +2299,7 @@ class Resolver:
             sym = cs.func + (f"[{cs.subscript or 'grid'}]" if cs.launch else "")
             bw.add(Hop(HopKind.TRITON_LAUNCH if cs.launch else HopKind.CALL, mod.path, cs.line, sym, f"call in {f.qualname}", cond,
                        reach if cs.guards else None, cs.col))
-            tv, launch = self.callee_value(mod, cs, bw)
+            tv, launch = self.callee_value(mod, cs, bw, v.extra.get("facts"))
             if any(h.kind == HopKind.PLATFORM for h in bw.hops) and tv.kind != ValKind.TORCH_OP:
                 return None  # platform queries are not kernels
             if not launch:
@@ -2443,7 +2475,7 @@ class Resolver:
         binds = v.extra.get("binds", ())
         w.add(Hop(HopKind.WRAPPER if cs.forwards else HopKind.CALL, mod.path, cs.line, cs.func or "?", why,
                   self.guard_text(cs.guards), self.guard_value(mod, cs.guards, f.qualname, binds) if cs.guards else None, cs.col))
-        tv, launch = self.callee_value(mod, cs, w)
+        tv, launch = self.callee_value(mod, cs, w, v.extra.get("facts"))
         if not launch:
             tv = self.with_binds(mod, f.qualname, cs, tv, binds, self.handed_on(v, f, cs))
         return self.follow(tv, w, launch=launch)
@@ -2636,6 +2668,27 @@ def _tested_params(mod: Module, f: FunctionInfo) -> frozenset:
     texts = {t for cs in calls for _k, t, _l in cs.guards}
     passed = {t for cs in calls for t in cs.arg_texts} | {t for cs in calls for _k, t in cs.kw_texts}
     return frozenset(n for n in names if n in passed or any(re.search(rf"\b{re.escape(n)}\b", t) for t in texts))
+
+
+def _guard_parts(kind: str, node) -> list:
+    """(expression, truth) that a guard (``if`` / ``else`` of the parsed condition ``node``) fixes: `if a and b:`
+    fixes a and b, its `else` a lone condition only; `not e` fixes e the other way."""
+    if node is None:
+        return []
+    parts = node.values if kind == "if" and isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) else [node]
+    out = []
+    for part in parts:
+        negated = isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
+        out.append((part.operand if negated else part, (kind == "if") != negated))
+    return out
+
+
+def _context_key(v: Val):
+    """What a followed function or instance carries from its call, for memo keys: the parameters it binds, and (only
+    when there are any, so that other keys keep their shape) the arguments it hands on and the guard facts."""
+    binds = v.extra.get("binds", ())
+    args, facts = v.extra.get("args"), v.extra.get("facts")
+    return binds if args is None and facts is None else (binds, args, facts)
 
 
 def _var_params(f: FunctionInfo) -> tuple:

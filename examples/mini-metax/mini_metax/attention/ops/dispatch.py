@@ -520,3 +520,20 @@ class NormBlock:
 
     def picked_residual(self, x, r):
         return self.picked(x, residual=r)
+
+
+# 18. a caller's guard on a module-level expression reaches the calls inside a callee of the same module: the object
+# the callee calls was chosen by the same expression in __init__
+class StagedModel:
+    def __init__(self):
+        if os.environ.get("MINI_STAGE") == "first":
+            self.embed = _ScaledStep()
+        else:
+            self.embed = _CopyStep()
+
+    def embed_input(self, src, dst):
+        self.embed(src, dst)
+
+    def forward(self, src, dst):
+        if os.environ.get("MINI_STAGE") == "first":
+            self.embed_input(src, dst)
