@@ -258,6 +258,7 @@ _MODULE_CACHES = {
     "profile.py:_GUARDS": "guard text -> parsed expression (bounded)",
     "profile.py:_constant_of()": "a literal's text -> its bool/int/str value (lru_cache, 4096)",
     "model.py:loose_condition()": "a condition's text -> does it bind looser than `and` (lru_cache, 4096)",
+    "model.py:conjuncts()": "a condition's text -> its top-level `and` operands (lru_cache, 4096)",
     "pyindex.py:_INTS": "int -> one object of that value for the summaries read from the cache (line numbers: a few thousand)",
     "pyindex.py:_parse_memo()": "text -> its tolerant parse or the SyntaxError of a failed recovery (lru_cache, 2)",
     "pyrecover.py:_chunk_memo()": "chunk text -> its tolerant parse at line 1 or the SyntaxError of a failed recovery (lru_cache, 4)",

@@ -467,3 +467,33 @@ async def test_lsp_outgoing_calls_list_every_leaf(lsp):
     assert by_leaf["→ _C::merge_attn_states"].detail.startswith(f"→ _C::merge_attn_states · DEAD on this platform (if {CUDA})")
     assert by_leaf["→ merge_attn_states_kernel"].name == "merge_attn_states"
     assert not by_leaf["→ merge_attn_states_kernel"].detail.split(" · ")[1].startswith("DEAD")
+
+
+def test_conditions_joined_by_and_say_each_operand_once_and_bracket_the_loose_ones():
+    """A call's guard and an arm's compound condition often share an operand (`get_pp_group().is_first_rank`): the
+    joined text says it once; `or` operands are bracketed; one condition is kept as written."""
+    assert M.and_joined(["not (x and y) and get_pp_group().is_first_rank", "get_pp_group().is_first_rank", "a or b"]) \
+        == "not (x and y) and get_pp_group().is_first_rank and (a or b)"
+    assert M.and_joined(["(a or b) and c", "c", 'k == "é" and c']) == '(a or b) and c and k == "é"'
+    assert M.and_joined(["a and a"]) == "a and a"  # (alone: as written)
+    assert M.and_joined(["f(", "f("]) == "f("  # (not Python: compared whole)
+    assert M.conjuncts("a and (b or c)") == ("a", "b or c")
+
+
+def test_dead_torch_ops_named_alike_are_told_apart_by_their_full_op():
+    """Two providers' ops with one short name (`vllm_aiter::rms_norm`, `_C::rms_norm`) not taken: each verdict line
+    names its op; a dead op whose short name no other dead leaf has keeps the short form."""
+    from attnlens import render
+
+    def leaf(sym, cond):
+        return M.Chain([M.Hop(M.HopKind.CALL, "/x/k.py", 3, sym, "call", cond, False)],
+                       M.Final(M.FinalKind.TORCH_OP, "/x/k.py", 3, sym), False)
+
+    branches = [M.Branch(c, False, f"line {i}", leaf(s, c), "/x/k.py", i) for i, (s, c) in enumerate(
+        [("vllm_aiter::rms_norm", "a()"), ("_C::rms_norm", "b()"), ("_C::other", "c()")], 1)]
+    fk = M.Fork(M.ForkKind.CALLS, None, "/x/k.py", 1, "f", branches, None)
+    chain = M.Chain([], M.Final(M.FinalKind.FORK, "/x/k.py", 1, "f", fork=fk), False)
+    dead = [ln for ln in render.verdict_text(chain) if ln.startswith("Not taken")]
+    assert dead == ["Not taken on this platform: rms_norm (torch op vllm_aiter::rms_norm, if a())",
+                    "Not taken on this platform: rms_norm (torch op _C::rms_norm, if b())",
+                    "Not taken on this platform: other (torch op, if c())"]

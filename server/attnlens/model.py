@@ -69,6 +69,7 @@ class ForkKind(Kind):
     ASSIGNMENTS = "assignments"  # a local bound differently on the branches before its use (`if a: f = x elif b: f = y`)
     PATCHED = "patched"  # an upstream attribute replaced at import time under conditions (and the original)
     MEMBER = "enum_member"  # an enum member chosen at run time (a config value, an item of a priority list)
+    IR_PROVIDER = "ir_provider"  # a vLLM IR op: the first provider in the platform's priority that is supported
 
 
 class Reach(Kind):
@@ -379,6 +380,29 @@ def loose_condition(text: str) -> bool:
     return isinstance(node, (ast.IfExp, ast.Lambda, ast.NamedExpr)) or (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or))
 
 
+@functools.lru_cache(maxsize=4096)
+def conjuncts(text: str) -> tuple:
+    """The top-level ``and`` operands of a one-line condition, as written (``a and (b or c)`` -> ``a``, ``b or c``);
+    the condition itself when it is not an ``and`` (or not one line of Python)."""
+    if "and" not in text or "\n" in text:
+        return (text,)
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        return (text,)
+    if not (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And)):
+        return (text,)
+    src = text.strip()
+    raw = src.encode("utf-8")  # (the offsets count UTF-8 bytes)
+    return tuple(raw[v.col_offset:v.end_col_offset].decode("utf-8") for v in node.values)
+
+
 def and_joined(texts: list) -> str:
-    """Conditions joined by ``and``, each that binds looser than ``and`` in parentheses."""
-    return " and ".join(f"({t})" if len(texts) > 1 and loose_condition(t) else t for t in texts)
+    """Conditions joined by ``and``, each that binds looser than ``and`` in parentheses; an operand already said (the
+    same text, or an ``and`` operand of one) is said once."""
+    parts: list = []
+    for t in texts:
+        for c in conjuncts(t) if len(texts) > 1 else (t,):
+            if c not in parts:
+                parts.append(c)
+    return " and ".join(f"({t})" if len(parts) > 1 and loose_condition(t) else t for t in parts)

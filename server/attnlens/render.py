@@ -417,11 +417,29 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
     pw = provider_words(defaults) if _has_providers(live) else None
     if pw:
         out.append(f"Loaded by default from: {pw}")
+    twins = _twins(dead)
     for v in dead:
         kind, why, by = _dead_reason(v.lp)
-        out.append(f"Not taken {_where_dead(kind)}: {v.name.short} ({KIND_TAG.get(v.final.kind, v.final.kind)}"
+        out.append(f"Not taken {_where_dead(kind)}: {v.name.short} ({_dead_tag(v, twins)}"
                    + (f", never selected" if kind == "selection" else f", if {why}" if why else "")
                    + (f"; decided by {by}" if by else "") + ")")
+    return out
+
+
+def _dead_tag(v: Verdict, twins: set) -> str:
+    """The kind of a leaf that does not run, and a torch op's full name when another such leaf has the same short
+    name (``twins``: several providers' ops are often named alike, `vllm_aiter::rms_norm`, `_C::rms_norm`)."""
+    f = v.final
+    tag = KIND_TAG.get(f.kind, f.kind)
+    return f"{tag} {f.symbol}" if f.kind == M.FinalKind.TORCH_OP and v.name.short in twins and f.symbol != v.name.short else tag
+
+
+def _twins(vs: list) -> set:
+    """The short names that more than one of the verdicts ``vs`` has."""
+    seen: set = set()
+    out: set = set()
+    for v in vs:
+        (out if v.name.short in seen else seen).add(v.name.short)
     return out
 
 
@@ -570,10 +588,11 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
         out.append(f"Loaded by default from: {pw}")
     if dead and live:
         groups: dict = {}  # on this platform / at this call -> the dead leaves named there
+        twins = _twins(dead)
         for v in dead:
             kind, why, by = _dead_reason(v.lp)
             groups.setdefault(_where_dead(kind), []).append(
-                f"{md_code(v.name.short)} ({KIND_TAG.get(v.final.kind, v.final.kind)}"
+                f"{md_code(v.name.short)} ({md_escape(_dead_tag(v, twins))}"
                 + (", never selected" if kind == "selection" else f", if {md_code(_short_text(why, 60))}" if why else "")
                 + (f"; decided by {md_escape(_short_text(by, 80))}" if by else "") + ")")
         for where, items in groups.items():
@@ -625,7 +644,7 @@ FORK_WORDS = {
     M.ForkKind.DICT: "chooses by a dict key", M.ForkKind.FACTORY: "chooses by what a factory returns",
     M.ForkKind.RETURNS: "chooses among returns", M.ForkKind.DISPATCH_KEY: "chooses by dispatch key",
     M.ForkKind.SELECTED_BACKEND: "chooses by the selected backend", M.ForkKind.SUBCLASS: "chooses by subclass",
-    M.ForkKind.ASSIGNMENTS: "chooses among assignments",
+    M.ForkKind.ASSIGNMENTS: "chooses among assignments", M.ForkKind.IR_PROVIDER: "chooses by IR op provider",
 }
 
 

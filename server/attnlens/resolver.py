@@ -126,6 +126,7 @@ class Resolver:
         self._wrap_memo: dict = {}
         self._hopeless_memo: dict = {}
         self._tested_memo: dict = {}  # (module path, sha, function) -> the parameters its call guards test
+        self._ir_memo: dict = {}  # (generation, package) -> IR op -> its registered providers
         self._guard_facts_memo: dict = {}  # (module path, sha, scope, guards) -> module-level expression facts
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
@@ -1350,6 +1351,12 @@ class Resolver:
                     return Val(ValKind.FUNCTION, v.module, fq, v.module.path, f.line, owner=v.qual)
             return Val(ValKind.UNKNOWN, v.module, f"{v.dotted}.{name}", reason=f"`{name}` not found on class {v.dotted} (or it is set dynamically)")
         if k == ValKind.FUNCTION:
+            if name == "maybe_inplace" and v.module is not None and v.func is not None \
+                    and self._ir_op_decorator(v.module, v.func) is not None:
+                # (`ir.ops.fused_add_rms_norm.maybe_inplace(...)`: the same IR op, dispatched the same way)
+                w.add(Hop(HopKind.ALIAS, v.path or "", v.line or 0, f"{v.dotted}.maybe_inplace",
+                          f"{v.qual}.maybe_inplace: the IR op {v.qual}, whose providers may write in place"))
+                return v
             return Val(ValKind.UNKNOWN, v.module, f"{v.dotted}.{name}", reason=f"attribute `{name}` of function {v.dotted}")
         return Val(ValKind.UNKNOWN, v.module, f"{v.qual}.{name}", reason=v.reason or f"cannot follow `.{name}`")
 
@@ -1755,7 +1762,7 @@ class Resolver:
         if w.out_of_time():
             self.cuts += 1
             return Final(FinalKind.UNRESOLVED, v.path, v.line, v.dotted, reason="time budget exhausted (partial answer)")
-        key = (v.kind, v.module.name if v.module else None, v.qual, bool(v.extra.get("unpatched")))
+        key = (v.kind, v.module.name if v.module else None, v.qual, bool(v.extra.get("unpatched")), bool(v.extra.get("ir_native")))
         if self._visits:
             self._visits[-1].add(key)  # (what a memoised subtree met: reusable only off those paths)
         if key in w.seen and v.kind != ValKind.ALTS:  # (a fork is a finite value: only its branches can cycle)
@@ -2391,6 +2398,96 @@ class Resolver:
                 return av
         return None
 
+    # vLLM IR ops -------------------------------------------------------------------------------------------------
+    def _ir_op_decorator(self, mod: Module, f: FunctionInfo):
+        """The decorator that makes ``f`` the native implementation of a vLLM IR op (``@register_op``, from the module
+        that defines the op class with ``register_impl``), else None."""
+        for d in f.decorators:
+            if d.func.rpartition(".")[2] != "register_op":
+                continue
+            dv = self.resolve_dotted(mod, "", d.func, Walk(), line=d.line)
+            if dv.kind == ValKind.FUNCTION and dv.module is not None and dv.qual == "register_op" and any(
+                    "register_impl" in c.methods for c in dv.module.summary.classes.values()):
+                return d
+        return None
+
+    def ir_providers(self, op: Val) -> list:
+        """(provider, module name, function qualname, ``supported=`` text, line) of every implementation registered
+        for the IR op whose native function is ``op`` (``@<op>.register_impl("provider", supported=...)``), in the
+        workspace and in the installed package that defines the op; in module order, then line."""
+        assert op.module is not None
+        pkg = op.module.name.split(".", 1)[0]
+        key = (self.index.generation, pkg)
+        table = self._ir_memo.get(key)
+        if table is None:
+            if len(self._ir_memo) > 16:
+                self._ir_memo.clear()
+            table = self._ir_memo[key] = self.apart(lambda: self._ir_table(pkg))
+        return table.get((op.module.name, op.qual), [])
+
+    def _ir_table(self, pkg: str) -> dict:
+        mods = {m.name: m for m in self.index.workspace_modules_matching(rb"\.register_impl\(")}
+        loc = self.index.locate(pkg)
+        if loc is not None and loc.kind == "py" and loc.is_package and not self.index.is_workspace_path(loc.path):
+            folder = os.path.dirname(loc.path)
+            files = self.index.outside_memo(("ir.impl_files", folder), lambda: [
+                p for p, _d in self.index.installed_files_containing(folder, ("tests", "benchmarks"), (b".register_impl(",))])
+            for p in files:
+                m = self.index.module_for_path(p)
+                if m is not None:
+                    mods.setdefault(m.name, m)
+        out: dict = {}
+        for name in sorted(mods):
+            m = mods[name]
+            texts = None
+            for q, fi in m.summary.functions.items():
+                for d in fi.decorators:
+                    if not d.func.endswith(".register_impl") or not d.str_args or not d.str_args[0]:
+                        continue
+                    tv = self.resolve_dotted(m, "", d.func[: -len(".register_impl")], Walk(), line=d.line)
+                    if tv.kind != ValKind.FUNCTION or tv.module is None:
+                        continue
+                    sup = dict(d.kw_texts).get("supported")
+                    if sup == "":  # (a call or an expression: the summary keeps no text of it; read from the source)
+                        if texts is None:
+                            texts = _keyword_sources(self.index.source_text(m.path) or "", "register_impl", "supported")
+                        sup = texts.get(d.line, "?")
+                    out.setdefault((tv.module.name, tv.qual), []).append((d.str_args[0], m.name, q, sup, d.line))
+        return out
+
+    def ir_op_final(self, v: Val, f: FunctionInfo, d, w: Walk) -> Final:
+        """A call of a vLLM IR op (``@register_op def rms_norm``): a fork over its providers. vLLM runs the first
+        provider in the platform's IR op priority (``get_default_ir_op_priority``, ``--kernel-config``) that is
+        ``supported`` and whose ``supports_args`` accepts the arguments, the op's own body (``native``) last. A
+        provider whose ``supported=`` folds to False on this platform is dead; the priority and the argument checks
+        are decided at run time."""
+        mod = v.module
+        assert mod is not None
+        arms = []
+        prio = f"kernel_config.ir_op_priority.{f.name}"
+        for prov, mname, q, sup, line in self.ir_providers(v):
+            m = self.index.module(mname)
+            fi = m.summary.functions.get(q) if m is not None else None
+            if m is None or fi is None:
+                continue
+            val = self.profile.value_of(m, "", sup) if sup and sup != "?" else True if sup is None else None
+            listed = f'"{prov}" in {prio}'
+            if val is not None and not val:
+                cond, reach = sup, False
+            else:
+                cond, reach = (listed if val is not None else f"{sup} and {listed}"), None
+            arms.append(Alt(Val(ValKind.FUNCTION, m, q, m.path, fi.line), cond, reach,
+                            f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'})", m.path, line))
+        live = [a for a in arms if a.reachable is not False]
+        native = dataclasses.replace(v, extra={**v.extra, "ir_native": True})
+        arms.append(Alt(native, None, None if live else True,
+                        f"provider 'native': the op's own body ({'when no provider before it in ' + prio + ' accepts the arguments' if live else 'no other provider is supported here'})",
+                        v.path, f.line))
+        w.add(Hop(HopKind.DECORATOR, mod.path, d.line, v.dotted,
+                  f"@{d.func}: {f.name} is a vLLM IR op with {len(arms)} providers; a call runs the first in the platform's "
+                  f"IR op priority that is supported and accepts the arguments"))
+        return self.follow(alts_value(ForkKind.IR_PROVIDER, prio, mod, v.dotted, f.line, arms), w)
+
     def follow_function(self, v: Val, w: Walk, launch: bool) -> Final:
         mod = v.module
         f = v.func
@@ -2410,6 +2507,10 @@ class Resolver:
             return self.triton_final(v, f, deco_notes)
         if launch:
             return Final(FinalKind.UNRESOLVED, v.path, f.line, v.dotted, reason=f"`{v.dotted}[grid](...)` but {v.dotted} is not decorated with @triton.jit")
+        if not v.extra.get("ir_native"):
+            ir = self._ir_op_decorator(mod, f)
+            if ir is not None:
+                return self.ir_op_final(v, f, ir, w)
         for d in f.decorators:
             text = d.func
             if not text or is_passthrough(text) or text.rpartition(".")[2] == "dataclass":
@@ -2668,6 +2769,24 @@ def _tested_params(mod: Module, f: FunctionInfo) -> frozenset:
     texts = {t for cs in calls for _k, t, _l in cs.guards}
     passed = {t for cs in calls for t in cs.arg_texts} | {t for cs in calls for _k, t in cs.kw_texts}
     return frozenset(n for n in names if n in passed or any(re.search(rf"\b{re.escape(n)}\b", t) for t in texts))
+
+
+def _keyword_sources(text: str, method: str, keyword: str) -> dict:
+    """line -> the source of ``keyword=`` in each call of ``<...>.method(...)`` that starts on that line (a decorator
+    whose argument the summary keeps no text of: ``supported=has_oink_op("rmsnorm")``)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return {}
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method:
+            for k in node.keywords:
+                if k.arg == keyword:
+                    seg = ast.get_source_segment(text, k.value)
+                    if seg:
+                        out[node.lineno] = " ".join(seg.split())
+    return out
 
 
 def _guard_parts(kind: str, node) -> list:
