@@ -473,3 +473,39 @@ def test_cpp_condition_reaches_the_registration(tmp_path):
     # the index keeps both sides of the #ifdef
     idx = build_index([ws.root / "csrc"])
     assert idx.op("_vx_C::rocm_only").defs[0].condition == "defined(USE_ROCM)"
+
+
+def test_a_partial_of_direct_register_custom_op_registers_in_its_library(tmp_path):
+    """`reg = functools.partial(direct_register_custom_op, target_lib=lib)` with `lib = Library("vx_fast", ...)`:
+    `reg(op_name="norm", op_func=_norm)` registers `vx_fast::norm`, whose kernel is `_norm`'s (vLLM's
+    `direct_register_aiter_op`)."""
+    plugin = {
+        "vx/__init__.py": "",
+        "vx/fast.py": """
+            import functools
+
+            import torch
+            from torch.library import Library
+
+            from vllm.utils.torch_utils import direct_register_custom_op
+
+            fast_lib = Library("vx_fast", "FRAGMENT")
+            reg = functools.partial(direct_register_custom_op, target_lib=fast_lib)
+
+
+            def _norm(x):
+                return torch.ops._vx_C.norm_kernel(x)
+
+
+            reg(op_name="norm", op_func=_norm)
+
+
+            def caller(x):
+                return torch.ops.vx_fast.norm(x)
+        """,
+    }
+    ws = fixture_ws(tmp_path, plugin)
+    c = trace(ws, "vx/fast.py", "torch.ops.vx_fast.norm(", offset=len("torch.ops.vx_fast."))
+    reg = c.hops[kinds(c).index("op_registration")]
+    assert (reg.line, reg.detail.split(" in ")[0]) == (16, 'reg(op_name="norm")')
+    assert c.final.kind == M.TORCH_OP and c.final.symbol == "_vx_C::norm_kernel"

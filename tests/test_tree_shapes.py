@@ -412,32 +412,38 @@ def test_a_callers_guard_on_a_module_level_expression_decides_the_calls_inside_t
 
 def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
     """`ir.ops.rms_norm(...)` is a vLLM IR op (`@register_op`): one branch per provider registered with
-    `@ir.ops.rms_norm.register_impl(...)` (this plugin's two, in module order, then vLLM's), the op's own body
-    last. A provider whose `supported=` folds False on this platform is dead; the others are decided at run time
-    by the platform's IR op priority (and `supported=` when it does not fold). `.maybe_inplace` is the same op."""
+    `@ir.ops.rms_norm.register_impl(...)` (this plugin's two and vLLM's four), the op's own body ("native") among
+    them. The platform's `get_default_ir_op_priority` lists `mini_triton`, `vllm_c`, `native`: those come first, in
+    that order, decided at run time (the priority, `supports_args`); a provider whose `supported=` folds False on
+    this platform is dead (`mini_rocm`), and so is one the default priority never lists (`aiter`, `oink`,
+    `xpu_kernels`: only `--kernel-config` can name them). `.maybe_inplace` is the same op."""
     ir = EXAMPLE / "mini_metax/attention/ops/ir_norm.py"
     p, line, col = find(ir, "ir.ops.rms_norm(x, weight")
     c = ws.trace_at(p, line, col + 7)
     assert c.final.fork.kind == M.ForkKind.IR_PROVIDER
     assert c.final.fork.decided_by == "kernel_config.ir_op_priority.rms_norm"
     assert [b.label.split(":")[0] for b in c.final.fork.branches] == [
-        "provider 'mini_triton'", "provider 'mini_rocm'", "provider 'aiter'", "provider 'oink'", "provider 'vllm_c'",
-        "provider 'xpu_kernels'", "provider 'native'"]
+        "provider 'mini_triton'", "provider 'vllm_c'", "provider 'native'", "provider 'mini_rocm'", "provider 'aiter'",
+        "provider 'oink'", "provider 'xpu_kernels'"]
+    assert [b.reachable for b in c.final.fork.branches] == [None, None, None, False, False, False, False]
     prio = "kernel_config.ir_op_priority.rms_norm"
     mini = (M.TRITON_KERNEL, "mini_metax.attention.ops.ir_norm._mini_rms_kernel")
     rocm = "IS_ROCM and (x.dim() > 2 or not x.is_contiguous())"
     assert leaves(c) == [
         (*mini, [f'"mini_triton" in {prio}'], None),
-        (*mini, ["current_platform.is_rocm()"], False),
-        (M.TORCH_OP, "vllm_aiter::rms_norm", [f'AITER_SUPPORTED and "aiter" in {prio}'], None),
-        (M.TORCH_OP, "oink::rmsnorm", [f'has_oink_op("rmsnorm") and "oink" in {prio}'], None),
         (M.TORCH_OP, "_C::rms_norm", [f'"vllm_c" in {prio}', rocm], False),
         (M.TORCH_OP, "_C::rms_norm", [f'"vllm_c" in {prio}', f"not ({rocm})"], None),
-        (M.TORCH_OP, "_C::rms_norm", [f'XPU_KERNELS_SUPPORTED and "xpu_kernels" in {prio}'], None),
-        (M.PYTHON_FUNCTION, "vllm.ir.ops.layernorm.rms_norm", [], None)]
+        (M.PYTHON_FUNCTION, "vllm.ir.ops.layernorm.rms_norm", [], None),
+        (*mini, ["current_platform.is_rocm()"], False),
+        (M.NOT_INSTALLED, "aiter", [f'"aiter" in {prio}', "x.dim() > 2"], False),
+        (M.NOT_INSTALLED, "aiter", [f'"aiter" in {prio}', "not (x.dim() > 2)"], False),
+        (M.TORCH_OP, "oink::rmsnorm", [f'"oink" in {prio}'], False),
+        (M.TORCH_OP, "_C::rms_norm", [f'"xpu_kernels" in {prio}'], False)]
+    assert "not in the platform's default IR op priority" in c.final.fork.branches[4].label
     p, line, col = find(ir, "ir.ops.fused_add_rms_norm.maybe_inplace(")
     c = ws.trace_at(p, line, col + 7)
     assert c.final.fork.kind == M.ForkKind.IR_PROVIDER
     assert [b.label.split(":")[0] for b in c.final.fork.branches] == [
-        "provider 'aiter'", "provider 'oink'", "provider 'vllm_c'", "provider 'xpu_kernels'", "provider 'native'"]
-    assert c.leaves()[-1].final.symbol == "vllm.ir.ops.layernorm.fused_add_rms_norm"
+        "provider 'vllm_c'", "provider 'native'", "provider 'aiter'", "provider 'oink'", "provider 'xpu_kernels'"]
+    assert [lf.final.symbol for lf in c.leaves() if lf.reachable is not False] == [
+        "_C::fused_add_rms_norm", "vllm.ir.ops.layernorm.fused_add_rms_norm"]

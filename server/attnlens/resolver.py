@@ -2455,6 +2455,31 @@ class Resolver:
                     out.setdefault((tv.module.name, tv.qual), []).append((d.str_args[0], m.name, q, sup, d.line))
         return out
 
+    def ir_default_priority(self) -> tuple | None:
+        """The provider names the platform's ``get_default_ir_op_priority`` can put in a priority list: the string
+        items of the list displays in that method (as the platform classes define or inherit it), in order of first
+        appearance (``("vllm_c", "native", "oink")`` for vLLM-MetaX, whose ``oink`` needs an env flag); None when
+        no platform class has the method. Memoised per index generation."""
+        key = (self.index.generation, "ir-default")
+        if key in self._ir_memo:
+            return self._ir_memo[key]
+
+        def compute():
+            names: list = []
+            found = False
+            for cv in self.profile.info.classes:
+                if cv.module is None:
+                    continue
+                fv = self.class_attr(cv.module, cv.qual, "get_default_ir_op_priority", Walk())
+                if fv is None or fv.kind != ValKind.FUNCTION or fv.module is None or fv.func is None:
+                    continue
+                found = True
+                names += _list_strings(self.index.source_text(fv.module.path) or "", fv.func.line, fv.func.end_line)
+            return tuple(dict.fromkeys(names)) if found else None
+
+        out = self._ir_memo[key] = self.apart(compute)
+        return out
+
     def ir_op_final(self, v: Val, f: FunctionInfo, d, w: Walk) -> Final:
         """A call of a vLLM IR op (``@register_op def rms_norm``): a fork over its providers. vLLM runs the first
         provider in the platform's IR op priority (``get_default_ir_op_priority``, ``--kernel-config``) that is
@@ -2465,6 +2490,7 @@ class Resolver:
         assert mod is not None
         arms = []
         prio = f"kernel_config.ir_op_priority.{f.name}"
+        default = self.ir_default_priority()
         for prov, mname, q, sup, line in self.ir_providers(v):
             m = self.index.module(mname)
             fi = m.summary.functions.get(q) if m is not None else None
@@ -2472,17 +2498,25 @@ class Resolver:
                 continue
             val = self.profile.value_of(m, "", sup) if sup and sup != "?" else True if sup is None else None
             listed = f'"{prov}" in {prio}'
+            note = ""
             if val is not None and not val:
                 cond, reach = sup, False
+            elif default is not None and prov not in default:
+                # (the platform never lists it: it runs only where --kernel-config names it)
+                cond, reach, note = listed, False, "; not in the platform's default IR op priority"
             else:
                 cond, reach = (listed if val is not None else f"{sup} and {listed}"), None
             arms.append(Alt(Val(ValKind.FUNCTION, m, q, m.path, fi.line), cond, reach,
-                            f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'})", m.path, line))
+                            f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'}{note})", m.path, line))
         live = [a for a in arms if a.reachable is not False]
         native = dataclasses.replace(v, extra={**v.extra, "ir_native": True})
         arms.append(Alt(native, None, None if live else True,
-                        f"provider 'native': the op's own body ({'when no provider before it in ' + prio + ' accepts the arguments' if live else 'no other provider is supported here'})",
+                        f"provider 'native': the op's own body ({'when no provider before it in ' + prio + ' accepts the arguments' if live else 'no other provider is taken here'})",
                         v.path, f.line))
+        if default:
+            # the platform's default order first (what runs by default is expanded first within the leaf limit)
+            rank = {p: i for i, p in enumerate(default)}
+            arms.sort(key=lambda a: rank.get(a.label.split("'")[1], len(rank)))
         w.add(Hop(HopKind.DECORATOR, mod.path, d.line, v.dotted,
                   f"@{d.func}: {f.name} is a vLLM IR op with {len(arms)} providers; a call runs the first in the platform's "
                   f"IR op priority that is supported and accepts the arguments"))
@@ -2769,6 +2803,22 @@ def _tested_params(mod: Module, f: FunctionInfo) -> frozenset:
     texts = {t for cs in calls for _k, t, _l in cs.guards}
     passed = {t for cs in calls for t in cs.arg_texts} | {t for cs in calls for _k, t in cs.kw_texts}
     return frozenset(n for n in names if n in passed or any(re.search(rf"\b{re.escape(n)}\b", t) for t in texts))
+
+
+def _list_strings(text: str, line: int, end_line: int) -> list:
+    """The string items of the list and tuple displays in lines ``line``..``end_line`` of ``text`` (a function's
+    body), in source order."""
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent("\n".join(text.splitlines()[line - 1:end_line])))
+    except (SyntaxError, ValueError):
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            out += [(e.lineno, e.col_offset, e.value) for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return [v for _l, _c, v in sorted(out)]
 
 
 def _keyword_sources(text: str, method: str, keyword: str) -> dict:

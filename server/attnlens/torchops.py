@@ -410,23 +410,28 @@ class OpRegistry:
             deco_at.update((d.line, d.col) for d in f.decorators)
         for c in s.classes.values():
             deco_at.update((d.line, d.col) for d in c.decorators)
+        # `reg = functools.partial(direct_register_custom_op, target_lib=lib)` at module level: `reg(...)` registers
+        # like it, in that library (vLLM's `direct_register_aiter_op`)
+        partials = {cs.assigned_to: dict(cs.kw_texts).get("target_lib") for cs in s.calls
+                    if not cs.scope and cs.assigned_to and cs.func.rpartition(".")[2] == "partial" and cs.arg_texts
+                    and cs.arg_texts[0].rpartition(".")[2] == "direct_register_custom_op"}
         for cs in s.calls:
             if (cs.line, cs.col) in deco_at:
                 continue  # a decorator: read below with the function it decorates
             last = cs.func.rpartition(".")[2]
             kw = dict(cs.kw_texts)
             sargs = cs.str_args
-            if last == "direct_register_custom_op":
+            if last == "direct_register_custom_op" or cs.func in partials:
                 name = (kw.get("op_name") or "").strip("'\"") or (sargs[0] if sargs else None)
                 func = kw.get("op_func") or (cs.arg_texts[1] if len(cs.arg_texts) > 1 else "")
                 lib_ns = "vllm"
-                tl = kw.get("target_lib")
+                tl = kw.get("target_lib") or partials.get(cs.func)
                 if tl:
                     lib_ns = self._library_ns(m, cs.scope, tl) or "?"
                 key = (kw.get("dispatch_key") or "").strip("'\"") or "CUDA (current_platform.dispatch_key)"
                 if name == op and lib_ns == ns:
-                    out.append(PyReg(m, cs.line, cs.scope, func, key, f"direct_register_custom_op(op_name=\"{op}\")",
-                                     "default", last))
+                    out.append(PyReg(m, cs.line, cs.scope, func, key, f"{cs.func}(op_name=\"{op}\")",
+                                     "default", "direct_register_custom_op"))
                 continue
             api = self._torch_library_api(m, cs.func)
             if api is None and last in ("custom_op", "register_fake", "impl_abstract", "register_kernel") \

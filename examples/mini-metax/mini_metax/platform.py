@@ -102,6 +102,13 @@ class MiniPlatformBase(Platform):
     def check_and_update_config(cls, vllm_config: "VllmConfig") -> None:
         register_attention_backends()
 
+    @classmethod
+    def get_default_ir_op_priority(cls, vllm_config: "VllmConfig"):
+        """This plugin's Triton provider first (attention/ops/ir_norm.py), then vLLM's C kernels, then native."""
+        from vllm.config.kernel import IrOpPriorityConfig
+
+        return IrOpPriorityConfig.with_default(["mini_triton", "vllm_c", "native"])
+
 
 class SmiMiniPlatform(MiniPlatformBase):
     @classmethod
