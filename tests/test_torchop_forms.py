@@ -509,3 +509,21 @@ def test_a_partial_of_direct_register_custom_op_registers_in_its_library(tmp_pat
     reg = c.hops[kinds(c).index("op_registration")]
     assert (reg.line, reg.detail.split(" in ")[0]) == (16, 'reg(op_name="norm")')
     assert c.final.kind == M.TORCH_OP and c.final.symbol == "_vx_C::norm_kernel"
+
+
+def test_the_extensions_that_can_hold_a_namespace_are_read_from_their_names():
+    """Which of the platform's kernel modules can provide ops of a namespace: those whose name has the namespace's
+    stem up to its `C` part; when none has and the workspace's C++ registers the namespace, all of them (built from
+    that C++); else only those sharing a word with it (an outside namespace is not said to come from them)."""
+    from attnlens.torchops import _for_namespace
+
+    provs = [(m, None, "not installed") for m in
+             ("vendlib._C", "vendlib._moe_C", "vendlib.sgl_kernel", "plug._C_stable_libtorch", "plug._moe_C_stable_libtorch")]
+    names = lambda ns, built: [p[0] for p in _for_namespace(provs, ns, built)]
+    assert names("_C", True) == ["vendlib._C", "plug._C_stable_libtorch"]
+    assert names("_C_cache_ops", True) == ["vendlib._C", "plug._C_stable_libtorch"]
+    assert names("_moe_C", False) == ["vendlib._moe_C", "plug._moe_C_stable_libtorch"]
+    assert names("sgl_kernel", False) == ["vendlib.sgl_kernel"]
+    assert names("_plug_C", True) == [p[0] for p in provs]
+    assert names("oink", False) == []
+    assert names("vendlib", False) == ["vendlib._C", "vendlib._moe_C", "vendlib.sgl_kernel"]

@@ -414,7 +414,7 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
     """`ir.ops.rms_norm(...)` is a vLLM IR op (`@register_op`): one branch per provider registered with
     `@ir.ops.rms_norm.register_impl(...)` (this plugin's two and vLLM's four), the op's own body ("native") among
     them. The platform's `get_default_ir_op_priority` lists `mini_triton`, `vllm_c`, `native`: those come first, in
-    that order, decided at run time (the priority, `supports_args`); a provider whose `supported=` folds False on
+    that order, decided at run time (the priority, and `supports_args=` called on the arguments); a provider whose `supported=` folds False on
     this platform is dead (`mini_rocm`), and so is one the default priority never lists (`aiter`, `oink`,
     `xpu_kernels`: only `--kernel-config` can name them). `.maybe_inplace` is the same op."""
     ir = EXAMPLE / "mini_metax/attention/ops/ir_norm.py"
@@ -429,10 +429,12 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
     prio = "kernel_config.ir_op_priority.rms_norm"
     mini = (M.TRITON_KERNEL, "mini_metax.attention.ops.ir_norm._mini_rms_kernel")
     rocm = "IS_ROCM and (x.dim() > 2 or not x.is_contiguous())"
+    # what the provider's `supports_args=` checks on the arguments (dtypes, variance_size) is decided at run time
+    vllm_c = f'"vllm_c" in {prio} and rms_no_var_size(x, weight, epsilon, variance_size)'
     assert leaves(c) == [
         (*mini, [f'"mini_triton" in {prio}'], None),
-        (M.TORCH_OP, "_C::rms_norm", [f'"vllm_c" in {prio}', rocm], False),
-        (M.TORCH_OP, "_C::rms_norm", [f'"vllm_c" in {prio}', f"not ({rocm})"], None),
+        (M.TORCH_OP, "_C::rms_norm", [vllm_c, rocm], False),
+        (M.TORCH_OP, "_C::rms_norm", [vllm_c, f"not ({rocm})"], None),
         (M.PYTHON_FUNCTION, "vllm.ir.ops.layernorm.rms_norm", [], None),
         (*mini, ["current_platform.is_rocm()"], False),
         (M.NOT_INSTALLED, "aiter", [f'"aiter" in {prio}', "x.dim() > 2"], False),
@@ -440,6 +442,12 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
         (M.TORCH_OP, "oink::rmsnorm", [f'"oink" in {prio}'], False),
         (M.TORCH_OP, "_C::rms_norm", [f'"xpu_kernels" in {prio}'], False)]
     assert "not in the platform's default IR op priority" in c.final.fork.branches[4].label
+    # which extension provides an op is read by namespace: `_C` from the platform's `_C` modules, `oink` (which
+    # nothing here registers) from none of them
+    ops = {lf.final.symbol: lf.final for lf in c.leaves() if lf.final.kind == M.TORCH_OP}
+    assert [p.split(" (")[0] for p in ops["_C::rms_norm"].providers] == ["minikern._C", "mini_metax._C"]
+    assert ops["oink::rmsnorm"].providers == []
+    assert ops["oink::rmsnorm"].reason.startswith("no registration of oink::rmsnorm found (searched ")
     p, line, col = find(ir, "ir.ops.fused_add_rms_norm.maybe_inplace(")
     c = ws.trace_at(p, line, col + 7)
     assert c.final.fork.kind == M.ForkKind.IR_PROVIDER

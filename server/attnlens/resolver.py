@@ -2447,12 +2447,16 @@ class Resolver:
                     tv = self.resolve_dotted(m, "", d.func[: -len(".register_impl")], Walk(), line=d.line)
                     if tv.kind != ValKind.FUNCTION or tv.module is None:
                         continue
-                    sup = dict(d.kw_texts).get("supported")
-                    if sup == "":  # (a call or an expression: the summary keeps no text of it; read from the source)
+                    kws = dict(d.kw_texts)
+                    sup, args = kws.get("supported"), kws.get("supports_args")
+                    if sup == "" or args == "":  # (a call or an expression: the summary keeps no text of it)
                         if texts is None:
-                            texts = _keyword_sources(self.index.source_text(m.path) or "", "register_impl", "supported")
-                        sup = texts.get(d.line, "?")
-                    out.setdefault((tv.module.name, tv.qual), []).append((d.str_args[0], m.name, q, sup, d.line))
+                            src = self.index.source_text(m.path) or ""
+                            texts = (_keyword_sources(src, "register_impl", "supported"),
+                                     _keyword_sources(src, "register_impl", "supports_args"))
+                        sup = texts[0].get(d.line, "?") if sup == "" else sup
+                        args = texts[1].get(d.line, "?") if args == "" else args
+                    out.setdefault((tv.module.name, tv.qual), []).append((d.str_args[0], m.name, q, sup, d.line, args))
         return out
 
     def ir_default_priority(self) -> tuple | None:
@@ -2491,7 +2495,8 @@ class Resolver:
         arms = []
         prio = f"kernel_config.ir_op_priority.{f.name}"
         default = self.ir_default_priority()
-        for prov, mname, q, sup, line in self.ir_providers(v):
+        call = f"({', '.join(p.name for p in f.params)})"
+        for prov, mname, q, sup, line, args in self.ir_providers(v):
             m = self.index.module(mname)
             fi = m.summary.functions.get(q) if m is not None else None
             if m is None or fi is None:
@@ -2506,6 +2511,9 @@ class Resolver:
                 cond, reach, note = listed, False, "; not in the platform's default IR op priority"
             else:
                 cond, reach = (listed if val is not None else f"{sup} and {listed}"), None
+            if args and reach is not False:
+                # what `supports_args` checks (dtypes, shapes) is decided by the arguments at run time
+                cond += " and " + (args if re.fullmatch(r"[\w.]+", args) else f"({args})") + call
             arms.append(Alt(Val(ValKind.FUNCTION, m, q, m.path, fi.line), cond, reach,
                             f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'}{note})", m.path, line))
         live = [a for a in arms if a.reachable is not False]

@@ -678,7 +678,7 @@ class OpRegistry:
             if impl_with_fn:
                 r = impl_with_fn[0]
                 w.add(Hop(HopKind.DEFINITION, r.function_path or "", r.function_line or 0, r.function or "", "C++ function bound by ops.impl"))
-        provs = self.providers()
+        provs = _for_namespace(self.providers(), ns, any(r.kind.startswith("cpp") for r in regs))
         providers = [f"{m} ({status}{', if ' + g if g else ''})" for m, g, status in provs]
         if not regs:
             ext = self.extension_schema(ns, op)
@@ -762,7 +762,7 @@ class OpRegistry:
         words = _ns_words(ns)
         out: list[tuple[int, str, str | None, str | None]] = []
         seen = set()
-        for t, g, status in self.providers():
+        for t, g, status in _for_namespace(self.providers(), ns, False):
             if status == "not installed" and t not in seen:
                 seen.add(t)
                 out.append((0 if words & _ns_words(t) else 1, t, g, None))
@@ -928,6 +928,32 @@ def _ns_words(name: str) -> set[str]:
     import re
 
     return {w for w in re.split(r"[^A-Za-z0-9]+", name.lower()) if w and w not in _GENERIC_WORDS and len(w) > 1}
+
+
+def _for_namespace(provs: list, ns: str, built_here: bool) -> list:
+    """Of the platform's kernel modules (``OpRegistry.providers()``), those that can hold torch-op namespace ``ns``:
+    those named like it (:func:`_named_like`: ``pkg._moe_C`` for ``_moe_C``; ``pkg._C`` and
+    ``pkg._C_stable_libtorch`` for ``_C`` and ``_C_cache_ops``, sub-namespaces a ``_C`` module registers). When none is and the workspace's C++ registers the
+    namespace (``built_here``), all of them: the plugin's extensions are built from that C++. Else those sharing a
+    word with it: a namespace nothing here registers (``oink``, registered by an outside package) is not said to
+    come from the platform's extensions."""
+    named = [p for p in provs if _named_like(p[0].rpartition(".")[2], ns)]
+    if named or built_here:
+        return named or list(provs)
+    words = _ns_words(ns)
+    return [p for p in provs if words & _ns_words(p[0])]
+
+
+def _named_like(last: str, ns: str) -> bool:
+    """Module ``last`` is named like namespace ``ns``: the same name, or the same stem up to the ``C`` part of a
+    torch extension's name (``_C``, ``_C_stable_libtorch`` and ``_C_cache_ops`` are all ``_C``; ``_moe_C`` and
+    ``_moe_C_stable_libtorch`` are ``_moe_C``)."""
+    return last == ns or _stem(last) == _stem(ns) != ()
+
+
+def _stem(name: str) -> tuple:
+    parts = name.split("_")
+    return tuple(parts[: parts.index("C") + 1]) if "C" in parts else ()
 
 
 def _looks_like_extension(module: str) -> bool:
