@@ -8,6 +8,8 @@ example's platform (out of tree: ``is_cuda()`` False, ``is_out_of_tree()`` True)
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from attnlens import model as M
@@ -415,17 +417,18 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
     `@ir.ops.rms_norm.register_impl(...)` (this plugin's two and vLLM's four), the op's own body ("native") among
     them. The platform's `get_default_ir_op_priority` lists `mini_triton`, `vllm_c`, `native`: those come first, in
     that order, decided at run time (the priority, and `supports_args=` called on the arguments); a provider whose `supported=` folds False on
-    this platform is dead (`mini_rocm`), and so is one the default priority never lists (`aiter`, `oink`,
-    `xpu_kernels`: only `--kernel-config` can name them). `.maybe_inplace` is the same op."""
+    this platform is dead (`mini_rocm`), and so is one the default priority never lists (`aiter`, `xpu_kernels`: only
+    `--kernel-config` can name them); one it lists only under an `if` (`oink`) has that guard in its condition.
+    `.maybe_inplace` is the same op."""
     ir = EXAMPLE / "mini_metax/attention/ops/ir_norm.py"
     p, line, col = find(ir, "ir.ops.rms_norm(x, weight")
     c = ws.trace_at(p, line, col + 7)
     assert c.final.fork.kind == M.ForkKind.IR_PROVIDER
     assert c.final.fork.decided_by == "kernel_config.ir_op_priority.rms_norm"
     assert [b.label.split(":")[0] for b in c.final.fork.branches] == [
-        "provider 'mini_triton'", "provider 'vllm_c'", "provider 'native'", "provider 'mini_rocm'", "provider 'aiter'",
-        "provider 'oink'", "provider 'xpu_kernels'"]
-    assert [b.reachable for b in c.final.fork.branches] == [None, None, None, False, False, False, False]
+        "provider 'mini_triton'", "provider 'vllm_c'", "provider 'native'", "provider 'oink'", "provider 'mini_rocm'",
+        "provider 'aiter'", "provider 'xpu_kernels'"]
+    assert [b.reachable for b in c.final.fork.branches] == [None, None, None, None, False, False, False]
     prio = "kernel_config.ir_op_priority.rms_norm"
     mini = (M.TRITON_KERNEL, "mini_metax.attention.ops.ir_norm._mini_rms_kernel")
     rocm = "IS_ROCM and (x.dim() > 2 or not x.is_contiguous())"
@@ -436,12 +439,21 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
         (M.TORCH_OP, "_C::rms_norm", [vllm_c, rocm], False),
         (M.TORCH_OP, "_C::rms_norm", [vllm_c, f"not ({rocm})"], None),
         (M.PYTHON_FUNCTION, "vllm.ir.ops.layernorm.rms_norm", [], None),
+        # listed only under the platform's `if os.environ.get("MINI_TRY_OINK", "0") == "1"`: that is its condition
+        (M.TORCH_OP, "oink::rmsnorm", ['os.environ.get("MINI_TRY_OINK", "0") == "1" and has_oink_op("rmsnorm") and '
+                                       f'"oink" in {prio} and oink_rms_supported(x, weight, epsilon, variance_size)'], None),
         (*mini, ["current_platform.is_rocm()"], False),
         (M.NOT_INSTALLED, "aiter", [f'"aiter" in {prio}', "x.dim() > 2"], False),
         (M.NOT_INSTALLED, "aiter", [f'"aiter" in {prio}', "not (x.dim() > 2)"], False),
-        (M.TORCH_OP, "oink::rmsnorm", [f'"oink" in {prio}'], False),
         (M.TORCH_OP, "_C::rms_norm", [f'"xpu_kernels" in {prio}'], False)]
-    assert "not in the platform's default IR op priority" in c.final.fork.branches[4].label
+    from attnlens.render import verdict_text
+
+    # the env flag is unset by default: the verdict says so (envflags reads the guard where it is written)
+    assert [ln for ln in verdict_text(c, ws.query.platform_defaults()) if "oink::rmsnorm" in ln][0].endswith(
+        "; not taken by default)")
+    oink = c.final.fork.branches[3]
+    assert (os.path.basename(oink.path), oink.line) == ("platform.py", find(EXAMPLE / "mini_metax/platform.py", '"oink", *order')[1])
+    assert "not in the platform's default IR op priority" in c.final.fork.branches[5].label
     # which extension provides an op is read by namespace: `_C` from the platform's `_C` modules, `oink` (which
     # nothing here registers) from none of them
     ops = {lf.final.symbol: lf.final for lf in c.leaves() if lf.final.kind == M.TORCH_OP}
@@ -452,6 +464,6 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
     c = ws.trace_at(p, line, col + 7)
     assert c.final.fork.kind == M.ForkKind.IR_PROVIDER
     assert [b.label.split(":")[0] for b in c.final.fork.branches] == [
-        "provider 'vllm_c'", "provider 'native'", "provider 'aiter'", "provider 'oink'", "provider 'xpu_kernels'"]
+        "provider 'vllm_c'", "provider 'native'", "provider 'oink'", "provider 'aiter'", "provider 'xpu_kernels'"]
     assert [lf.final.symbol for lf in c.leaves() if lf.reachable is not False] == [
-        "_C::fused_add_rms_norm", "vllm.ir.ops.layernorm.fused_add_rms_norm"]
+        "_C::fused_add_rms_norm", "vllm.ir.ops.layernorm.fused_add_rms_norm", "oink::fused_add_rms_norm"]

@@ -2459,17 +2459,18 @@ class Resolver:
                     out.setdefault((tv.module.name, tv.qual), []).append((d.str_args[0], m.name, q, sup, d.line, args))
         return out
 
-    def ir_default_priority(self) -> tuple | None:
+    def ir_default_priority(self) -> dict | None:
         """The provider names the platform's ``get_default_ir_op_priority`` can put in a priority list: the string
         items of the list displays in that method (as the platform classes define or inherit it), in order of first
-        appearance (``("vllm_c", "native", "oink")`` for vLLM-MetaX, whose ``oink`` needs an env flag); None when
-        no platform class has the method. Memoised per index generation."""
+        appearance, each with (the ``if`` guards it is listed under, or None when it is listed unguarded somewhere;
+        path; line): ``{"vllm_c": (None, ...), "native": (None, ...), "oink": ("envs.VLLM_USE_OINK_OPS", ...)}``
+        for vLLM-MetaX. None when no platform class has the method. Memoised per index generation."""
         key = (self.index.generation, "ir-default")
         if key in self._ir_memo:
             return self._ir_memo[key]
 
         def compute():
-            names: list = []
+            guards: dict = {}
             found = False
             for cv in self.profile.info.classes:
                 if cv.module is None:
@@ -2478,8 +2479,17 @@ class Resolver:
                 if fv is None or fv.kind != ValKind.FUNCTION or fv.module is None or fv.func is None:
                     continue
                 found = True
-                names += _list_strings(self.index.source_text(fv.module.path) or "", fv.func.line, fv.func.end_line)
-            return tuple(dict.fromkeys(names)) if found else None
+                for name, guard, line in _list_strings(self.index.source_text(fv.module.path) or "", fv.func.line,
+                                                       fv.func.end_line):
+                    guards.setdefault(name, []).append((guard, fv.module.path, line))
+            if not found:
+                return None
+            out = {}
+            for name, seen in guards.items():
+                texts = list(dict.fromkeys(g for g, _p, _l in seen))
+                guard = None if None in texts else texts[0] if len(texts) == 1 else " or ".join(f"({g})" for g in texts)
+                out[name] = (guard, seen[0][1], seen[0][2])
+            return out
 
         out = self._ir_memo[key] = self.apart(compute)
         return out
@@ -2511,11 +2521,16 @@ class Resolver:
                 cond, reach, note = listed, False, "; not in the platform's default IR op priority"
             else:
                 cond, reach = (listed if val is not None else f"{sup} and {listed}"), None
+            where = (m.path, line)
+            if reach is not False and default and default[prov][0]:
+                # listed only under the platform's guard (`if envs.VLLM_USE_OINK_OPS: rms_norm = ["oink"] + default`):
+                # the branch's condition is written there, and its env flags are read there
+                cond, where = f"{_paren(default[prov][0])} and {cond}", default[prov][1:]
             if args and reach is not False:
                 # what `supports_args` checks (dtypes, shapes) is decided by the arguments at run time
                 cond += " and " + (args if re.fullmatch(r"[\w.]+", args) else f"({args})") + call
             arms.append(Alt(Val(ValKind.FUNCTION, m, q, m.path, fi.line), cond, reach,
-                            f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'}{note})", m.path, line))
+                            f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'}{note})", *where))
         live = [a for a in arms if a.reachable is not False]
         native = dataclasses.replace(v, extra={**v.extra, "ir_native": True})
         arms.append(Alt(native, None, None if live else True,
@@ -2814,19 +2829,45 @@ def _tested_params(mod: Module, f: FunctionInfo) -> frozenset:
 
 
 def _list_strings(text: str, line: int, end_line: int) -> list:
-    """The string items of the list and tuple displays in lines ``line``..``end_line`` of ``text`` (a function's
-    body), in source order."""
+    """(value, guard, line) of each string item of the list and tuple displays in lines ``line``..``end_line`` of
+    ``text`` (a function's body), in source order; ``guard``: the conditions of the ``if`` statements around it,
+    joined by ``and`` (``not (...)`` in an ``else``), or None."""
     import textwrap
 
+    body = textwrap.dedent("\n".join(text.splitlines()[line - 1:end_line]))
     try:
-        tree = ast.parse(textwrap.dedent("\n".join(text.splitlines()[line - 1:end_line])))
+        tree = ast.parse(body)
     except (SyntaxError, ValueError):
         return []
     out = []
-    for node in ast.walk(tree):
+
+    def visit(node, guards):
+        if isinstance(node, ast.If):
+            test = " ".join((ast.get_source_segment(body, node.test) or ast.unparse(node.test)).split())
+            visit(node.test, guards)
+            for n in node.body:
+                visit(n, guards + [test])
+            for n in node.orelse:
+                visit(n, guards + [f"not ({test})"])
+            return
         if isinstance(node, (ast.List, ast.Tuple)):
-            out += [(e.lineno, e.col_offset, e.value) for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    return [v for _l, _c, v in sorted(out)]
+            out.extend((e.lineno, e.col_offset, e.value, " and ".join(guards) or None) for e in node.elts
+                       if isinstance(e, ast.Constant) and isinstance(e.value, str))
+        for n in ast.iter_child_nodes(node):
+            visit(n, guards)
+
+    visit(tree, [])
+    return [(v, g, line - 1 + ln) for ln, _c, v, g in sorted(out)]
+
+
+def _paren(text: str) -> str:
+    """``text`` as an operand of ``and``: bracketed unless it binds at least as tightly."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return f"({text})"
+    loose = (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or)) or isinstance(node, (ast.IfExp, ast.Lambda, ast.NamedExpr))
+    return f"({text})" if loose else text
 
 
 def _keyword_sources(text: str, method: str, keyword: str) -> dict:

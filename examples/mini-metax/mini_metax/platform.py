@@ -104,10 +104,14 @@ class MiniPlatformBase(Platform):
 
     @classmethod
     def get_default_ir_op_priority(cls, vllm_config: "VllmConfig"):
-        """This plugin's Triton provider first (attention/ops/ir_norm.py), then vLLM's C kernels, then native."""
+        """This plugin's Triton provider first (attention/ops/ir_norm.py), then vLLM's C kernels, then native; an
+        externally registered `oink` provider in front of them only when MINI_TRY_OINK=1."""
         from vllm.config.kernel import IrOpPriorityConfig
 
-        return IrOpPriorityConfig.with_default(["mini_triton", "vllm_c", "native"])
+        order = ["mini_triton", "vllm_c", "native"]
+        if os.environ.get("MINI_TRY_OINK", "0") == "1":
+            order = ["oink", *order]
+        return IrOpPriorityConfig.with_default(order)
 
 
 class SmiMiniPlatform(MiniPlatformBase):
