@@ -338,6 +338,36 @@ def test_platform_kernel_import_names_the_missing_provider(tmp_path):
     assert f.package == "vqprebuilt"
 
 
+def test_a_provider_imported_on_two_paths_is_there_under_either_guard(tmp_path):
+    """`import_kernels` imports one extension in two branches (`vq._C` when the arch is "x86" with the fast path,
+    and on every other arch): its guard is the `or` of both, not the first one's."""
+    plugin = dict(PLATFORM_PLUGIN)
+    plugin["vq/platform.py"] = """
+        from up.platforms.interface import Platform, PlatformEnum
+        import vq.envs as envs
+
+
+        class VqPlatform(Platform):
+            _enum = PlatformEnum.OOT
+
+            @classmethod
+            def import_kernels(cls):
+                if envs.ARCH == "x86":
+                    if envs.FAST:
+                        import vq._C  # noqa
+                    else:
+                        import vq._C_slow  # noqa
+                else:
+                    import vq._C  # noqa
+    """
+    plugin["vq/envs.py"] = "import os\nARCH = os.environ.get('ARCH', 'x86')\nFAST = os.environ.get('FAST') == '1'\n"
+    ws = fixture_ws(tmp_path, plugin, UPSTREAM)
+    c = trace(ws, "vq/attn.py", "torch.ops._C.vq_decode(", offset=len("torch.ops._C."))
+    assert c.final.providers == [
+        'vq._C (not built in this checkout, if (envs.ARCH == "x86" and envs.FAST) or not (envs.ARCH == "x86"))',
+        'vq._C_slow (not built in this checkout, if envs.ARCH == "x86" and not (envs.FAST))']
+
+
 def test_no_provider_to_name_lists_what_was_searched(tmp_path):
     plugin = {
         "vx/__init__.py": "",
@@ -527,3 +557,33 @@ def test_the_extensions_that_can_hold_a_namespace_are_read_from_their_names():
     assert names("_plug_C", True) == [p[0] for p in provs]
     assert names("oink", False) == []
     assert names("vendlib", False) == ["vendlib._C", "vendlib._moe_C", "vendlib.sgl_kernel"]
+
+
+def test_find_spec_of_a_package_folds_to_whether_the_target_has_it(tmp_path):
+    """`supported = find_spec("pkg") is not None` (vLLM's AITER_SUPPORTED, XPU_KERNELS_SUPPORTED) folds from the
+    target interpreter's packages, also behind a function that returns the comparison."""
+    plugin = {
+        "vz/__init__.py": "",
+        "vz/flags.py": """
+            from importlib.util import find_spec
+
+
+            def has_fast():
+                return find_spec("fastlib") is not None
+
+
+            def has_slow():
+                from importlib.util import find_spec as fs
+
+                return fs("slowlib") is not None
+
+
+            FAST = has_fast()
+            SLOW = has_slow()
+            BOTH = find_spec("fastlib") is not None and find_spec("slowlib") is not None
+        """,
+    }
+    ws = fixture_ws(tmp_path, plugin, {"fastlib/__init__.py": ""})
+    mod = ws.index.module("vz.flags")
+    ev = lambda text: ws.resolver.profile.evaluate(mod, "", text)
+    assert (ev("FAST"), ev("SLOW"), ev("BOTH"), ev("not SLOW")) == (True, False, False, True)

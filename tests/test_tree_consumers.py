@@ -497,3 +497,27 @@ def test_dead_torch_ops_named_alike_are_told_apart_by_their_full_op():
     assert dead == ["Not taken on this platform: rms_norm (torch op vllm_aiter::rms_norm, if a())",
                     "Not taken on this platform: rms_norm (torch op _C::rms_norm, if b())",
                     "Not taken on this platform: other (torch op, if c())"]
+
+
+def test_a_verdict_leaves_out_what_the_platform_alone_makes_true():
+    """A CustomOp's dispatch chain gives its arms `not (not enabled) and not (is_rocm()) and is_out_of_tree() and
+    flag`: the verdict says `enabled and flag` (what the platform decides is not run time, `not (not x)` is `x`,
+    an operand another condition on the way already said is said once); a condition with nothing to drop stays as
+    written."""
+    from attnlens import render
+
+    facts = {"not (is_rocm())": True, "is_out_of_tree()": True}
+    defaults = render.Defaults(platform_fact=lambda text, path, line: facts.get(text))
+    hop = M.Hop(M.HopKind.CALL, "/x/k.py", 9, "g", "call", "enabled", None)
+    fk = M.Fork(M.ForkKind.CALLS, None, "/x/k.py", 1, "f", [
+        M.Branch("not (not enabled) and not (is_rocm()) and is_out_of_tree() and flag", None, "line 2",
+                 M.Chain([hop], M.Final(M.FinalKind.TRITON_KERNEL, "/x/k.py", 3, "pkg.kern"), None), "/x/k.py", 2),
+        M.Branch("not (flag) and size > 4", None, "line 5",
+                 M.Chain([], M.Final(M.FinalKind.TORCH_OP, "/x/k.py", 6, "_C::op"), None), "/x/k.py", 5)], None)
+    chain = M.Chain([], M.Final(M.FinalKind.FORK, "/x/k.py", 1, "f", fork=fk), None)
+    runs = [ln for ln in render.verdict_text(chain, defaults) if ln.startswith("Runs:")]
+    assert runs == ["Runs: kern (Triton, /x/k.py:3, decided at run time by enabled and flag)",
+                    "Runs: op (torch op _C::op, /x/k.py:6, decided at run time by not (flag) and size > 4)"]
+    # without the platform's facts: as written
+    assert render.verdict_text(chain)[0] == ("Runs: kern (Triton, /x/k.py:3, decided at run time by not (not enabled) "
+                                             "and not (is_rocm()) and is_out_of_tree() and flag and enabled)")

@@ -378,6 +378,18 @@ def test_an_object_called_binds_its_forwards_parameters_also_behind_a_forward_th
         (*COPY, [plain, "not (residual is not None)"], None)]
 
 
+def test_a_callers_guard_on_a_name_it_passes_binds_the_callees_parameter(ws):
+    """`if r is None: ... else: self.norm(x, r)`: the caller's guard says `r` is not None where it passes it, so
+    `_AddNorm.forward`'s `if residual is None:` is not taken at this call ("residual is not None"); where the
+    caller binds `r` again under the guard (`r = x`) nothing is known of it."""
+    c = trace(ws, "self.norm(x, r)", nth=1)
+    assert leaves(c) == [(*COPY, ["not (r is None)", "residual is None"], False),
+                         (*SCALE, ["not (r is None)", "not (residual is None)"], None)]
+    assert c.final.fork.branches[0].decided == "the call into forward: residual is not None"
+    assert leaves(trace(ws, "self.norm(x, r)", nth=2)) == [(*COPY, ["r is None", "residual is None"], None),
+                                                          (*SCALE, ["r is None", "not (residual is None)"], None)]
+
+
 def test_what_the_call_decided_is_said_as_the_calls_in_the_verdict_the_tree_and_the_leaves(ws):
     """A leaf that one path does not take on this platform and another only at this call gets a verdict line each;
     the hops under a branch the call decided, and the leaf lines, say "at this call" (the same code runs from
@@ -414,21 +426,25 @@ def test_a_callers_guard_on_a_module_level_expression_decides_the_calls_inside_t
 
 def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
     """`ir.ops.rms_norm(...)` is a vLLM IR op (`@register_op`): one branch per provider registered with
-    `@ir.ops.rms_norm.register_impl(...)` (this plugin's two and vLLM's four), the op's own body ("native") among
-    them. The platform's `get_default_ir_op_priority` lists `mini_triton`, `vllm_c`, `native`: those come first, in
-    that order, decided at run time (the priority, and `supports_args=` called on the arguments); a provider whose `supported=` folds False on
-    this platform is dead (`mini_rocm`), and so is one the default priority never lists (`aiter`, `xpu_kernels`: only
-    `--kernel-config` can name them); one it lists only under an `if` (`oink`) has that guard in its condition.
+    `@ir.ops.rms_norm.register_impl(...)` (this plugin's three and vLLM's four), the op's own body ("native") last of
+    those that can run. Each is decided at run time by the priority (`--kernel-config`, else the platform's
+    `get_default_ir_op_priority`) and by what its `supports_args=` says of the arguments; the env-flag defaults read
+    the platform's list: `mini_triton`, `vllm_c` listed, `oink` only under `if MINI_TRY_OINK == "1"` (not taken by
+    default), `mini_wide` never (not taken by default). A provider whose `supported=` folds False is dead:
+    `mini_rocm` (`is_rocm()`), `aiter` and `xpu_kernels` (`find_spec(...) is not None`: not installed here).
     `.maybe_inplace` is the same op."""
+    from attnlens.render import verdict_text
+
     ir = EXAMPLE / "mini_metax/attention/ops/ir_norm.py"
     p, line, col = find(ir, "ir.ops.rms_norm(x, weight")
     c = ws.trace_at(p, line, col + 7)
     assert c.final.fork.kind == M.ForkKind.IR_PROVIDER
     assert c.final.fork.decided_by == "kernel_config.ir_op_priority.rms_norm"
     assert [b.label.split(":")[0] for b in c.final.fork.branches] == [
-        "provider 'mini_triton'", "provider 'vllm_c'", "provider 'native'", "provider 'oink'", "provider 'mini_rocm'",
-        "provider 'aiter'", "provider 'xpu_kernels'"]
-    assert [b.reachable for b in c.final.fork.branches] == [None, None, None, None, False, False, False]
+        "provider 'mini_triton'", "provider 'vllm_c'", "provider 'oink'", "provider 'mini_wide'", "provider 'native'",
+        "provider 'mini_rocm'", "provider 'aiter'", "provider 'xpu_kernels'"]
+    assert [b.reachable for b in c.final.fork.branches] == [None, None, None, None, None, False, False, False]
+    assert [(os.path.basename(b.path), b.line) for b in c.final.fork.branches[:1]] == [("ir_norm.py", find(ir, '"mini_triton"')[1])]
     prio = "kernel_config.ir_op_priority.rms_norm"
     mini = (M.TRITON_KERNEL, "mini_metax.attention.ops.ir_norm._mini_rms_kernel")
     rocm = "IS_ROCM and (x.dim() > 2 or not x.is_contiguous())"
@@ -438,24 +454,26 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
         (*mini, [f'"mini_triton" in {prio}'], None),
         (M.TORCH_OP, "_C::rms_norm", [vllm_c, rocm], False),
         (M.TORCH_OP, "_C::rms_norm", [vllm_c, f"not ({rocm})"], None),
+        (M.TORCH_OP, "oink::rmsnorm",
+         [f'has_oink_op("rmsnorm") and "oink" in {prio} and oink_rms_supported(x, weight, epsilon, variance_size)'], None),
+        (M.TRITON_KERNEL, "mini_metax.attention.ops.ir_norm._mini_rms_kernel_wide",
+         [f'"mini_wide" in {prio} and _wide_ok(x, weight, epsilon, variance_size)'], None),
         (M.PYTHON_FUNCTION, "vllm.ir.ops.layernorm.rms_norm", [], None),
-        # listed only under the platform's `if os.environ.get("MINI_TRY_OINK", "0") == "1"`: that is its condition
-        (M.TORCH_OP, "oink::rmsnorm", ['os.environ.get("MINI_TRY_OINK", "0") == "1" and has_oink_op("rmsnorm") and '
-                                       f'"oink" in {prio} and oink_rms_supported(x, weight, epsilon, variance_size)'], None),
         (*mini, ["current_platform.is_rocm()"], False),
-        (M.NOT_INSTALLED, "aiter", [f'"aiter" in {prio}', "x.dim() > 2"], False),
-        (M.NOT_INSTALLED, "aiter", [f'"aiter" in {prio}', "not (x.dim() > 2)"], False),
-        (M.TORCH_OP, "_C::rms_norm", [f'"xpu_kernels" in {prio}'], False)]
-    from attnlens.render import verdict_text
-
-    # the env flag is unset by default: the verdict says so (envflags reads the guard where it is written)
-    assert [ln for ln in verdict_text(c, ws.query.platform_defaults()) if "oink::rmsnorm" in ln][0].endswith(
-        "; not taken by default)")
-    oink = c.final.fork.branches[3]
-    assert (os.path.basename(oink.path), oink.line) == ("platform.py", find(EXAMPLE / "mini_metax/platform.py", '"oink", *order')[1])
-    assert "not in the platform's default IR op priority" in c.final.fork.branches[5].label
-    # which extension provides an op is read by namespace: `_C` from the platform's `_C` modules, `oink` (which
-    # nothing here registers) from none of them
+        (M.NOT_INSTALLED, "aiter", ["AITER_SUPPORTED", "x.dim() > 2"], False),
+        (M.NOT_INSTALLED, "aiter", ["AITER_SUPPORTED", "not (x.dim() > 2)"], False),
+        (M.TORCH_OP, "_C::rms_norm", ["XPU_KERNELS_SUPPORTED"], False)]
+    assert "not in the platform's default IR op priority" in c.final.fork.branches[3].label
+    # the default configuration: listed providers may run, the others are not taken by default
+    said = {ln.split(" (")[0].removeprefix("Runs: "): ln for ln in verdict_text(c, ws.query.platform_defaults())
+            if ln.startswith("Runs:")}
+    assert said["_mini_rms_kernel_wide"].endswith("; not taken by default)")
+    assert said["rmsnorm"].endswith("; not taken by default)")  # (oink: MINI_TRY_OINK is unset by default)
+    # the first provider the default priority lists, supported, accepting any arguments: it is what runs by default;
+    # one listed after it is not said to be taken (the ones before it win when they accept the arguments)
+    assert said["_mini_rms_kernel"].endswith("; taken by default)")
+    vllm_c_line = next(ln for ln in verdict_text(c, ws.query.platform_defaults()) if "(torch op _C::rms_norm" in ln)
+    assert not vllm_c_line.endswith("by default)")
     ops = {lf.final.symbol: lf.final for lf in c.leaves() if lf.final.kind == M.TORCH_OP}
     assert [p.split(" (")[0] for p in ops["_C::rms_norm"].providers] == ["minikern._C", "mini_metax._C"]
     assert ops["oink::rmsnorm"].providers == []
@@ -464,6 +482,6 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
     c = ws.trace_at(p, line, col + 7)
     assert c.final.fork.kind == M.ForkKind.IR_PROVIDER
     assert [b.label.split(":")[0] for b in c.final.fork.branches] == [
-        "provider 'vllm_c'", "provider 'native'", "provider 'oink'", "provider 'aiter'", "provider 'xpu_kernels'"]
+        "provider 'vllm_c'", "provider 'oink'", "provider 'native'", "provider 'aiter'", "provider 'xpu_kernels'"]
     assert [lf.final.symbol for lf in c.leaves() if lf.reachable is not False] == [
-        "_C::fused_add_rms_norm", "vllm.ir.ops.layernorm.fused_add_rms_norm", "oink::fused_add_rms_norm"]
+        "_C::fused_add_rms_norm", "oink::fused_add_rms_norm", "vllm.ir.ops.layernorm.fused_add_rms_norm"]

@@ -25,6 +25,7 @@ is taken by default. Reachability itself never uses defaults: a flag can be set.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from .lookup import Lookup
@@ -34,6 +35,7 @@ UNKNOWN = object()
 
 _GETENV = {"os.getenv", "getenv", "os.environ.get", "environ.get"}
 _ENVIRON = {"os.environ", "environ"}
+_IR_PRIORITY = re.compile(r"(?:^|\.)ir_op_priority\.\w+$")
 _CASTS = {"int": int, "bool": bool, "float": float, "str": str}
 _STR_METHODS = ("lower", "upper", "strip", "casefold")
 MAX_DEPTH = 12
@@ -130,7 +132,7 @@ class EnvDefaults:
             t = ev(node.test)
             return UNKNOWN if t is UNKNOWN else ev(node.body if t else node.orelse)
         if isinstance(node, ast.Compare):
-            return self._compare(node, ev)
+            return self._compare(node, ev, flags)
         if isinstance(node, ast.Call):
             return self._call(mod, scope, node, ev, flags)
         if isinstance(node, ast.Subscript) and _dotted(node.value) in _ENVIRON:
@@ -148,11 +150,16 @@ class EnvDefaults:
             return UNKNOWN
         return UNKNOWN if v is None else v
 
-    def _compare(self, node: ast.Compare, ev):
+    def _compare(self, node: ast.Compare, ev, flags=None):
         left = ev(node.left)
         for op, right_node in zip(node.ops, node.comparators):
             if isinstance(op, (ast.In, ast.NotIn)) and _dotted(right_node) in _ENVIRON:
                 ok = isinstance(op, ast.NotIn)  # no variable is set
+            elif isinstance(op, (ast.In, ast.NotIn)) and _IR_PRIORITY.search(_dotted(right_node) or "") and isinstance(left, str):
+                listed = self._default_priority_lists(left, flags)
+                if listed is UNKNOWN:
+                    return UNKNOWN
+                ok = listed == isinstance(op, ast.In)
             else:
                 right = ev(right_node)
                 if left is UNKNOWN or right is UNKNOWN:
@@ -164,6 +171,42 @@ class EnvDefaults:
             if not ok:
                 return False
         return True
+
+    def _default_priority_lists(self, provider: str, flags):
+        """``"oink" in kernel_config.ir_op_priority.rms_norm`` with no --kernel-config: False when the platform's
+        default IR op priority never lists ``provider``, or only under ``if`` guards that are false at the env
+        flags' defaults (their flags recorded); True when it is the first provider listed there (every one before it
+        in the list's text is listed only under guards false by default). UNKNOWN otherwise, a later one included:
+        the condition is what the provider needs, and the ones before it win whenever they accept the arguments,
+        so "listed" must not read as "taken by default"."""
+        table = self.r.ir_default_priority()
+        if table is None:
+            return UNKNOWN
+        if provider not in table:
+            return False
+
+        def listed(name):
+            guard, _path, _line, modname, qual = table[name]
+            if guard is None:
+                return True
+            saved = self._text
+            try:
+                v, read = self.explain(self.r.index.module(modname), qual, guard)
+            finally:
+                self._text = saved
+            if v is not None and flags is not None:
+                flags.extend(read)
+            return v
+
+        mine = listed(provider)
+        if mine is not True:
+            return UNKNOWN if mine is None else False
+        for name in table:
+            if name == provider:
+                return True
+            if listed(name) is not False:
+                return UNKNOWN  # (one before it may be listed by default)
+        return UNKNOWN
 
     def _call(self, mod, scope, node: ast.Call, ev, flags):
         d = _dotted(node.func)
@@ -229,6 +272,8 @@ class EnvDefaults:
         for n in ast.walk(node):
             if isinstance(n, ast.Call) and _dotted(n.func) in _GETENV:
                 return True
+            if isinstance(n, ast.Compare) and _IR_PRIORITY.search(_dotted(n.comparators[-1]) or ""):
+                return True  # (the platform's default IR op priority)
             if isinstance(n, ast.Attribute) and self._module_named(mod, scope, _dotted(n.value)) is not None:
                 return True
             if isinstance(n, ast.Name) and n.id in self._table(mod).assigned:
@@ -419,6 +464,19 @@ class PlatformDefaults:
         try:
             return self.env.evaluate(mod, scope or "", text)
         except Exception:  # noqa: BLE001 - a default is a nicety: never fail the caller
+            return None
+
+    def platform_fact(self, text: str, path: str | None, line: int | None) -> bool | None:
+        """A condition written at ``path:line`` on this platform alone (no env flag at its default, no call's
+        arguments): True or False where the platform profile decides it, else None."""
+        if not text or not path:
+            return None
+        mod = self.r.index.module_for_path(path)
+        if mod is None:
+            return None
+        try:
+            return self.r.profile.evaluate(mod, mod.summary.scope_at(line) if line else "", text)
+        except Exception:  # noqa: BLE001 - a simplification is a nicety: never fail the caller
             return None
 
     def _loaded(self) -> list:

@@ -97,6 +97,11 @@ class Lookup(Protocol):
 
     def apart(self, compute): ...
 
+    def ir_default_priority(self) -> dict | None:
+        """provider -> (guard or None, path, line, module name, function qualname) of the IR op providers the
+        platform's default priority lists (:meth:`attnlens.resolver.Resolver.ir_default_priority`)."""
+        ...
+
 
 class Evaluator(Lookup, Protocol):
     """The resolver as a check sees it (``ModuleContext.r``, from ``Query.evaluator()``): the helpers'

@@ -130,6 +130,23 @@ class _NoneValue:
 NONE_VALUE = _NoneValue()
 
 
+class _SomeValue:
+    """A value that is not ``None`` and otherwise unknown, as a folded argument: what a caller's guard says of a name
+    it passes (``if residual is None: ... else: norm(x, residual)``). ``x is None`` folds to False on it, ``x is not
+    None`` to True; anything else about it is unknown (the evaluator reads it as None)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<not None>"
+
+    def __reduce__(self):
+        return "SOME_VALUE"
+
+
+SOME_VALUE = _SomeValue()
+
+
 class PlatformProfile:
     """What the plugin's platform class answers, evaluated statically: ``info()`` (the platform classes and
     their facts), ``current_platform`` (the value of ``vllm.platforms.current_platform``), ``method_value`` /
@@ -148,6 +165,7 @@ class PlatformProfile:
         self._binds = None  # (module path, scope, {parameter: constant}) while value_of evaluates with binds
         self._discovering = False  # (info is being found: _discover_apart)
         self._overrides: tuple | None = None  # (generation, config_overrides())
+        self._return_nodes: dict = {}  # (path, sha, line) -> a return's expression parsed from the source
 
     # -- discovery -----------------------------------------------------------
     @property
@@ -368,7 +386,8 @@ class PlatformProfile:
         if isinstance(node, ast.Name):
             if node.id == "TYPE_CHECKING":
                 return False
-            return self._fold_name(mod, scope, node.id, depth)
+            v = self._fold_name(mod, scope, node.id, depth)
+            return None if v is SOME_VALUE else v
         if isinstance(node, ast.Attribute):
             d = _dotted(node)
             if d and d.endswith("TYPE_CHECKING"):
@@ -392,9 +411,12 @@ class PlatformProfile:
             forced = self._forced_compare(node)
             if forced is not None:
                 return forced
-            a = self._eval(mod, scope, node.left, depth + 1)
             op = node.ops[0]
             right = node.comparators[0]
+            if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None \
+                    and isinstance(node.left, ast.Name) and self._fold_name(mod, scope, node.left.id, depth + 1) is SOME_VALUE:
+                return isinstance(op, ast.IsNot)
+            a = self._eval(mod, scope, node.left, depth + 1)
             if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None \
                     and (a is NONE_VALUE or isinstance(a, (bool, int, str))):
                 return (a is NONE_VALUE) == isinstance(op, ast.Is)  # (a parameter a call bound: see NONE_VALUE)
@@ -630,6 +652,10 @@ class PlatformProfile:
                 args = tuple(a.value for a in node.args if isinstance(a, ast.Constant))
                 return self.method_value(parts[-1], args)
         v = self.r.resolve_dotted(mod, scope, d, w)
+        if v.dotted == "importlib.util.find_spec" and len(node.args) == 1 and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str) and not node.keywords:
+            # whether the package is installed in the target interpreter (a spec, or None)
+            return True if self.r.index.locate(node.args[0].value) is not None else NONE_VALUE
         if v.kind == ValKind.FUNCTION and v.module is not None and not v.module.workspace and not v.extra.get("unpatched"):
             p = self.r.patched(v)
             if p is not None:  # the plugin replaced it (`mod.f = lambda: False`): the replacement answers
@@ -688,16 +714,39 @@ class PlatformProfile:
             return val if isinstance(val, (bool, int, str)) else None
         return None
 
+    def _return_node(self, m, f, line: int):
+        """The expression of the ``return`` on ``line`` of function ``f``, parsed from the source (the summary keeps
+        no text of a comparison: ``return find_spec("aiter") is not None``); None when there is none."""
+        key = (m.path, m.summary.sha, line)
+        if key in self._return_nodes:
+            return self._return_nodes[key]
+        import textwrap
+
+        node = None
+        lines = (self.r.index.source_text(m.path) or "").splitlines()[f.line - 1:f.end_line]
+        try:
+            tree = ast.parse(textwrap.dedent("\n".join(lines)))
+        except (SyntaxError, ValueError):
+            tree = None
+        for n in ast.walk(tree) if tree is not None else ():
+            if isinstance(n, ast.Return) and n.value is not None and n.lineno == line - f.line + 1:
+                node = n.value
+                break
+        if len(self._return_nodes) > 4096:
+            self._return_nodes.clear()
+        self._return_nodes[key] = node
+        return node
+
     def _computed_return(self, m, f, text: str, line: int):
         """The constant a return that is not a literal gives: a call the profile decides (``return
         current_platform.is_cuda()``; the summary keeps no text of other expressions), or a module global the
         function fills once and returns
         (``if _G is None: _G = <expr>`` ... ``return _G``: the value every filling gives). None when unknown."""
-        node = parse_guard(text)
+        node = parse_guard(text) if text else self._return_node(m, f, line)
         if node is None:
             return None
         if not isinstance(node, ast.Name):
-            return self._eval(m, f.qualname, node, 1) if isinstance(node, ast.Call) else None
+            return self._eval(m, f.qualname, node, 1) if isinstance(node, (ast.Call, ast.Compare, ast.BoolOp, ast.UnaryOp)) else None
         how, bindings = m.summary.binding_of(f.qualname, node.id)
         if how != "module" or len(bindings) < 2:
             return None

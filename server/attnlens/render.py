@@ -211,6 +211,7 @@ class Defaults:
 
     condition: object = None  # Callable[[str, str | None, int | None], bool | None]
     provider: object = None
+    platform_fact: object = None  # Callable[[str, str | None, int | None], bool | None]: the platform alone
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,7 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
     live: dict[tuple, Verdict] = {}
     dead: dict[tuple, Verdict] = {}
     cond_of = defaults.condition if defaults is not None else None
+    fact_of = getattr(defaults, "platform_fact", None) if defaults is not None else None
     def default_of(runtime: list) -> bool | None:
         if not runtime or cond_of is None:
             return None
@@ -293,7 +295,7 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
         # (a leaf not taken on this platform on one path and only at this call on another is said both ways)
         key = (lp.final.kind, nm.full, nm.path, nm.line, r is False and lp.leaf.dead_at_call)
         table = dead if r is False else live
-        runtime = [c for c in lp.conds() if c.reachable is None] if r is None else []
+        runtime = _runtime_parts([c for c in lp.conds() if c.reachable is None], fact_of) if r is None else []
         if key in table:
             v = table[key]
             v.paths += 1
@@ -315,6 +317,48 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
         for v in lv:
             v.shared = tuple(common)
     return lv, list(dead.values())
+
+
+def _runtime_parts(conds: list, fact_of) -> list:
+    """The run-time conditions of a leaf as a verdict says them: each without the top-level ``and`` operands the
+    platform alone makes true (``not (current_platform.is_rocm())`` of a CustomOp's dispatch chain,
+    decided here), ``not (not x)`` said as ``x``, and each operand once (``is_last_rank`` checked twice on the
+    way). ``fact_of``: :meth:`envflags.PlatformDefaults.platform_fact`; without it, the conditions as they are."""
+    if fact_of is None:
+        return conds
+    out, seen = [], set()
+    for c in conds:
+        parts = [p.strip() for p in M.conjuncts(c.text)]
+        kept = []
+        for part in parts:
+            part = _double_negation(part)
+            if part in seen or fact_of(part, c.path, c.line) is True:
+                continue
+            seen.add(part)
+            kept.append(part)
+        if kept == parts:
+            out.append(c)
+        elif kept:
+            out.append(Cond(M.and_joined(kept), c.reachable, c.path, c.line, c.decided))
+    return out or conds
+
+
+def _double_negation(text: str) -> str:
+    """``not (not x)`` -> ``x``."""
+    if not text.startswith("not (not "):
+        return text
+    import ast
+
+    try:
+        node = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError):
+        return text
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and isinstance(node.operand, ast.UnaryOp) \
+            and isinstance(node.operand.op, ast.Not):
+        inner = ast.get_source_segment(text, node.operand.operand)
+        if inner:
+            return inner.strip()
+    return text
 
 
 def shared_conditions(live: list[Verdict]) -> list:

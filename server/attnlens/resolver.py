@@ -36,7 +36,7 @@ from . import model as M
 from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
-from .profile import NONE_VALUE, PlatformProfile, parse_guard
+from .profile import NONE_VALUE, SOME_VALUE, PlatformProfile, parse_guard
 from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, interned_names, is_passthrough,
                       triton_decorated)
 from .torchops import OpRegistry
@@ -185,9 +185,36 @@ class Resolver:
         def fold(text: str):
             if not text:
                 return None
-            return NONE_VALUE if text == "None" else self.profile.value_of(mod, scope, text, caller_binds)
+            if text == "None":
+                return NONE_VALUE
+            v = self.profile.value_of(mod, scope, text, caller_binds)
+            if v is None and text.isidentifier():
+                # a name the caller's guards say is (not) None: `else:` of `if residual is None:`
+                v = dict(caller_binds).get(text) if any(n == text and b is SOME_VALUE for n, b in caller_binds) \
+                    else self._none_fact(mod, scope, cs, text)
+            return v
 
         return () if cs.star_args else cs.arg_texts, cs.kw_texts, cs.star_args or cs.star_kwargs, fold
+
+    def _none_fact(self, mod: Module, scope: str, cs: CallSite, name: str):
+        """``NONE_VALUE`` / ``SOME_VALUE`` when the guards around call ``cs`` say local or parameter ``name`` is None
+        / is not None (`if x is None`, its `else`, `if x is not None and ...`) and the function does not bind it
+        again between the guard and the call; else None."""
+        if not cs.guards or mod.summary.binding_of(scope, name)[0] not in ("local", "param"):
+            return None
+        f = mod.summary.functions.get(scope)
+        binds = f.locals.get(name, ()) if f is not None else ()
+        for kind, text, gline in cs.guards:
+            if kind not in ("if", "else") or name not in text:
+                continue
+            for e, truth in _guard_parts(kind, parse_guard(text)):
+                if isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot)) \
+                        and isinstance(e.left, ast.Name) and e.left.id == name and isinstance(e.comparators[0], ast.Constant) \
+                        and e.comparators[0].value is None:
+                    if any(gline <= b.line < cs.line and (kind, text, gline) in tuple(b.guards) for b in binds):
+                        return None  # (bound again under the guard: `if x is None: x = default`)
+                    return NONE_VALUE if truth == isinstance(e.ops[0], ast.Is) else SOME_VALUE
+        return None
 
     def arg_record(self, mod: Module, scope: str, cs: CallSite, caller_binds: tuple) -> tuple:
         """The arguments of ``cs`` folded (:meth:`_call_args`), for a callee that hands them on whole
@@ -231,7 +258,8 @@ class Resolver:
         if reach == self.guard_value(mod, guards, scope):
             return ""
         texts = " ".join(t for _k, t, _l in guards)
-        used = [f"{n}={val!r}" for n, val in binds if re.search(rf"\b{re.escape(n)}\b", texts)]
+        used = [f"{n} is not None" if val is SOME_VALUE else f"{n}={val!r}" for n, val in binds
+                if re.search(rf"\b{re.escape(n)}\b", texts)]
         return f"the call into {scope.rpartition('.')[2]}: {', '.join(used)}" if used else ""
 
     def _tested_params(self, mod: Module, f: FunctionInfo) -> frozenset:
@@ -924,8 +952,12 @@ class Resolver:
         # constructor may be reached through an attribute: `self.metadata_cls(...)` defaults to the class)
         mods = [m]
         for modname in self._keyword_modules().get(name, ()):
+            # (the text first: most of these modules never name the class, and their summaries need not be read)
+            path = self.index.ws_files.get(modname)
+            if path is None or cname not in (self.index.source_text(path) or ""):
+                continue
             x = self.index.module(modname)
-            if x is not None and x.path != m.path and cname in (self.index.source_text(x.path) or ""):
+            if x is not None and x.path != m.path:
                 mods.append(x)
         arms, seen = [], set()
         for mod in mods:
@@ -2463,8 +2495,9 @@ class Resolver:
         """The provider names the platform's ``get_default_ir_op_priority`` can put in a priority list: the string
         items of the list displays in that method (as the platform classes define or inherit it), in order of first
         appearance, each with (the ``if`` guards it is listed under, or None when it is listed unguarded somewhere;
-        path; line): ``{"vllm_c": (None, ...), "native": (None, ...), "oink": ("envs.VLLM_USE_OINK_OPS", ...)}``
-        for vLLM-MetaX. None when no platform class has the method. Memoised per index generation."""
+        path; line; module name; function qualname): ``{"vllm_c": (None, ...), "native": (None, ...), "oink":
+        ("envs.VLLM_USE_OINK_OPS", ...)}`` for vLLM-MetaX. None when no platform class has the method. Memoised per
+        index generation."""
         key = (self.index.generation, "ir-default")
         if key in self._ir_memo:
             return self._ir_memo[key]
@@ -2481,14 +2514,14 @@ class Resolver:
                 found = True
                 for name, guard, line in _list_strings(self.index.source_text(fv.module.path) or "", fv.func.line,
                                                        fv.func.end_line):
-                    guards.setdefault(name, []).append((guard, fv.module.path, line))
+                    guards.setdefault(name, []).append((guard, fv.module.path, line, fv.module.name, fv.func.qualname))
             if not found:
                 return None
             out = {}
             for name, seen in guards.items():
-                texts = list(dict.fromkeys(g for g, _p, _l in seen))
+                texts = list(dict.fromkeys(x[0] for x in seen))
                 guard = None if None in texts else texts[0] if len(texts) == 1 else " or ".join(f"({g})" for g in texts)
-                out[name] = (guard, seen[0][1], seen[0][2])
+                out[name] = (guard, *seen[0][1:])
             return out
 
         out = self._ir_memo[key] = self.apart(compute)
@@ -2516,30 +2549,27 @@ class Resolver:
             note = ""
             if val is not None and not val:
                 cond, reach = sup, False
-            elif default is not None and prov not in default:
-                # (the platform never lists it: it runs only where --kernel-config names it)
-                cond, reach, note = listed, False, "; not in the platform's default IR op priority"
             else:
+                # (whether the priority lists it by default is for the env-flag defaults to say: `ir_default_priority`;
+                # a user's --kernel-config can list any provider)
                 cond, reach = (listed if val is not None else f"{sup} and {listed}"), None
-            where = (m.path, line)
-            if reach is not False and default and default[prov][0]:
-                # listed only under the platform's guard (`if envs.VLLM_USE_OINK_OPS: rms_norm = ["oink"] + default`):
-                # the branch's condition is written there, and its env flags are read there
-                cond, where = f"{_paren(default[prov][0])} and {cond}", default[prov][1:]
+                if default is not None and prov not in default:
+                    note = "; not in the platform's default IR op priority"
             if args and reach is not False:
                 # what `supports_args` checks (dtypes, shapes) is decided by the arguments at run time
                 cond += " and " + (args if re.fullmatch(r"[\w.]+", args) else f"({args})") + call
             arms.append(Alt(Val(ValKind.FUNCTION, m, q, m.path, fi.line), cond, reach,
-                            f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'}{note})", *where))
+                            f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'}{note})", m.path, line))
         live = [a for a in arms if a.reachable is not False]
         native = dataclasses.replace(v, extra={**v.extra, "ir_native": True})
         arms.append(Alt(native, None, None if live else True,
                         f"provider 'native': the op's own body ({'when no provider before it in ' + prio + ' accepts the arguments' if live else 'no other provider is taken here'})",
                         v.path, f.line))
-        if default:
-            # the platform's default order first (what runs by default is expanded first within the leaf limit)
-            rank = {p: i for i, p in enumerate(default)}
-            arms.sort(key=lambda a: rank.get(a.label.split("'")[1], len(rank)))
+        # what can run first, in the platform's default order (what runs by default is expanded first within the
+        # leaf limit), then the rest; native last of those that can run (vLLM tries it after every listed provider)
+        rank = {p: i for i, p in enumerate(default or ()) if p != "native"}
+        arms.sort(key=lambda a: (a.reachable is False, a.label.split("'")[1] == "native",
+                                 rank.get(a.label.split("'")[1], 1 << 20)))
         w.add(Hop(HopKind.DECORATOR, mod.path, d.line, v.dotted,
                   f"@{d.func}: {f.name} is a vLLM IR op with {len(arms)} providers; a call runs the first in the platform's "
                   f"IR op priority that is supported and accepts the arguments"))
@@ -2850,6 +2880,12 @@ def _list_strings(text: str, line: int, end_line: int) -> list:
             for n in node.orelse:
                 visit(n, guards + [f"not ({test})"])
             return
+        if isinstance(node, ast.IfExp):  # `["native"] if using_inductor else ["vllm_c", "native"]`
+            test = " ".join((ast.get_source_segment(body, node.test) or ast.unparse(node.test)).split())
+            visit(node.test, guards)
+            visit(node.body, guards + [test])
+            visit(node.orelse, guards + [f"not ({test})"])
+            return
         if isinstance(node, (ast.List, ast.Tuple)):
             out.extend((e.lineno, e.col_offset, e.value, " and ".join(guards) or None) for e in node.elts
                        if isinstance(e, ast.Constant) and isinstance(e.value, str))
@@ -2858,16 +2894,6 @@ def _list_strings(text: str, line: int, end_line: int) -> list:
 
     visit(tree, [])
     return [(v, g, line - 1 + ln) for ln, _c, v, g in sorted(out)]
-
-
-def _paren(text: str) -> str:
-    """``text`` as an operand of ``and``: bracketed unless it binds at least as tightly."""
-    try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return f"({text})"
-    loose = (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or)) or isinstance(node, (ast.IfExp, ast.Lambda, ast.NamedExpr))
-    return f"({text})" if loose else text
 
 
 def _keyword_sources(text: str, method: str, keyword: str) -> dict:

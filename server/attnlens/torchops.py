@@ -213,7 +213,7 @@ class OpRegistry:
             return self._providers
         self._providers_gen = self.r.index.generation
         out = []
-        seen = set()
+        guards: dict = {}  # module -> the guard of each import of it (the platform may import one in two branches)
         for cv in self.r.profile.info.classes:
             fv = self.r.class_attr(cv.module, cv.qual, "import_kernels", Walk())
             if fv is None or fv.func is None or fv.module is None or not fv.module.workspace:
@@ -225,16 +225,25 @@ class OpRegistry:
                     target = b.alternatives[0] if b.alternatives else b.target
                     if b.kind == "from":
                         target = f"{b.target}.{b.attr}"
-                    if not target or target in seen:
+                    if not target:
                         continue
-                    seen.add(target)
+                    g = self.r.guard_text(b.guards)
+                    if target in guards:
+                        if g not in guards[target]:
+                            guards[target].append(g)
+                        continue
+                    guards[target] = [g]
                     loc = self.r.index.locate(target)
                     if loc is None:
                         top = target.split(".", 1)[0]
                         status = "not built in this checkout" if self.r.index.locate(top) is not None and top in {m.split(".")[0] for m in self.r.index.ws_files} else "not installed"
                     else:
                         status = f"installed at {loc.path}"
-                    out.append((target, self.r.guard_text(b.guards), status))
+                    out.append((target, g, status))
+        # imported on several paths: under any of their guards (`vllm._C` on x86 with AVX-512, and on every other
+        # architecture), unguarded when one path is
+        out = [(t, None if None in guards[t] else g if len(guards[t]) == 1 else " or ".join(_bracketed(x) for x in guards[t]), st)
+               for t, g, st in out]
         self._providers = out
         return out
 
@@ -928,6 +937,13 @@ def _ns_words(name: str) -> set[str]:
     import re
 
     return {w for w in re.split(r"[^A-Za-z0-9]+", name.lower()) if w and w not in _GENERIC_WORDS and len(w) > 1}
+
+
+def _bracketed(cond: str) -> str:
+    """``cond`` as an operand of ``or``: bracketed when it is an ``and`` or looser (a conditional expression)."""
+    from .model import conjuncts
+
+    return f"({cond})" if len(conjuncts(cond)) > 1 or " if " in cond or " or " in cond else cond
 
 
 def _for_namespace(provs: list, ns: str, built_here: bool) -> list:

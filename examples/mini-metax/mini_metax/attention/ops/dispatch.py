@@ -521,6 +521,19 @@ class NormBlock:
     def picked_residual(self, x, r):
         return self.picked(x, residual=r)
 
+    def guarded(self, x, r=None):
+        # the caller's own guard says what it passes: `r` is not None in the else
+        if r is None:
+            r = x
+            return self.norm(x)
+        else:
+            return self.norm(x, r)
+
+    def defaulted(self, x, r=None):
+        if r is None:
+            r = x  # (bound again under the guard: whatever `r` was, it is not known here)
+            return self.norm(x, r)
+
 
 # 18. a caller's guard on a module-level expression reaches the calls inside a callee of the same module: the object
 # the callee calls was chosen by the same expression in __init__
