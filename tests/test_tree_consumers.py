@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 
 from attnlens import model as M
-from attnlens.render import chain_markdown, chain_text, leaf_paths, md_escape, site_leaves_text
+from attnlens.render import TRUNCATED_WORDS, chain_markdown, chain_text, leaf_paths, md_escape, site_leaves_text, verdict_text
 from tests.helpers import EXAMPLE, REPO, example_ws, find, have_vllm
 
 pytestmark = pytest.mark.skipif(not have_vllm(), reason="vllm 0.26.0 is not installed in the test interpreter")
@@ -197,7 +197,8 @@ def test_hover_markdown_escapes_and_runtime_words():
         "Runs: `vendorlib` (not installed here: `vendorlib`, taken on this platform)",
     ]
     assert "Not taken on this platform: `cuda_op` (torch op, if `is_cuda()`)" in lines
-    assert "*The tree hit its bounds: more leaves exist than are listed.*" in lines
+    assert f"*{TRUNCATED_WORDS}*" in lines
+    assert verdict_text(_tree(truncated="width bound (32 leaves)"))[-1] == TRUNCATED_WORDS  # (the CLI says it too)
     assert '"fp8": kernel\\[grid\\]' in md  # a label with Markdown syntax, escaped
     assert md_escape("__init__") == "\\_\\_init\\_\\_" and md_escape("kernel[grid]") == "kernel\\[grid\\]"
     assert md_escape("merge_attn_states") == "merge_attn_states"
@@ -506,18 +507,22 @@ def test_a_verdict_leaves_out_what_the_platform_alone_makes_true():
     written."""
     from attnlens import render
 
-    facts = {"not (is_rocm())": True, "is_out_of_tree()": True}
+    facts = {"not (is_rocm())": True, "is_out_of_tree()": True, "is_rocm()": False}
     defaults = render.Defaults(platform_fact=lambda text, path, line: facts.get(text))
     hop = M.Hop(M.HopKind.CALL, "/x/k.py", 9, "g", "call", "enabled", None)
     fk = M.Fork(M.ForkKind.CALLS, None, "/x/k.py", 1, "f", [
         M.Branch("not (not enabled) and not (is_rocm()) and is_out_of_tree() and flag", None, "line 2",
                  M.Chain([hop], M.Final(M.FinalKind.TRITON_KERNEL, "/x/k.py", 3, "pkg.kern"), None), "/x/k.py", 2),
         M.Branch("not (flag) and size > 4", None, "line 5",
-                 M.Chain([], M.Final(M.FinalKind.TORCH_OP, "/x/k.py", 6, "_C::op"), None), "/x/k.py", 5)], None)
+                 M.Chain([], M.Final(M.FinalKind.TORCH_OP, "/x/k.py", 6, "_C::op"), None), "/x/k.py", 5),
+        M.Branch("not (not enabled) and is_rocm()", False, "line 7",
+                 M.Chain([], M.Final(M.FinalKind.TORCH_OP, "/x/k.py", 8, "_C::rocm_op"), False), "/x/k.py", 7)], None)
     chain = M.Chain([], M.Final(M.FinalKind.FORK, "/x/k.py", 1, "f", fork=fk), None)
     runs = [ln for ln in render.verdict_text(chain, defaults) if ln.startswith("Runs:")]
     assert runs == ["Runs: kern (Triton, /x/k.py:3, decided at run time by enabled and flag)",
                     "Runs: op (torch op _C::op, /x/k.py:6, decided at run time by not (flag) and size > 4)"]
+    # a dead leaf is said by what is false here
+    assert render.verdict_text(chain, defaults)[-1] == "Not taken on this platform: rocm_op (torch op, if is_rocm())"
     # without the platform's facts: as written
     assert render.verdict_text(chain)[0] == ("Runs: kern (Triton, /x/k.py:3, decided at run time by not (not enabled) "
                                              "and not (is_rocm()) and is_out_of_tree() and flag and enabled)")

@@ -388,6 +388,12 @@ def test_a_callers_guard_on_a_name_it_passes_binds_the_callees_parameter(ws):
     assert c.final.fork.branches[0].decided == "the call into forward: residual is not None"
     assert leaves(trace(ws, "self.norm(x, r)", nth=2)) == [(*COPY, ["r is None", "residual is None"], None),
                                                           (*SCALE, ["r is None", "not (residual is None)"], None)]
+    # a loop under the guard that binds `r` again passes another value on its next turn; a comprehension's own `r`
+    # is not the one tested: nothing is bound
+    assert leaves(trace(ws, "self.norm(x, r)", nth=3)) == [(*COPY, ["r is not None", "residual is None"], None),
+                                                          (*SCALE, ["r is not None", "not (residual is None)"], None)]
+    assert leaves(trace(ws, "self.norm(x, r)", nth=4)) == [(*COPY, ["r is None", "residual is None"], None),
+                                                          (*SCALE, ["r is None", "not (residual is None)"], None)]
 
 
 def test_what_the_call_decided_is_said_as_the_calls_in_the_verdict_the_tree_and_the_leaves(ws):

@@ -296,6 +296,24 @@ class PlatformProfile:
             self._memo[key] = res
         return res
 
+    def _returns_none_everywhere(self, name: str) -> bool:
+        """Does ``current_platform.<name>()`` return the constant None on every platform class (the CPU platform's
+        inherited ``get_device_capability``)?"""
+        key = ("none", name)
+        if key in self._memo:
+            return self._memo[key]
+        classes = self.info.classes
+        out = bool(classes)
+        for cv in classes:
+            v = self.r.class_attr(cv.module, cv.qual, name, Walk())
+            f = v.func if v is not None and v.kind == ValKind.FUNCTION else None
+            if f is None or f.returns_const is None or f.returns_const[1] is not None or f.decorators and any(
+                    d.func.rpartition(".")[2] not in ("classmethod", "staticmethod") for d in f.decorators):
+                out = False
+                break
+        self._memo[key] = out
+        return out
+
     def _eval_method(self, v, enum: str | None):
         f = v.func
         if f is None:
@@ -650,6 +668,8 @@ class PlatformProfile:
             base = self.r.resolve_dotted(mod, scope, ".".join(parts[:-1]), w)
             if base.kind == ValKind.PLATFORM:
                 args = tuple(a.value for a in node.args if isinstance(a, ast.Constant))
+                if parts[-1] == "has_device_capability" and self._returns_none_everywhere("get_device_capability"):
+                    return False  # (no capability to compare: vLLM's `Platform.has_device_capability` says False)
                 return self.method_value(parts[-1], args)
         v = self.r.resolve_dotted(mod, scope, d, w)
         if v.dotted == "importlib.util.find_spec" and len(node.args) == 1 and isinstance(node.args[0], ast.Constant) \

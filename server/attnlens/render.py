@@ -82,13 +82,15 @@ class LeafPath:
     branch_conds: tuple = ()  # Cond of each branch taken from the root
 
     def conds(self) -> list[Cond]:
-        """The branch conditions from the root, then the guards of the hops on the way (once each)."""
-        out: dict[str, Cond] = {}
+        """The branch conditions from the root, then the guards of the hops on the way (once each; a text that
+        stands differently at two places is two conditions: the caller's run-time `not (residual is None)` and the
+        callee's same text, decided by the call)."""
+        out: dict[tuple, Cond] = {}
         for c in self.branch_conds:
-            out.setdefault(c.text, c)
+            out.setdefault((c.text, c.reachable), c)
         for h in self.hops:
             if h.condition:
-                out.setdefault(h.condition, Cond(h.condition, h.reachable, h.path or None, h.line or None))
+                out.setdefault((h.condition, h.reachable), Cond(h.condition, h.reachable, h.path or None, h.line or None))
         return list(out.values())
 
     @property
@@ -282,7 +284,7 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
     live: dict[tuple, Verdict] = {}
     dead: dict[tuple, Verdict] = {}
     cond_of = defaults.condition if defaults is not None else None
-    fact_of = getattr(defaults, "platform_fact", None) if defaults is not None else None
+    fact_of = _fact_of(defaults)
     def default_of(runtime: list) -> bool | None:
         if not runtime or cond_of is None:
             return None
@@ -317,6 +319,10 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
         for v in lv:
             v.shared = tuple(common)
     return lv, list(dead.values())
+
+
+def _fact_of(defaults):
+    return getattr(defaults, "platform_fact", None) if defaults is not None else None
 
 
 def _runtime_parts(conds: list, fact_of) -> list:
@@ -380,16 +386,27 @@ def unreadable_code(chain: M.Chain) -> bool:
     return any(lp.final.kind == M.FinalKind.UNRESOLVED and "cannot read" in (lp.final.reason or "") for lp in leaf_paths(chain))
 
 
-def _dead_reason(lp: LeafPath) -> tuple[str, str, str]:
+def _dead_reason(lp: LeafPath, fact_of=None) -> tuple[str, str, str]:
     """(kind, text, what the call fixed) of the first thing on the way that is false: a selection, a condition the
-    platform decides, or a branch the call being followed decided (kind "call", with ``Branch.decided``)."""
+    platform decides, or a branch the call being followed decided (kind "call", with ``Branch.decided``). With
+    ``fact_of`` (:meth:`envflags.PlatformDefaults.platform_fact`), a condition the platform decides is said by its
+    ``and`` operands that are false here (``current_platform.is_rocm()``, not the dispatch chain before it)."""
     for h in lp.hops:
         if h.kind == M.HopKind.SELECTION and h.reachable is False:
             return "selection", h.detail.removeprefix("never selected on this platform: "), ""
     for c in lp.conds():
         if c.reachable is False:
-            return ("call", c.text, c.decided) if c.decided else ("condition", c.text, "")
+            if c.decided:
+                return "call", c.text, c.decided
+            return "condition", _false_parts(c, fact_of), ""
     return "", "", ""
+
+
+def _false_parts(c: Cond, fact_of) -> str:
+    if fact_of is None:
+        return c.text
+    false = [p for p in (_double_negation(x.strip()) for x in M.conjuncts(c.text)) if fact_of(p, c.path, c.line) is False]
+    return M.and_joined(false) if false else c.text
 
 
 def _status_words(status: str) -> str:
@@ -454,7 +471,7 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
     if common:
         out.append("All of them only if " + M.and_joined([c.text for c in common]) + f" ({RUNTIME})")
     if not live:
-        why = _dead_reason(dead[0].lp) if dead else ("", "", "")
+        why = _dead_reason(dead[0].lp, _fact_of(defaults)) if dead else ("", "", "")
         out.append(f"Runs: nothing {_where_dead(why[0])}" + (f" ({why[1]})" if why[1] and why[0] == "selection" else
                                                               f" (decided by {why[2]})" if why[0] == "call" else
                                                               f" ({why[1]} is false here)" if why[1] else ""))
@@ -463,11 +480,17 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
         out.append(f"Loaded by default from: {pw}")
     twins = _twins(dead)
     for v in dead:
-        kind, why, by = _dead_reason(v.lp)
+        kind, why, by = _dead_reason(v.lp, _fact_of(defaults))
         out.append(f"Not taken {_where_dead(kind)}: {v.name.short} ({_dead_tag(v, twins)}"
                    + (f", never selected" if kind == "selection" else f", if {why}" if why else "")
                    + (f"; decided by {by}" if by else "") + ")")
+    if chain.truncated():
+        out.append(TRUNCATED_WORDS)
     return out
+
+
+# (a leaf's conditions are those of the paths that were expanded: a path cut off may reach it under others)
+TRUNCATED_WORDS = "The tree hit its bounds: more leaves and paths exist than are listed; a condition above holds on the listed paths."
 
 
 def _dead_tag(v: Verdict, twins: set) -> str:
@@ -622,7 +645,7 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
         out.append("All of them only if " + " and ".join(md_code(_short_text(c.text, 90)) for c in common[:2])
                    + f"{more} ({RUNTIME})")
     if not live:
-        kind, why, by = _dead_reason(dead[0].lp) if dead else ("", "", "")
+        kind, why, by = _dead_reason(dead[0].lp, _fact_of(defaults)) if dead else ("", "", "")
         out.append(f"Runs: nothing {_where_dead(kind)}" + (f" (never selected: {md_escape(_short_text(why, 100))})"
                                                        if kind == "selection" else
                                                        f" (decided by {md_escape(_short_text(by, 100))})" if by else
@@ -634,7 +657,7 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
         groups: dict = {}  # on this platform / at this call -> the dead leaves named there
         twins = _twins(dead)
         for v in dead:
-            kind, why, by = _dead_reason(v.lp)
+            kind, why, by = _dead_reason(v.lp, _fact_of(defaults))
             groups.setdefault(_where_dead(kind), []).append(
                 f"{md_code(v.name.short)} ({md_escape(_dead_tag(v, twins))}"
                 + (", never selected" if kind == "selection" else f", if {md_code(_short_text(why, 60))}" if why else "")
@@ -647,7 +670,7 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
         more = f" and {len(dead) - MAX_DEAD} more" if len(dead) > MAX_DEAD else ""
         out.append(f"Would run elsewhere: {names}{more}")
     if chain.truncated():
-        out.append("*The tree hit its bounds: more leaves exist than are listed.*")
+        out.append(f"*{TRUNCATED_WORDS}*")
     return out
 
 

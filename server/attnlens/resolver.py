@@ -127,6 +127,7 @@ class Resolver:
         self._hopeless_memo: dict = {}
         self._tested_memo: dict = {}  # (module path, sha, function) -> the parameters its call guards test
         self._ir_memo: dict = {}  # (generation, package) -> IR op -> its registered providers
+        self._fn_trees: dict = {}  # (path, sha, def line) -> a function's parsed source (_passed_as_guarded)
         self._guard_facts_memo: dict = {}  # (module path, sha, scope, guards) -> module-level expression facts
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
@@ -213,8 +214,56 @@ class Resolver:
                         and e.comparators[0].value is None:
                     if any(gline <= b.line < cs.line and (kind, text, gline) in tuple(b.guards) for b in binds):
                         return None  # (bound again under the guard: `if x is None: x = default`)
+                    if f is None or not self._passed_as_guarded(mod, f, cs, name, gline):
+                        return None
                     return NONE_VALUE if truth == isinstance(e.ops[0], ast.Is) else SOME_VALUE
         return None
+
+    def _passed_as_guarded(self, mod: Module, f: FunctionInfo, cs: CallSite, name: str, gline: int) -> bool:
+        """Is ``name`` at call ``cs`` the one the ``if`` on line ``gline`` tested: no loop between them binds it again
+        (a second turn would pass the new value), and no comprehension or lambda around the call has its own
+        ``name``? Read from the function's source."""
+        import textwrap
+
+        key = (mod.path, mod.summary.sha, f.line)
+        tree = self._fn_trees.get(key)
+        if tree is None:
+            lines = (self.index.source_text(mod.path) or "").splitlines()[f.line - 1:f.end_line]
+            try:
+                tree = ast.parse(textwrap.dedent("\n".join(lines)))
+            except (SyntaxError, ValueError):
+                tree = False
+            if len(self._fn_trees) > 256:
+                self._fn_trees.clear()
+            self._fn_trees[key] = tree
+        if tree is False:
+            return False
+        parent: dict = {}
+        call = guard = None
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                parent[child] = node
+            if isinstance(node, ast.If) and node.lineno == gline - f.line + 1:
+                guard = guard or node
+            elif call is None and isinstance(node, ast.Call) and node.lineno == cs.line - f.line + 1 \
+                    and ast.unparse(node.func) == cs.func:
+                call = node
+        if call is None or guard is None:
+            return False
+        node = call
+        while node is not guard:
+            node = parent.get(node)
+            if node is None:
+                return False  # (the call is not under that `if`)
+            if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) and any(
+                    isinstance(n, ast.Name) and n.id == name for g in node.generators for n in ast.walk(g.target)):
+                return False
+            if isinstance(node, ast.Lambda) and name in {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}:
+                return False
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and any(
+                    isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(node)):
+                return False
+        return True
 
     def arg_record(self, mod: Module, scope: str, cs: CallSite, caller_binds: tuple) -> tuple:
         """The arguments of ``cs`` folded (:meth:`_call_args`), for a callee that hands them on whole

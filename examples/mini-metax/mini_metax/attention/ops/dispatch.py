@@ -534,6 +534,17 @@ class NormBlock:
             r = x  # (bound again under the guard: whatever `r` was, it is not known here)
             return self.norm(x, r)
 
+    def looped(self, x, r=None):
+        if r is not None:
+            for _ in range(2):
+                x = self.norm(x, r)  # (a second turn passes the r bound below)
+                r = None
+        return x
+
+    def each(self, xs, r=None):
+        if r is None:
+            return [self.norm(x, r) for x, r in xs]  # (the comprehension's own r)
+
 
 # 18. a caller's guard on a module-level expression reaches the calls inside a callee of the same module: the object
 # the callee calls was chosen by the same expression in __init__
