@@ -127,7 +127,7 @@ class Resolver:
         self._hopeless_memo: dict = {}
         self._tested_memo: dict = {}  # (module path, sha, function) -> the parameters its call guards test
         self._ir_memo: dict = {}  # (generation, package) -> IR op -> its registered providers
-        self._fn_trees: dict = {}  # (path, sha, def line) -> a function's parsed source (_passed_as_guarded)
+        self._passed_memo: dict = {}  # (path, sha, call line, col, name, guard line) -> _passed_as_guarded
         self._guard_facts_memo: dict = {}  # (module path, sha, scope, guards) -> module-level expression facts
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
@@ -223,20 +223,21 @@ class Resolver:
         """Is ``name`` at call ``cs`` the one the ``if`` on line ``gline`` tested: no loop between them binds it again
         (a second turn would pass the new value), and no comprehension or lambda around the call has its own
         ``name``? Read from the function's source."""
+        key = (mod.path, mod.summary.sha, cs.line, cs.col, name, gline)
+        hit = self._passed_memo.get(key)
+        if hit is None:
+            if len(self._passed_memo) > 4096:
+                self._passed_memo.clear()
+            hit = self._passed_memo[key] = self._passed_as_guarded_of(mod, f, cs, name, gline)
+        return hit
+
+    def _passed_as_guarded_of(self, mod: Module, f: FunctionInfo, cs: CallSite, name: str, gline: int) -> bool:
         import textwrap
 
-        key = (mod.path, mod.summary.sha, f.line)
-        tree = self._fn_trees.get(key)
-        if tree is None:
-            lines = (self.index.source_text(mod.path) or "").splitlines()[f.line - 1:f.end_line]
-            try:
-                tree = ast.parse(textwrap.dedent("\n".join(lines)))
-            except (SyntaxError, ValueError):
-                tree = False
-            if len(self._fn_trees) > 256:
-                self._fn_trees.clear()
-            self._fn_trees[key] = tree
-        if tree is False:
+        lines = (self.index.source_text(mod.path) or "").splitlines()[f.line - 1:f.end_line]
+        try:
+            tree = ast.parse(textwrap.dedent("\n".join(lines)))
+        except (SyntaxError, ValueError):
             return False
         parent: dict = {}
         call = guard = None
