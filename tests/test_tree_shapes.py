@@ -464,7 +464,7 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
          [f'has_oink_op("rmsnorm") and "oink" in {prio} and oink_rms_supported(x, weight, epsilon, variance_size)'], None),
         (M.TRITON_KERNEL, "mini_metax.attention.ops.ir_norm._mini_rms_kernel_wide",
          [f'"mini_wide" in {prio} and _wide_ok(x, weight, epsilon, variance_size)'], None),
-        (M.PYTHON_FUNCTION, "vllm.ir.ops.layernorm.rms_norm", [], None),
+        (M.PYTHON_FUNCTION, "vllm.ir.ops.layernorm.rms_norm", [f"no provider before native in {prio} accepts the arguments"], None),
         (*mini, ["current_platform.is_rocm()"], False),
         (M.NOT_INSTALLED, "aiter", ["AITER_SUPPORTED", "x.dim() > 2"], False),
         (M.NOT_INSTALLED, "aiter", ["AITER_SUPPORTED", "not (x.dim() > 2)"], False),
@@ -478,6 +478,10 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
     # the first provider the default priority lists, supported, accepting any arguments: it is what runs by default;
     # one listed after it is not said to be taken (the ones before it win when they accept the arguments)
     assert said["_mini_rms_kernel"].endswith("; taken by default)")
+    # native runs only when no provider before it accepts the arguments: never said to be taken by default
+    native_line = next(ln for ln in verdict_text(c, ws.query.platform_defaults()) if "(Python, " in ln and "layernorm.py" in ln)
+    assert native_line.endswith("decided at run time by no provider before native in kernel_config.ir_op_priority.rms_norm "
+                                "accepts the arguments)")
     vllm_c_line = next(ln for ln in verdict_text(c, ws.query.platform_defaults()) if "(torch op _C::rms_norm" in ln)
     assert not vllm_c_line.endswith("by default)")
     ops = {lf.final.symbol: lf.final for lf in c.leaves() if lf.final.kind == M.TORCH_OP}

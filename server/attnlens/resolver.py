@@ -2612,7 +2612,9 @@ class Resolver:
                             f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'}{note})", m.path, line))
         live = [a for a in arms if a.reachable is not False]
         native = dataclasses.replace(v, extra={**v.extra, "ir_native": True})
-        arms.append(Alt(native, None, None if live else True,
+        # (its condition, in words, is what keeps the defaults from calling it taken when a provider before it is)
+        arms.append(Alt(native, f"no provider before native in {prio} accepts the arguments" if live else None,
+                        None if live else True,
                         f"provider 'native': the op's own body ({'when no provider before it in ' + prio + ' accepts the arguments' if live else 'no other provider is taken here'})",
                         v.path, f.line))
         # what can run first, in the platform's default order (what runs by default is expanded first within the
