@@ -526,3 +526,21 @@ def test_a_verdict_leaves_out_what_the_platform_alone_makes_true():
     # without the platform's facts: as written
     assert render.verdict_text(chain)[0] == ("Runs: kern (Triton, /x/k.py:3, decided at run time by not (not enabled) "
                                              "and not (is_rocm()) and is_out_of_tree() and flag and enabled)")
+
+
+def test_a_leaf_that_runs_on_one_path_is_not_also_said_not_taken():
+    """`_C::rms_norm` runs through the non-ROCm branch and not through the ROCm one: the verdict says where it runs
+    (the tree keeps the dead path); a leaf dead on every path is still listed as not taken."""
+    from attnlens import render
+
+    def leaf(sym, reach):
+        return M.Chain([M.Hop(M.HopKind.CALL, "/x/k.py", 3, sym)], M.Final(M.FinalKind.TORCH_OP, "/x/k.py", 3, sym), reach)
+
+    fk = M.Fork(M.ForkKind.CALLS, None, "/x/k.py", 1, "f", [
+        M.Branch("IS_ROCM", False, "line 2", leaf("_C::rms_norm", False), "/x/k.py", 2),
+        M.Branch("not (IS_ROCM)", True, "line 4", leaf("_C::rms_norm", True), "/x/k.py", 4),
+        M.Branch("IS_XPU", False, "line 6", leaf("_C::xpu_norm", False), "/x/k.py", 6)], None)
+    chain = M.Chain([], M.Final(M.FinalKind.FORK, "/x/k.py", 1, "f", fork=fk), True)
+    assert render.verdict_text(chain) == [
+        "Runs: rms_norm (torch op _C::rms_norm, /x/k.py:3, taken on this platform)",
+        "Not taken on this platform: xpu_norm (torch op, if IS_XPU)"]

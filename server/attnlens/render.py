@@ -313,6 +313,9 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
             continue
         table[key] = Verdict(nm, lp, r, runtime, default_of(runtime), common=list(runtime))
     lv = list(live.values())
+    # a leaf that runs on one path and not on another is said once, where it runs (the tree keeps the other path)
+    running = {(v.final.kind, v.name.full) for v in lv}
+    dead = {k: v for k, v in dead.items() if (v.final.kind, v.name.full) not in running}
     if len(lv) > 1:  # the trunk's guards, on every line, would hide what tells the leaves apart
         need = [{c.text for c in v.common} for v in lv]
         common = [c for c in lv[0].runtime if all(c.text in n for n in need)]
@@ -490,7 +493,8 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
 
 
 # (a leaf's conditions are those of the paths that were expanded: a path cut off may reach it under others)
-TRUNCATED_WORDS = "The tree hit its bounds: more leaves and paths exist than are listed; a condition above holds on the listed paths."
+TRUNCATED_WORDS = ("The tree hit its bounds: more leaves and paths exist than are listed; the conditions above, and what is "
+                   "not taken, hold on the listed paths.")
 
 
 def _dead_tag(v: Verdict, twins: set) -> str:
