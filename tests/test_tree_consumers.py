@@ -544,3 +544,20 @@ def test_a_leaf_that_runs_on_one_path_is_not_also_said_not_taken():
     assert render.verdict_text(chain) == [
         "Runs: rms_norm (torch op _C::rms_norm, /x/k.py:3, taken on this platform)",
         "Not taken on this platform: xpu_norm (torch op, if IS_XPU)"]
+
+
+def test_a_leaf_reached_under_a_condition_and_under_its_negation_is_taken():
+    """A CustomOp that is enabled runs `forward_native` through one path and, disabled, through another: the leaf
+    under `enabled` and under `not enabled` runs whichever holds. Paths whose conditions do not cover every case
+    leave it to run time."""
+    from attnlens import render
+
+    def fork(conds):
+        leaf = lambda: M.Chain([], M.Final(M.FinalKind.TORCH_OP, "/x/k.py", 3, "_C::op"), None)
+        return M.Chain([], M.Final(M.FinalKind.FORK, "/x/k.py", 1, "f", fork=M.Fork(M.ForkKind.CALLS, None, "/x/k.py", 1, "f", [
+            M.Branch(c, None, f"line {i}", leaf(), "/x/k.py", i) for i, c in enumerate(conds, 2)], None)), None)
+
+    assert render.verdict_text(fork(["not enabled", "enabled"])) == [
+        "Runs: op (torch op _C::op, /x/k.py:3, taken on this platform; 2 paths)"]
+    assert render.verdict_text(fork(["flag", "not (flag)"]))[0].endswith("taken on this platform; 2 paths)")
+    assert render.verdict_text(fork(["flag", "other"])) == ["Runs: op (torch op _C::op, /x/k.py:3, decided at run time; 2 paths)"]

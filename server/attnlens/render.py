@@ -268,6 +268,7 @@ class Verdict:
     paths: int = 1
     shared: tuple = ()  # runtime conditions every leaf that can run has (said once, after the verdict lines)
     common: list = field(default_factory=list)  # the runtime conditions every path to this leaf has
+    path_texts: list = field(default_factory=list)  # the runtime conditions of each path to it (texts)
 
     @property
     def own(self) -> list:
@@ -308,10 +309,16 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
                 # else: self.attn = B(...)`, both running one inherited `forward`); taken by default when any path is
                 theirs = {c.text for c in runtime}
                 v.common = [c for c in v.common if c.text in theirs]
+                v.path_texts.append(frozenset(theirs))
                 d = default_of(runtime)
                 v.by_default = True if True in (d, v.by_default) else False if d is False and v.by_default is False else None
             continue
-        table[key] = Verdict(nm, lp, r, runtime, default_of(runtime), common=list(runtime))
+        table[key] = Verdict(nm, lp, r, runtime, default_of(runtime), common=list(runtime),
+                             path_texts=[frozenset(c.text for c in runtime)])
+    for v in live.values():
+        if v.reachable is None and v.paths > 1 and not v.common and _complementary_paths(v.path_texts):
+            # (reached under `enabled` on one path and `not enabled` on another: whichever holds, it runs)
+            v.reachable, v.runtime, v.by_default = True, [], None
     lv = list(live.values())
     # a leaf that runs on one path and not on another is said once, where it runs (the tree keeps the other path)
     running = {(v.final.kind, v.name.full) for v in lv}
@@ -322,6 +329,13 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
         for v in lv:
             v.shared = tuple(common)
     return lv, list(dead.values())
+
+
+def _complementary_paths(paths: list) -> bool:
+    """Do two of these paths need exactly one condition each, one the negation of the other (so one of them is
+    always taken)?"""
+    single = {next(iter(p)) for p in paths if len(p) == 1}
+    return any(_double_negation(f"not ({t})") in single for t in single)
 
 
 def _fact_of(defaults):
