@@ -521,6 +521,9 @@ def test_a_verdict_leaves_out_what_the_platform_alone_makes_true():
     runs = [ln for ln in render.verdict_text(chain, defaults) if ln.startswith("Runs:")]
     assert runs == ["Runs: kern (Triton, /x/k.py:3, decided at run time by enabled and flag)",
                     "Runs: op (torch op _C::op, /x/k.py:6, decided at run time by not (flag) and size > 4)"]
+    # one condition written two ways is said one way
+    assert [render._double_negation(t) for t in ("not (x is None)", "not (a.b is not None)", "not (not f())", "not (x == 1)")] \
+        == ["x is not None", "a.b is None", "f()", "not (x == 1)"]
     # a dead leaf is said by what is false here
     assert render.verdict_text(chain, defaults)[-1] == "Not taken on this platform: rocm_op (torch op, if is_rocm())"
     # without the platform's facts: as written
@@ -544,6 +547,11 @@ def test_a_leaf_that_runs_on_one_path_is_not_also_said_not_taken():
     assert render.verdict_text(chain) == [
         "Runs: rms_norm (torch op _C::rms_norm, /x/k.py:3, taken on this platform)",
         "Not taken on this platform: xpu_norm (torch op, if IS_XPU)"]
+    # a dead op named like one that runs is told apart by its full op
+    fk2 = M.Fork(M.ForkKind.CALLS, None, "/x/k.py", 1, "f", list(fk.branches) + [
+        M.Branch("HAS_OINK", False, "line 8", leaf("oink::rms_norm", False), "/x/k.py", 8)], None)
+    chain = M.Chain([], M.Final(M.FinalKind.FORK, "/x/k.py", 1, "f", fork=fk2), True)
+    assert render.verdict_text(chain)[-1] == "Not taken on this platform: rms_norm (torch op oink::rms_norm, if HAS_OINK)"
 
 
 def test_a_leaf_reached_under_a_condition_and_under_its_negation_is_taken():
@@ -561,3 +569,11 @@ def test_a_leaf_reached_under_a_condition_and_under_its_negation_is_taken():
         "Runs: op (torch op _C::op, /x/k.py:3, taken on this platform; 2 paths)"]
     assert render.verdict_text(fork(["flag", "not (flag)"]))[0].endswith("taken on this platform; 2 paths)")
     assert render.verdict_text(fork(["flag", "other"])) == ["Runs: op (torch op _C::op, /x/k.py:3, decided at run time; 2 paths)"]
+    # `flag` tested in one function and `not (flag)` in another: two variables may share a name, nothing covers
+    leaf = lambda: M.Chain([], M.Final(M.FinalKind.TORCH_OP, "/x/k.py", 3, "_C::op"), None)
+    inner = lambda path, cond: M.Chain([], M.Final(M.FinalKind.FORK, path, 1, "g", fork=M.Fork(
+        M.ForkKind.CALLS, None, path, 1, "g", [M.Branch(cond, None, "line 2", leaf(), path, 2)], None)), None)
+    outer = M.Chain([], M.Final(M.FinalKind.FORK, "/x/k.py", 1, "f", fork=M.Fork(M.ForkKind.CALLS, None, "/x/k.py", 1, "f", [
+        M.Branch(None, True, "line 5", inner("/x/a.py", "flag"), "/x/k.py", 5),
+        M.Branch(None, True, "line 6", inner("/x/b.py", "not (flag)"), "/x/k.py", 6)], None)), None)
+    assert render.verdict_text(outer) == ["Runs: op (torch op _C::op, /x/k.py:3, decided at run time; 2 paths)"]

@@ -71,6 +71,7 @@ class Cond:
     path: str | None
     line: int | None
     decided: str | None = None  # what the call being followed fixed that decided it (model.Branch.decided)
+    fork: tuple | None = None  # (path, line, symbol) of the fork whose branch it is; None for a hop's guard
 
 
 @dataclass
@@ -140,7 +141,9 @@ def _leaf_paths(chain: M.Chain) -> list[LeafPath]:
             return
         for b in c.final.fork.branches:
             # (a branch the call decided counts even without a condition of its own: "always", but not at this call)
-            more = (Cond(b.condition or "", b.reachable, b.path, b.line, b.decided),) if b.condition or b.decided else ()
+            fk = c.final.fork
+            more = (Cond(b.condition or "", b.reachable, b.path, b.line, b.decided, (fk.path, fk.line, fk.symbol)),) \
+                if b.condition or b.decided else ()
             walk(b.chain, hops, conds + more)
 
     walk(chain, [], ())
@@ -309,12 +312,12 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
                 # else: self.attn = B(...)`, both running one inherited `forward`); taken by default when any path is
                 theirs = {c.text for c in runtime}
                 v.common = [c for c in v.common if c.text in theirs]
-                v.path_texts.append(frozenset(theirs))
+                v.path_texts.append(frozenset((c.text, c.fork) for c in runtime))
                 d = default_of(runtime)
                 v.by_default = True if True in (d, v.by_default) else False if d is False and v.by_default is False else None
             continue
         table[key] = Verdict(nm, lp, r, runtime, default_of(runtime), common=list(runtime),
-                             path_texts=[frozenset(c.text for c in runtime)])
+                             path_texts=[frozenset((c.text, c.fork) for c in runtime)])
     for v in live.values():
         if v.reachable is None and v.paths > 1 and not v.common and _complementary_paths(v.path_texts):
             # (reached under `enabled` on one path and `not enabled` on another: whichever holds, it runs)
@@ -332,10 +335,10 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
 
 
 def _complementary_paths(paths: list) -> bool:
-    """Do two of these paths need exactly one condition each, one the negation of the other (so one of them is
-    always taken)?"""
+    """Do two of these paths need exactly one condition each, the branches of one fork whose conditions negate
+    each other (an `if` and its `else`: one of them is always taken)? ``paths``: sets of (text, fork)."""
     single = {next(iter(p)) for p in paths if len(p) == 1}
-    return any(_double_negation(f"not ({t})") in single for t in single)
+    return any(fk is not None and (_double_negation(f"not ({t})"), fk) in single for t, fk in single)
 
 
 def _fact_of(defaults):
@@ -362,12 +365,26 @@ def _runtime_parts(conds: list, fact_of) -> list:
         if kept == parts:
             out.append(c)
         elif kept:
-            out.append(Cond(M.and_joined(kept), c.reachable, c.path, c.line, c.decided))
+            out.append(Cond(M.and_joined(kept), c.reachable, c.path, c.line, c.decided, c.fork))
     return out or conds
 
 
 def _double_negation(text: str) -> str:
-    """``not (not x)`` -> ``x``."""
+    """``not (not x)`` -> ``x``; ``not (x is None)`` -> ``x is not None`` (and the other way round), so that one
+    condition written two ways is said once."""
+    if text.startswith("not (") and text.endswith((" is None)", " is not None)")):
+        import ast
+
+        try:
+            node = ast.parse(text, mode="eval").body
+        except (SyntaxError, ValueError):
+            return text
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and isinstance(node.operand, ast.Compare) \
+                and len(node.operand.ops) == 1 and isinstance(node.operand.ops[0], (ast.Is, ast.IsNot)):
+            left = ast.get_source_segment(text, node.operand.left)
+            if left:
+                return f"{left.strip()} is {'not ' if isinstance(node.operand.ops[0], ast.Is) else ''}None"
+        return text
     if not text.startswith("not (not "):
         return text
     import ast
@@ -495,7 +512,7 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
     pw = provider_words(defaults) if _has_providers(live) else None
     if pw:
         out.append(f"Loaded by default from: {pw}")
-    twins = _twins(dead)
+    twins = _twins(dead + live)  # (a dead op named like one that runs: its full op)
     for v in dead:
         kind, why, by = _dead_reason(v.lp, _fact_of(defaults))
         out.append(f"Not taken {_where_dead(kind)}: {v.name.short} ({_dead_tag(v, twins)}"
@@ -673,7 +690,7 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
         out.append(f"Loaded by default from: {pw}")
     if dead and live:
         groups: dict = {}  # on this platform / at this call -> the dead leaves named there
-        twins = _twins(dead)
+        twins = _twins(dead + live)  # (a dead op named like one that runs: its full op)
         for v in dead:
             kind, why, by = _dead_reason(v.lp, _fact_of(defaults))
             groups.setdefault(_where_dead(kind), []).append(

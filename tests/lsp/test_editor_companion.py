@@ -76,7 +76,7 @@ async def test_hover_first_line_names_the_cpp_kernel(lsp):
     assert first == (
         f"Runs: `reshape_and_cache_flash` (torch op `_C_cache_ops::reshape_and_cache_flash`, [cache_kernels.cu:{k}]({uri(cu)}#L{k} "
         f"\"torch op: _C_cache_ops::reshape_and_cache_flash → reshape_and_cache_flash\"), decided at run time by "
-        "`not (attn_metadata is None) and self.kv_sharing_target_layer_name is None`)")
+        "`attn_metadata is not None and self.kv_sharing_target_layer_name is None`)")
     # the provider the default configuration loads: MINI_USE_PRECOMPILED unset -> the workspace extension
     assert md.splitlines()[1] == "Loaded by default from: `mini_metax._C` (not built in this checkout; `MINI_USE_PRECOMPILED` is unset)"
     # the final Python function: vLLM's wrapper in _custom_ops.py, whose body calls the op
@@ -110,7 +110,8 @@ async def test_hover_tree_one_line_per_leaf_then_the_dead_ones(lsp):
     lines = [ln.rstrip() for ln in md.splitlines()]
     assert [ln.split(" (")[0] for ln in lines[:2]] == ["Runs: `flash_attn_varlen_func`", "Runs: `merge_attn_states_kernel`"]
     # the guard both share (the early returns of forward) is said once; each line keeps what tells it apart
-    guard = "not (attn_metadata is None) and not (md.max_query_len == 1) and not (md.is_spec_decode) and md.common_prefix_len > 0"
+    # (`not (attn_metadata is None)`, an early return's `else`, said as `attn_metadata is not None`)
+    guard = "attn_metadata is not None and not (md.max_query_len == 1) and not (md.is_spec_decode) and md.common_prefix_len > 0"
     assert [ln.rsplit(", ", 1)[1] for ln in lines[:2]] == ["decided at run time)", "decided at run time)"]
     assert lines[2] == f"All of them only if `{guard[:89]}…` (decided at run time)"  # (long guards: 90 characters)
     assert lines[3] == "Not taken on this platform: `merge_attn_states` (torch op, if `current_platform.is_cuda()`)"
