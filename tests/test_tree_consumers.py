@@ -524,6 +524,8 @@ def test_a_verdict_leaves_out_what_the_platform_alone_makes_true():
     # one condition written two ways is said one way
     assert [render._double_negation(t) for t in ("not (x is None)", "not (a.b is not None)", "not (not f())", "not (x == 1)")] \
         == ["x is not None", "a.b is None", "f()", "not (x == 1)"]
+    assert [render._double_negation(t) for t in ("not ((a or b) is None)", "not ((x := f()) is None)", "not ((a == b) is None)")] \
+        == ["(a or b) is not None", "(x := f()) is not None", "(a == b) is not None"]
     # a dead leaf is said by what is false here
     assert render.verdict_text(chain, defaults)[-1] == "Not taken on this platform: rocm_op (torch op, if is_rocm())"
     # without the platform's facts: as written

@@ -383,6 +383,8 @@ def _double_negation(text: str) -> str:
                 and len(node.operand.ops) == 1 and isinstance(node.operand.ops[0], (ast.Is, ast.IsNot)):
             left = ast.get_source_segment(text, node.operand.left)
             if left:
+                if not isinstance(node.operand.left, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)):
+                    left = f"({left.strip()})"  # (`(a or b) is None`, `(x := f()) is None` keep their brackets)
                 return f"{left.strip()} is {'not ' if isinstance(node.operand.ops[0], ast.Is) else ''}None"
         return text
     if not text.startswith("not (not "):
