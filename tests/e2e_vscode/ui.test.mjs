@@ -766,7 +766,7 @@ const EX = path.join(REPO, "examples", "mini-metax");
 const lineOfText = (rel, text) => fs.readFileSync(path.join(EX, rel), "utf8").split("\n").findIndex((l) => l.includes(text)) + 1;
 const CU_RESHAPE = lineOfText("csrc/cache_kernels.cu", "void reshape_and_cache_flash(");
 const HOVER_FIRST = "Runs: reshape_and_cache_flash (torch op _C_cache_ops::reshape_and_cache_flash, " +
-  `cache_kernels.cu:${CU_RESHAPE}, decided at run time by not (attn_metadata is None) and self.kv_sharing_target_layer_name is None)`;
+  `cache_kernels.cu:${CU_RESHAPE}, decided at run time by attn_metadata is not None and self.kv_sharing_target_layer_name is None)`;
 const LENS_BACKEND = "5 kernels · 1 not installed · 1 dummy · 1 not taken here";
 
 /** `AttnLens · vLLM X.Y · CPU|<GPU>`, from the target interpreter's vLLM and its environment record. */
