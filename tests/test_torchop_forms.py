@@ -587,3 +587,25 @@ def test_find_spec_of_a_package_folds_to_whether_the_target_has_it(tmp_path):
     mod = ws.index.module("vz.flags")
     ev = lambda text: ws.resolver.profile.evaluate(mod, "", text)
     assert (ev("FAST"), ev("SLOW"), ev("BOTH"), ev("not SLOW")) == (True, False, False, True)
+
+
+def test_a_capability_check_on_a_platform_without_a_capability_is_false(tmp_path):
+    """vLLM's `has_device_capability` starts with `cap = cls.get_device_capability(...)`; `if cap is None: return
+    False`: on a platform class whose `get_device_capability` is the inherited `return None` (the CPU platform) the
+    check folds False (`OINK_AVAILABLE = has_device_capability(100) and ...`); a platform that reads its capability
+    at run time leaves it unknown."""
+    plugin = dict(PLATFORM_PLUGIN)
+    plugin["vq/attn.py"] = "from up.platforms import current_platform\n\nFAST = current_platform.has_device_capability(90) and FLAG\n"
+    check = "current_platform.has_device_capability(90)"
+    ws = fixture_ws(tmp_path / "a", plugin, UPSTREAM)
+    mod = ws.index.module("vq.attn")
+    assert (ws.resolver.profile.evaluate(mod, "", check), ws.resolver.profile.value_of(mod, "", "FAST")) == (False, False)
+    plugin["vq/platform.py"] = PLATFORM_PLUGIN["vq/platform.py"] + """
+
+            @classmethod
+            def get_device_capability(cls, device_id=0):
+                return read_capability(device_id)
+    """
+    ws = fixture_ws(tmp_path / "b", plugin, UPSTREAM)
+    mod = ws.index.module("vq.attn")
+    assert (ws.resolver.profile.evaluate(mod, "", check), ws.resolver.profile.value_of(mod, "", "FAST")) == (None, None)

@@ -397,6 +397,13 @@ def conjuncts(text: str) -> tuple:
     return tuple(raw[v.col_offset:v.end_col_offset].decode("utf-8") for v in node.values)
 
 
+def or_joined(texts: list) -> str:
+    """Conditions joined by ``or``, one that is an ``and`` or binds looser in parentheses (``(a and b) or not (a)``);
+    a text said twice is said once."""
+    parts = list(dict.fromkeys(texts))
+    return " or ".join(f"({t})" if len(parts) > 1 and (len(conjuncts(t)) > 1 or loose_condition(t)) else t for t in parts)
+
+
 def and_joined(texts: list) -> str:
     """Conditions joined by ``and``, each that binds looser than ``and`` in parentheses; an operand already said (the
     same text, or an ``and`` operand of one) is said once."""

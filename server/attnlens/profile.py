@@ -286,7 +286,7 @@ class PlatformProfile:
             if v is None or v.kind != ValKind.FUNCTION:
                 unknown = True
                 continue
-            val = self._eval_method(v, self._class_enum(cv))
+            val = self._eval_method(v, self._class_enum(cv), cv)
             if val is None:
                 unknown = True
             else:
@@ -296,25 +296,7 @@ class PlatformProfile:
             self._memo[key] = res
         return res
 
-    def _returns_none_everywhere(self, name: str) -> bool:
-        """Does ``current_platform.<name>()`` return the constant None on every platform class (the CPU platform's
-        inherited ``get_device_capability``)?"""
-        key = ("none", name)
-        if key in self._memo:
-            return self._memo[key]
-        classes = self.info.classes
-        out = bool(classes)
-        for cv in classes:
-            v = self.r.class_attr(cv.module, cv.qual, name, Walk())
-            f = v.func if v is not None and v.kind == ValKind.FUNCTION else None
-            if f is None or f.returns_const is None or f.returns_const[1] is not None or f.decorators and any(
-                    d.func.rpartition(".")[2] not in ("classmethod", "staticmethod") for d in f.decorators):
-                out = False
-                break
-        self._memo[key] = out
-        return out
-
-    def _eval_method(self, v, enum: str | None):
+    def _eval_method(self, v, enum: str | None, cv=None):
         f = v.func
         if f is None:
             return None
@@ -325,7 +307,32 @@ class PlatformProfile:
             text = self._return_source(v)
             if text:
                 return self._eval_enum_expr(text, enum)
-        return None
+        return self._none_guarded_return(f, cv) if cv is not None else None
+
+    def _none_guarded_return(self, f, cv):
+        """The constant a platform method returns first when it starts by testing a sibling method's result for None
+        and that sibling returns the constant None on platform class ``cv`` (vLLM's ``has_device_capability``:
+        ``cap = cls.get_device_capability(...)``; ``if cap is None: return False``, on a platform without a
+        capability); else None."""
+        if not f.return_alts:
+            return None
+        text, guards, _line = f.return_alts[0]
+        if len(guards) != 1 or guards[0][0] != "if" or not guards[0][1].endswith(" is None"):
+            return None
+        bs = f.locals.get(guards[0][1][: -len(" is None")], ())
+        if len(bs) != 1 or bs[0].kind != "call" or not (bs[0].target or "").startswith(("cls.", "self.")) \
+                or bs[0].target.count(".") != 1:
+            return None
+        sib = self.r.class_attr(cv.module, cv.qual, bs[0].target.partition(".")[2], Walk())
+        g = sib.func if sib is not None and sib.kind == ValKind.FUNCTION else None
+        if g is None or g.returns_const is None or g.returns_const[1] is not None or any(
+                d.func.rpartition(".")[2] not in ("classmethod", "staticmethod") for d in g.decorators):
+            return None  # (overridden, computed, or wrapped by a decorator that may change what it returns)
+        try:
+            val = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return None
+        return val if isinstance(val, (bool, int, str)) else None
 
     def _return_source(self, v) -> str | None:
         src = self.r.index.source_text(v.module.path)
@@ -668,8 +675,6 @@ class PlatformProfile:
             base = self.r.resolve_dotted(mod, scope, ".".join(parts[:-1]), w)
             if base.kind == ValKind.PLATFORM:
                 args = tuple(a.value for a in node.args if isinstance(a, ast.Constant))
-                if parts[-1] == "has_device_capability" and self._returns_none_everywhere("get_device_capability"):
-                    return False  # (no capability to compare: vLLM's `Platform.has_device_capability` says False)
                 return self.method_value(parts[-1], args)
         v = self.r.resolve_dotted(mod, scope, d, w)
         if v.dotted == "importlib.util.find_spec" and len(node.args) == 1 and isinstance(node.args[0], ast.Constant) \
@@ -740,14 +745,8 @@ class PlatformProfile:
         key = (m.path, m.summary.sha, line)
         if key in self._return_nodes:
             return self._return_nodes[key]
-        import textwrap
-
         node = None
-        lines = (self.r.index.source_text(m.path) or "").splitlines()[f.line - 1:f.end_line]
-        try:
-            tree = ast.parse(textwrap.dedent("\n".join(lines)))
-        except (SyntaxError, ValueError):
-            tree = None
+        tree, _src = function_tree(self.r.index.source_text(m.path) or "", f.line, f.end_line)
         for n in ast.walk(tree) if tree is not None else ():
             if isinstance(n, ast.Return) and n.value is not None and n.lineno == line - f.line + 1:
                 node = n.value
@@ -847,4 +846,4 @@ def parse_guard(text: str):
     return node
 
 
-from .pyindex import compare as _compare, dotted as _dotted, is_passthrough  # one comparison table, one dotted()
+from .pyindex import compare as _compare, dotted as _dotted, function_tree, is_passthrough  # one comparison table, one dotted()

@@ -370,6 +370,18 @@ def _frozen(items) -> frozenset:
     return frozenset(items) if items else _EMPTY_FROZENSET
 
 
+def function_tree(text: str, line: int, end_line: int) -> tuple:
+    """(parsed tree or None, source) of lines ``line``..``end_line`` of ``text`` (a function, from its ``def``),
+    dedented; a node's ``lineno`` counts from ``line`` as 1."""
+    import textwrap
+
+    body = textwrap.dedent("\n".join(text.splitlines()[line - 1:end_line]))
+    try:
+        return ast.parse(body), body
+    except (SyntaxError, ValueError):
+        return None, body
+
+
 def dotted(node: ast.AST) -> str | None:
     """``a.b.c`` for Name/Attribute chains, else None. (The summary builder's most called helper: exact type
     tests, since the parser makes no subclasses of these nodes.)"""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -369,37 +371,27 @@ def _runtime_parts(conds: list, fact_of) -> list:
     return out or conds
 
 
+@functools.lru_cache(maxsize=4096)
 def _double_negation(text: str) -> str:
     """``not (not x)`` -> ``x``; ``not (x is None)`` -> ``x is not None`` (and the other way round), so that one
     condition written two ways is said once."""
-    if text.startswith("not (") and text.endswith((" is None)", " is not None)")):
-        import ast
-
-        try:
-            node = ast.parse(text, mode="eval").body
-        except (SyntaxError, ValueError):
-            return text
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and isinstance(node.operand, ast.Compare) \
-                and len(node.operand.ops) == 1 and isinstance(node.operand.ops[0], (ast.Is, ast.IsNot)):
-            left = ast.get_source_segment(text, node.operand.left)
-            if left:
-                if not isinstance(node.operand.left, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)):
-                    left = f"({left.strip()})"  # (`(a or b) is None`, `(x := f()) is None` keep their brackets)
-                return f"{left.strip()} is {'not ' if isinstance(node.operand.ops[0], ast.Is) else ''}None"
+    if not text.startswith("not ("):
         return text
-    if not text.startswith("not (not "):
-        return text
-    import ast
-
     try:
         node = ast.parse(text, mode="eval").body
     except (SyntaxError, ValueError):
         return text
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and isinstance(node.operand, ast.UnaryOp) \
-            and isinstance(node.operand.op, ast.Not):
-        inner = ast.get_source_segment(text, node.operand.operand)
-        if inner:
-            return inner.strip()
+    inner = node.operand if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) else None
+    if isinstance(inner, ast.UnaryOp) and isinstance(inner.op, ast.Not):
+        return (ast.get_source_segment(text, inner.operand) or text).strip()
+    if isinstance(inner, ast.Compare) and len(inner.ops) == 1 and isinstance(inner.ops[0], (ast.Is, ast.IsNot)) \
+            and isinstance(inner.comparators[0], ast.Constant) and inner.comparators[0].value is None:
+        left = (ast.get_source_segment(text, inner.left) or "").strip()
+        if not left:
+            return text
+        if not isinstance(inner.left, (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)):
+            left = f"({left})"  # (`(a or b) is None`, `(x := f()) is None` keep their brackets)
+        return f"{left} is {'not ' if isinstance(inner.ops[0], ast.Is) else ''}None"
     return text
 
 

@@ -37,8 +37,8 @@ from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
 from .profile import NONE_VALUE, SOME_VALUE, PlatformProfile, parse_guard
-from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, interned_names, is_passthrough,
-                      triton_decorated)
+from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, function_tree, interned_names,
+                      is_passthrough, triton_decorated)
 from .torchops import OpRegistry
 from .walk import Alt, Val, ValKind, Walk, alts_value
 
@@ -190,9 +190,9 @@ class Resolver:
                 return NONE_VALUE
             v = self.profile.value_of(mod, scope, text, caller_binds)
             if v is None and text.isidentifier():
-                # a name the caller's guards say is (not) None: `else:` of `if residual is None:`
-                v = dict(caller_binds).get(text) if any(n == text and b is SOME_VALUE for n, b in caller_binds) \
-                    else self._none_fact(mod, scope, cs, text)
+                # a name the caller's guards say is (not) None (`else:` of `if residual is None:`), or its own
+                # parameter that its caller's did (the profile reads SOME_VALUE as unknown)
+                v = SOME_VALUE if (text, SOME_VALUE) in caller_binds else self._none_fact(mod, scope, cs, text)
             return v
 
         return () if cs.star_args else cs.arg_texts, cs.kw_texts, cs.star_args or cs.star_kwargs, fold
@@ -232,12 +232,8 @@ class Resolver:
         return hit
 
     def _passed_as_guarded_of(self, mod: Module, f: FunctionInfo, cs: CallSite, name: str, gline: int) -> bool:
-        import textwrap
-
-        lines = (self.index.source_text(mod.path) or "").splitlines()[f.line - 1:f.end_line]
-        try:
-            tree = ast.parse(textwrap.dedent("\n".join(lines)))
-        except (SyntaxError, ValueError):
+        tree, _src = function_tree(self.index.source_text(mod.path) or "", f.line, f.end_line)
+        if tree is None:
             return False
         parent: dict = {}
         call = guard = None
@@ -2570,7 +2566,7 @@ class Resolver:
             out = {}
             for name, seen in guards.items():
                 texts = list(dict.fromkeys(x[0] for x in seen))
-                guard = None if None in texts else texts[0] if len(texts) == 1 else " or ".join(f"({g})" for g in texts)
+                guard = None if None in texts else M.or_joined(texts)
                 out[name] = (guard, *seen[0][1:])
             return out
 
@@ -2608,20 +2604,20 @@ class Resolver:
             if args and reach is not False:
                 # what `supports_args` checks (dtypes, shapes) is decided by the arguments at run time
                 cond += " and " + (args if re.fullmatch(r"[\w.]+", args) else f"({args})") + call
-            arms.append(Alt(Val(ValKind.FUNCTION, m, q, m.path, fi.line), cond, reach,
-                            f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'}{note})", m.path, line))
-        live = [a for a in arms if a.reachable is not False]
+            arms.append((prov, Alt(Val(ValKind.FUNCTION, m, q, m.path, fi.line), cond, reach,
+                                   f"provider {prov!r}: {m.name}.{q} (supported={sup or 'True'}{note})", m.path, line)))
+        live = any(a.reachable is not False for _p, a in arms)
         native = dataclasses.replace(v, extra={**v.extra, "ir_native": True})
         # (its condition, in words, is what keeps the defaults from calling it taken when a provider before it is)
-        arms.append(Alt(native, f"no provider before native in {prio} accepts the arguments" if live else None,
-                        None if live else True,
-                        f"provider 'native': the op's own body ({'when no provider before it in ' + prio + ' accepts the arguments' if live else 'no other provider is taken here'})",
-                        v.path, f.line))
+        arms.append(("native", Alt(native, f"no provider before native in {prio} accepts the arguments" if live else None,
+                                   None if live else True,
+                                   f"provider 'native': the op's own body ({'when no provider before it in ' + prio + ' accepts the arguments' if live else 'no other provider is taken here'})",
+                                   v.path, f.line)))
         # what can run first, in the platform's default order (what runs by default is expanded first within the
         # leaf limit), then the rest; native last of those that can run (vLLM tries it after every listed provider)
         rank = {p: i for i, p in enumerate(default or ()) if p != "native"}
-        arms.sort(key=lambda a: (a.reachable is False, a.label.split("'")[1] == "native",
-                                 rank.get(a.label.split("'")[1], 1 << 20)))
+        arms.sort(key=lambda pa: (pa[1].reachable is False, pa[0] == "native", rank.get(pa[0], 1 << 20)))
+        arms = [a for _p, a in arms]
         w.add(Hop(HopKind.DECORATOR, mod.path, d.line, v.dotted,
                   f"@{d.func}: {f.name} is a vLLM IR op with {len(arms)} providers; a call runs the first in the platform's "
                   f"IR op priority that is supported and accepts the arguments"))
@@ -2914,29 +2910,19 @@ def _list_strings(text: str, line: int, end_line: int) -> list:
     """(value, guard, line) of each string item of the list and tuple displays in lines ``line``..``end_line`` of
     ``text`` (a function's body), in source order; ``guard``: the conditions of the ``if`` statements around it,
     joined by ``and`` (``not (...)`` in an ``else``), or None."""
-    import textwrap
-
-    body = textwrap.dedent("\n".join(text.splitlines()[line - 1:end_line]))
-    try:
-        tree = ast.parse(body)
-    except (SyntaxError, ValueError):
+    tree, body = function_tree(text, line, end_line)
+    if tree is None:
         return []
     out = []
 
     def visit(node, guards):
-        if isinstance(node, ast.If):
+        if isinstance(node, (ast.If, ast.IfExp)):  # (also `["native"] if using_inductor else ["vllm_c", "native"]`)
             test = " ".join((ast.get_source_segment(body, node.test) or ast.unparse(node.test)).split())
             visit(node.test, guards)
-            for n in node.body:
+            for n in node.body if isinstance(node.body, list) else [node.body]:
                 visit(n, guards + [test])
-            for n in node.orelse:
+            for n in node.orelse if isinstance(node.orelse, list) else [node.orelse]:
                 visit(n, guards + [f"not ({test})"])
-            return
-        if isinstance(node, ast.IfExp):  # `["native"] if using_inductor else ["vllm_c", "native"]`
-            test = " ".join((ast.get_source_segment(body, node.test) or ast.unparse(node.test)).split())
-            visit(node.test, guards)
-            visit(node.body, guards + [test])
-            visit(node.orelse, guards + [f"not ({test})"])
             return
         if isinstance(node, (ast.List, ast.Tuple)):
             out.extend((e.lineno, e.col_offset, e.value, " and ".join(guards) or None) for e in node.elts

@@ -46,7 +46,7 @@ import os
 from dataclasses import dataclass
 
 from .lookup import Lookup
-from .model import Final, FinalKind, Hop, HopKind, Registration
+from .model import Final, FinalKind, Hop, HopKind, Registration, or_joined
 from .walk import ValKind, Walk
 
 
@@ -242,8 +242,7 @@ class OpRegistry:
                     out.append((target, g, status))
         # imported on several paths: under any of their guards (`vllm._C` on x86 with AVX-512, and on every other
         # architecture), unguarded when one path is
-        out = [(t, None if None in guards[t] else g if len(guards[t]) == 1 else " or ".join(_bracketed(x) for x in guards[t]), st)
-               for t, g, st in out]
+        out = [(t, None if None in guards[t] else or_joined(guards[t]), st) for t, _g, st in out]
         self._providers = out
         return out
 
@@ -937,13 +936,6 @@ def _ns_words(name: str) -> set[str]:
     import re
 
     return {w for w in re.split(r"[^A-Za-z0-9]+", name.lower()) if w and w not in _GENERIC_WORDS and len(w) > 1}
-
-
-def _bracketed(cond: str) -> str:
-    """``cond`` as an operand of ``or``: bracketed when it is an ``and`` or looser (a conditional expression)."""
-    from .model import conjuncts
-
-    return f"({cond})" if len(conjuncts(cond)) > 1 or " if " in cond or " or " in cond else cond
 
 
 def _for_namespace(provs: list, ns: str, built_here: bool) -> list:
