@@ -17,9 +17,10 @@ def test_the_module_named_like_the_namespace_wins():
     assert provider_for_namespace(provs, "_C").module == "vendorlib._C"
 
 
-def test_a_sub_namespace_comes_from_the_longest_prefix_else_the_first_loaded():
+def test_a_sub_namespace_comes_from_the_module_of_its_stem_and_no_module_holds_a_foreign_one():
     provs = [_p("vendorlib._C"), _p("vendorlib._moe_C")]
     assert provider_for_namespace(provs, "_C_cache_ops").module == "vendorlib._C"
     assert provider_for_namespace(provs, "_moe_C_extra").module == "vendorlib._moe_C"
-    assert provider_for_namespace(provs, "other_ns").module == "vendorlib._C"
+    assert provider_for_namespace(provs, "other_ns") is None  # (not "the first one loaded": it does not hold it)
+    assert provider_for_namespace([_p("vendorlib._C_stable_libtorch")], "_C").module == "vendorlib._C_stable_libtorch"
     assert provider_for_namespace([], "_C") is None

@@ -206,13 +206,15 @@ def test_hover_markdown_escapes_and_runtime_words():
 
 def test_verdict_defaults_say_what_the_default_configuration_does():
     """Env flags at their defaults: a run-time condition they decide says so, and the provider line names the
-    kernel module loaded first (hand-built defaults; envflags is tested on the example below)."""
+    kernel module loaded by default that holds the namespace of each op that can run, none for a namespace no
+    module loaded by default holds (hand-built defaults; envflags is tested on the example below)."""
     from attnlens.envflags import DefaultProvider, Flag
     from attnlens.render import Defaults, verdict_markdown, verdict_text
 
     chain = _tree()
+    vendor = DefaultProvider("vendor._C", "not installed", "envs.USE_VENDOR", (Flag("envs.USE_VENDOR", True),))
     defaults = Defaults(condition=lambda text, path, line: text == 'kv_cache_dtype == "auto"',
-                        provider=DefaultProvider("vendor._C", "not installed", "envs.USE_VENDOR", (Flag("envs.USE_VENDOR", True),)))
+                        provider_for=lambda ns: vendor if ns == "_C" else None)
     # a torch op leaf without providers: no provider line
     md = verdict_markdown(chain, _link, defaults)
     assert md[0].endswith('decided at run time by `kv_cache_dtype == "auto"`; taken by default)')
@@ -222,6 +224,11 @@ def test_verdict_defaults_say_what_the_default_configuration_does():
     text = verdict_text(chain, defaults)
     assert text[3] == "Loaded by default from: vendor._C (not installed here; envs.USE_VENDOR defaults to True)"
     assert text[0] == 'Runs: write (torch op _C::write, /x/k.py:3, decided at run time by kv_cache_dtype == "auto"; taken by default)'
+    # an op of a namespace no module loaded by default holds: no provider line (not the first module loaded)
+    chain = _tree()
+    write = chain.final.fork.branches[1].chain.final.fork.branches[0].chain.final
+    write.symbol, write.providers = "vendor_sgl::write", ["vendor.sgl (not installed, if envs.USE_SGL)"]
+    assert not any(ln.startswith("Loaded by default from:") for ln in verdict_text(chain, defaults))
 
 
 def test_hover_section_uses_the_tree(ws, merge_chain):

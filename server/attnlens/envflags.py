@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 
 from .lookup import Lookup
+from .model import extension_holds
 from .walk import ValKind, Walk
 
 UNKNOWN = object()
@@ -411,20 +412,12 @@ def default_providers(resolver: Lookup, defaults: EnvDefaults):
 
 
 def provider_for_namespace(providers: list, ns: str) -> DefaultProvider | None:
-    """Of the providers loaded by default, the one that holds torch-op namespace ``ns``: the extension module
-    named like it (``_moe_C`` -> ``pkg._moe_C``), else the one whose name is the longest prefix of it
-    (``_C_cache_ops`` -> ``pkg._C``: torch extensions register their sub-namespaces from the main module),
-    else the first one loaded."""
-    if not providers:
-        return None
-    best, best_len = None, -1
-    for p in providers:
-        last = p.module.rpartition(".")[2]
-        if last == ns:
-            return p
-        if ns.startswith(last) and len(last) > best_len:
-            best, best_len = p, len(last)
-    return best if best is not None else providers[0]
+    """Of the providers loaded by default, the one that holds torch-op namespace ``ns``: the extension module named
+    like it (:func:`model.extension_holds`: ``_moe_C`` -> ``pkg._moe_C``, ``_C_cache_ops`` -> ``pkg._C``, whose
+    module registers its sub-namespaces), the one with the same last name first; None when none is (``sgl_kernel``
+    where its module is imported only under a flag that is off by default)."""
+    named = [p for p in providers if extension_holds(p.module, ns)]
+    return next((p for p in named if p.module.rpartition(".")[2] == ns), named[0] if named else None)
 
 
 def _kernel_import_scopes(resolver: Lookup) -> list:
@@ -445,8 +438,8 @@ from .pyindex import compare as _compare, dotted as _dotted  # noqa: E402 - one 
 
 class PlatformDefaults:
     """``condition(text, path, line)``: a guard written at ``path:line`` with every environment flag at its
-    default; ``provider``: the kernel module loaded first by default, ``provider_for(ns)``: the one of a torch-op
-    namespace (memoised per index generation).
+    default; ``provider_for(ns)``: the kernel module loaded by default that holds a torch-op namespace (memoised per
+    index generation).
     The duck type :mod:`attnlens.render` takes as ``defaults``."""
 
     def __init__(self, resolver: Lookup):
@@ -493,7 +486,4 @@ class PlatformDefaults:
         """The provider loaded by default that holds torch-op namespace ``ns`` (:func:`provider_for_namespace`)."""
         return provider_for_namespace(self._loaded(), ns)
 
-    @property
-    def provider(self) -> DefaultProvider | None:
-        loaded = self._loaded()
-        return loaded[0] if loaded else None
+

@@ -397,6 +397,19 @@ def conjuncts(text: str) -> tuple:
     return tuple(raw[v.col_offset:v.end_col_offset].decode("utf-8") for v in node.values)
 
 
+def extension_holds(module: str, ns: str) -> bool:
+    """Is extension module ``module`` (``pkg._C``) named like torch-op namespace ``ns``: the same last name, or the
+    same stem up to the ``C`` part of a torch extension's name (``_C``, ``_C_stable_libtorch`` and
+    ``_C_cache_ops`` are all ``_C``; ``_moe_C`` and ``_moe_C_stable_libtorch`` are ``_moe_C``)?"""
+    last = module.rpartition(".")[2]
+    return last == ns or _ext_stem(last) == _ext_stem(ns) != ()
+
+
+def _ext_stem(name: str) -> tuple:
+    parts = name.split("_")
+    return tuple(parts[: parts.index("C") + 1]) if "C" in parts else ()
+
+
 def or_joined(texts: list) -> str:
     """Conditions joined by ``or``, one that is an ``and`` or binds looser in parentheses (``(a and b) or not (a)``);
     a text said twice is said once."""

@@ -212,12 +212,12 @@ MAX_DEAD = 3  # leaves named in the "not taken on this platform" line
 @dataclass
 class Defaults:
     """What the platform's default configuration (no environment flag set) decides:
-    ``condition(text, path, line)`` evaluates a guard with the flags at their defaults; ``provider``
-    is the kernel module the platform loads first by default (``envflags.DefaultProvider``).
-    ``Query.platform_defaults()`` gives the real one (one per workspace); tests build this one by hand."""
+    ``condition(text, path, line)`` evaluates a guard with the flags at their defaults; ``provider_for(ns)`` is
+    the kernel module loaded by default that holds torch-op namespace ``ns`` (``envflags.DefaultProvider``, or
+    None). ``Query.platform_defaults()`` gives the real one (one per workspace); tests build this one by hand."""
 
     condition: object = None  # Callable[[str, str | None, int | None], bool | None]
-    provider: object = None
+    provider_for: object = None  # Callable[[str], DefaultProvider | None]
     platform_fact: object = None  # Callable[[str, str | None, int | None], bool | None]: the platform alone
 
 
@@ -454,18 +454,18 @@ def _flag_words(fl, code) -> str:
     return f"{code(fl.text)} defaults to {val}"
 
 
-def provider_words(defaults: Defaults | None, code=lambda s: s) -> str | None:
-    """``mcoplib._C (not installed here; mx_envs.USE_PRECOMPILED_KERNEL defaults to True)``: the kernel
-    module loaded first by default."""
-    dp = defaults.provider if defaults is not None else None
-    if dp is None:
+def provider_words(defaults: Defaults | None, live: list, code=lambda s: s) -> str | None:
+    """``mcoplib._C (not installed here; mx_envs.USE_PRECOMPILED_KERNEL defaults to True)``: the kernel modules loaded
+    by default that hold the namespaces of the torch ops that can run (``live`` verdicts), once each; None when
+    none is (a namespace only a flag that is off by default would load)."""
+    find = getattr(defaults, "provider_for", None) if defaults is not None else None
+    if find is None:
         return None
-    why = [_status_words(dp.status)] + [_flag_words(fl, code) for fl in dp.flags]
-    return f"{code(dp.module)} ({'; '.join(why)})"
-
-
-def _has_providers(vs: list[Verdict]) -> bool:
-    return any(v.final.kind == M.FinalKind.TORCH_OP and v.final.providers for v in vs)
+    spaces = dict.fromkeys(v.final.symbol.partition("::")[0] for v in live
+                           if v.final.kind == M.FinalKind.TORCH_OP and v.final.providers and "::" in (v.final.symbol or ""))
+    found = [dp for dp in dict.fromkeys(find(ns) for ns in spaces) if dp is not None]
+    return "; ".join(f"{code(dp.module)} ({'; '.join([_status_words(dp.status)] + [_flag_words(fl, code) for fl in dp.flags])})"
+                     for dp in found) or None
 
 
 # plain text (the CLI) -----------------------------------------------------------------------------
@@ -503,7 +503,7 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
         out.append(f"Runs: nothing {_where_dead(why[0])}" + (f" ({why[1]})" if why[1] and why[0] == "selection" else
                                                               f" (decided by {why[2]})" if why[0] == "call" else
                                                               f" ({why[1]} is false here)" if why[1] else ""))
-    pw = provider_words(defaults) if _has_providers(live) else None
+    pw = provider_words(defaults, live)
     if pw:
         out.append(f"Loaded by default from: {pw}")
     twins = _twins(dead + live)  # (a dead op named like one that runs: its full op)
@@ -679,7 +679,7 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
                                                        if kind == "selection" else
                                                        f" (decided by {md_escape(_short_text(by, 100))})" if by else
                                                        f" ({md_code(why)} is false here)" if why else ""))
-    pw = provider_words(defaults, md_code) if _has_providers(live) else None
+    pw = provider_words(defaults, live, md_code)
     if pw:
         out.append(f"Loaded by default from: {pw}")
     if dead and live:

@@ -46,7 +46,7 @@ import os
 from dataclasses import dataclass
 
 from .lookup import Lookup
-from .model import Final, FinalKind, Hop, HopKind, Registration, or_joined
+from .model import Final, FinalKind, Hop, HopKind, Registration, extension_holds, or_joined
 from .walk import ValKind, Walk
 
 
@@ -940,28 +940,16 @@ def _ns_words(name: str) -> set[str]:
 
 def _for_namespace(provs: list, ns: str, built_here: bool) -> list:
     """Of the platform's kernel modules (``OpRegistry.providers()``), those that can hold torch-op namespace ``ns``:
-    those named like it (:func:`_named_like`: ``pkg._moe_C`` for ``_moe_C``; ``pkg._C`` and
+    those named like it (:func:`model.extension_holds`: ``pkg._moe_C`` for ``_moe_C``; ``pkg._C`` and
     ``pkg._C_stable_libtorch`` for ``_C`` and ``_C_cache_ops``, sub-namespaces a ``_C`` module registers). When none is and the workspace's C++ registers the
     namespace (``built_here``), all of them: the plugin's extensions are built from that C++. Else those sharing a
     word with it: a namespace nothing here registers (``oink``, registered by an outside package) is not said to
     come from the platform's extensions."""
-    named = [p for p in provs if _named_like(p[0].rpartition(".")[2], ns)]
+    named = [p for p in provs if extension_holds(p[0], ns)]
     if named or built_here:
         return named or list(provs)
     words = _ns_words(ns)
     return [p for p in provs if words & _ns_words(p[0])]
-
-
-def _named_like(last: str, ns: str) -> bool:
-    """Module ``last`` is named like namespace ``ns``: the same name, or the same stem up to the ``C`` part of a
-    torch extension's name (``_C``, ``_C_stable_libtorch`` and ``_C_cache_ops`` are all ``_C``; ``_moe_C`` and
-    ``_moe_C_stable_libtorch`` are ``_moe_C``)."""
-    return last == ns or _stem(last) == _stem(ns) != ()
-
-
-def _stem(name: str) -> tuple:
-    parts = name.split("_")
-    return tuple(parts[: parts.index("C") + 1]) if "C" in parts else ()
 
 
 def _looks_like_extension(module: str) -> bool:
