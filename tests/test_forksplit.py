@@ -5,6 +5,7 @@ process gives (the example plugin, the split forced by a low module threshold)."
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -72,6 +73,8 @@ def test_results_come_as_they_are_made_and_a_caller_that_stops_ends_the_helper(t
     def work(i):
         if os.getpid() == parent:
             seen.append(i)
+        else:
+            time.sleep(0.2)  # (a helper that ran out of its half would take this process's items from the end)
         return i
 
     it = forksplit.iter_split(8, work, tmp_path)

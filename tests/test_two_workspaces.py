@@ -102,7 +102,7 @@ def test_a_dropped_workspace_is_freed(tmp_path):
     old = UpstreamSource(str(tmp_path / "v1"), str(tmp_path / "v1"), "1.0.0", "path", "fakevllm")
     assert check_paths(ws) is not None
     assert drift_findings(ws, old)
-    ws.query.platform_defaults().provider  # noqa: B018 - memoised on the query
+    ws.query.platform_defaults().provider_for("_C")  # (memoised on the query)
     ws.close()
     ref = weakref.ref(ws)
     engine = weakref.ref(engine_for(ws))
