@@ -189,15 +189,23 @@ def test_hover_markdown_escapes_and_runtime_words():
     md = chain_markdown(_tree(truncated="depth bound"), link=_link)
     lines = [ln.rstrip() for ln in md.splitlines()]
     runs = [ln for ln in lines if ln.startswith("Runs:")]
+    # a tree cut by its bounds: each condition and "not taken" holds on the listed paths (a cut path may reach the
+    # leaf otherwise), said on the line; "taken" holds whatever was cut
     assert runs == [
         f'Runs: `write` (torch op `_C::write`, [k.py:3]({_link("/x/k.py", 3)} "torch op: _C::write"), decided at run time by '
-        '`kv_cache_dtype == "auto"`)',
+        '`kv_cache_dtype == "auto"`, on the listed paths)',
         f'Runs: `kernel` (Triton, [\\_\\_init\\_\\_.py:5]({_link("/x/__init__.py", 5)} "Triton kernel: pkg.__init__.kernel"), '
-        'decided at run time by `kv_cache_dtype == "fp8"`)',
+        'decided at run time by `kv_cache_dtype == "fp8"`, on the listed paths)',
         "Runs: `vendorlib` (not installed here: `vendorlib`, taken on this platform)",
     ]
-    assert "Not taken on this platform: `cuda_op` (torch op, if `is_cuda()`)" in lines
+    assert "Not taken on this platform on the listed paths: `cuda_op` (torch op, if `is_cuda()`)" in lines
     assert f"*{TRUNCATED_WORDS}*" in lines
+    whole = [ln.rstrip() for ln in chain_markdown(_tree(), link=_link).splitlines() if ln.startswith(("Runs:", "Not taken"))]
+    assert [ln for ln in whole if "listed paths" in ln] == []
+    assert "Not taken on this platform: `cuda_op` (torch op, if `is_cuda()`)" in whole
+    assert verdict_text(_tree(truncated="width bound (32 leaves)"))[:2] == [
+        'Runs: write (torch op _C::write, /x/k.py:3, decided at run time by kv_cache_dtype == "auto", on the listed paths)',
+        'Runs: kernel (Triton, /x/__init__.py:5, decided at run time by kv_cache_dtype == "fp8", on the listed paths)']
     assert verdict_text(_tree(truncated="width bound (32 leaves)"))[-1] == TRUNCATED_WORDS  # (the CLI says it too)
     assert '"fp8": kernel\\[grid\\]' in md  # a label with Markdown syntax, escaped
     assert md_escape("__init__") == "\\_\\_init\\_\\_" and md_escape("kernel[grid]") == "kernel\\[grid\\]"

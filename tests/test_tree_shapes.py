@@ -495,3 +495,46 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
         "provider 'vllm_c'", "provider 'oink'", "provider 'native'", "provider 'aiter'", "provider 'xpu_kernels'"]
     assert [lf.final.symbol for lf in c.leaves() if lf.reachable is not False] == [
         "_C::fused_add_rms_norm", "oink::fused_add_rms_norm", "vllm.ir.ops.layernorm.fused_add_rms_norm"]
+
+
+def test_super_method_is_a_branch_of_the_override(ws):
+    """`super().run(...)` in an override runs the base class's method: its kernel is a leaf, under the override's
+    own guards (the call's default `skip=False` takes it)."""
+    c = trace(ws, "stage.run(")
+    assert leaves(c) == [(M.TRITON_KERNEL, P + "_scale_kernel", ["not (skip)"], True)]
+    hops = [h for lf in c.final.fork.branches for h in lf.chain.hops]
+    assert [(h.kind, h.symbol) for h in hops[:2]] == [
+        (M.HopKind.CALL, "super().run"), (M.HopKind.ALIAS, P + "_ScaleStage.run")]
+
+
+def test_super_call_shape_in_the_summary_and_the_resolver(ws):
+    from attnlens.pyindex import summarize
+    from attnlens.walk import ValKind, Walk
+
+    s = summarize("class A(B):\n    def f(self):\n        super().g(1)\n        super().__init__()\n        super(A, self).h()\n",
+                  "x.py", "sha")
+    # (the two-argument form is not read: its callee is not a name chain)
+    assert [cs.func for cs in s.calls] == ["super().g", "super().__init__", "", "super"]
+    mod = ws.index.module("mini_metax.attention.ops.dispatch")
+    v = ws.resolver.resolve_dotted(mod, "_CheckedScaleStage.run", "super().run", Walk())
+    assert (v.kind, v.dotted) == (ValKind.FUNCTION, P + "_ScaleStage.run")
+    miss = ws.resolver.resolve_dotted(mod, "_CheckedScaleStage.run", "super().absent", Walk())
+    assert miss.kind == ValKind.UNKNOWN
+    assert miss.reason == "`super().absent`: no base class of _CheckedScaleStage in the workspace or the target defines `absent`"
+
+
+def test_verdict_when_no_kernel_of_the_tree_runs(ws):
+    """No leaf taken: the function called still runs its other code (a PyTorch fallback), unless an `if c: raise`
+    of its body is taken; "nothing" only where the call itself is not made."""
+    from attnlens.render import verdict_text
+
+    d = ws.query.platform_defaults()
+    c = trace(ws, "_scale_or_torch(src, dst)")
+    assert leaves(c) == [(M.TRITON_KERNEL, P + "_scale_kernel", ["scale is not None"], False)]
+    assert verdict_text(c, d)[0] == ("Runs: other code of _scale_or_torch at this call, no kernel or op of its tree "
+                                     "(decided by the call into _scale_or_torch: scale=None)")
+    c = trace(ws, "_cuda_only_copy(src, dst)")
+    assert leaves(c) == [(M.TRITON_KERNEL, P + "_copy_kernel", ["not (not current_platform.is_cuda())"], False)]
+    assert c.final.fork.branches[0].raises is True
+    assert verdict_text(c, d)[0] == ("Runs: nothing on this platform: _cuda_only_copy raises "
+                                     "(current_platform.is_cuda() is false here)")

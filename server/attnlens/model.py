@@ -195,6 +195,9 @@ class Branch:
     # what the call being followed fixed that decided the branch (`the call into f: mode='scale'`); None when the
     # platform profile decides it, or nothing does (then "dead" means: on this platform)
     decided: str | None = None
+    # the branch is dead because the function raises before it: an `if c: raise ...` above the call whose `c` holds
+    # here (`if not current_platform.is_cuda(): raise NotImplementedError`); not in JSON (the condition says it)
+    raises: bool = False
 
 
 @dataclass

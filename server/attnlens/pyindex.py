@@ -1269,9 +1269,11 @@ class _Builder:
         else:
             fd = dotted(f)
             fnode = f
-            if fd is None and isinstance(f, ast.Attribute) and f.attr == "__init__" and isinstance(f.value, ast.Call) \
-                    and dotted(f.value.func) == "super" and not f.value.args:
-                fd = "super().__init__"  # constructor arguments flow to the base class (resolver: _ctor_argument)
+            if fd is None and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) \
+                    and dotted(f.value.func) == "super" and not f.value.args and not f.value.keywords:
+                # `super().__init__(...)`: constructor arguments flow to the base class (resolver: _ctor_argument);
+                # `super().forward(...)`: the base class's method runs (resolver: super_attr)
+                fd = f"super().{f.attr}"
         if self._ascii:  # byte columns are code point columns (most files): no line map
             line, col, el, ec = n.lineno, n.col_offset, n.end_lineno or n.lineno, n.end_col_offset or n.col_offset
             fl, fc = fnode.lineno, fnode.col_offset

@@ -74,6 +74,7 @@ class Cond:
     line: int | None
     decided: str | None = None  # what the call being followed fixed that decided it (model.Branch.decided)
     fork: tuple | None = None  # (path, line, symbol) of the fork whose branch it is; None for a hop's guard
+    raises: bool = False  # the branch is dead because the function raises before it (model.Branch.raises)
 
 
 @dataclass
@@ -144,7 +145,7 @@ def _leaf_paths(chain: M.Chain) -> list[LeafPath]:
         for b in c.final.fork.branches:
             # (a branch the call decided counts even without a condition of its own: "always", but not at this call)
             fk = c.final.fork
-            more = (Cond(b.condition or "", b.reachable, b.path, b.line, b.decided, (fk.path, fk.line, fk.symbol)),) \
+            more = (Cond(b.condition or "", b.reachable, b.path, b.line, b.decided, (fk.path, fk.line, fk.symbol), b.raises),) \
                 if b.condition or b.decided else ()
             walk(b.chain, hops, conds + more)
 
@@ -274,6 +275,9 @@ class Verdict:
     shared: tuple = ()  # runtime conditions every leaf that can run has (said once, after the verdict lines)
     common: list = field(default_factory=list)  # the runtime conditions every path to this leaf has
     path_texts: list = field(default_factory=list)  # the runtime conditions of each path to it (texts)
+    # the tree hit its bounds: a cut path may reach this leaf under other conditions (its conditions, and "not taken",
+    # hold on the listed paths; "taken" holds whatever was cut)
+    cut: bool = False
 
     @property
     def own(self) -> list:
@@ -324,6 +328,9 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
         if v.reachable is None and v.paths > 1 and not v.common and _complementary_paths(v.path_texts):
             # (reached under `enabled` on one path and `not enabled` on another: whichever holds, it runs)
             v.reachable, v.runtime, v.by_default = True, [], None
+    if chain.truncated():
+        for v in (*live.values(), *dead.values()):
+            v.cut = True
     lv = list(live.values())
     # a leaf that runs on one path and not on another is said once, where it runs (the tree keeps the other path)
     running = {(v.final.kind, v.name.full) for v in lv}
@@ -500,16 +507,21 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
         out.append("All of them only if " + M.and_joined([c.text for c in common]) + f" ({RUNTIME})")
     if not live:
         why = _dead_reason(dead[0].lp, _fact_of(defaults)) if dead else ("", "", "")
-        out.append(f"Runs: nothing {_where_dead(why[0])}" + (f" ({why[1]})" if why[1] and why[0] == "selection" else
-                                                              f" (decided by {why[2]})" if why[0] == "call" else
-                                                              f" ({why[1]} is false here)" if why[1] else ""))
+        runs, raises = _own_code_only(chain, dead, why[0])
+        where = _where_dead(why[0], chain.truncated())
+        out.append((f"Runs: nothing {where}: {runs} raises" if raises else
+                    f"Runs: other code of {runs} {where}, no kernel or op of its tree"
+                    if runs else f"Runs: nothing {where}")
+                   + (f" ({why[1]})" if why[1] and why[0] == "selection" else
+                      f" (decided by {why[2]})" if why[0] == "call" else
+                      f" ({why[1]} is false here)" if why[1] else ""))
     pw = provider_words(defaults, live)
     if pw:
         out.append(f"Loaded by default from: {pw}")
     twins = _twins(dead + live)  # (a dead op named like one that runs: its full op)
     for v in dead:
         kind, why, by = _dead_reason(v.lp, _fact_of(defaults))
-        out.append(f"Not taken {_where_dead(kind)}: {v.name.short} ({_dead_tag(v, twins)}"
+        out.append(f"Not taken {_where_dead(kind, v.cut)}: {v.name.short} ({_dead_tag(v, twins)}"
                    + (f", never selected" if kind == "selection" else f", if {why}" if why else "")
                    + (f"; decided by {by}" if by else "") + ")")
     if chain.truncated():
@@ -539,10 +551,38 @@ def _twins(vs: list) -> set:
     return out
 
 
-def _where_dead(kind: str) -> str:
+def _own_code_only(chain: M.Chain, dead: list, kind: str) -> tuple[str | None, bool]:
+    """(the function that runs at this call although none of its tree's kernels or ops is taken, or None; whether
+    it raises instead: every leaf is behind an `if c: raise` of its body that is taken here). The function: the trunk
+    ends in a fork of that function's body calls, no hop of the trunk is ruled out (the call is made and reaches the
+    function), every leaf is ruled out by a condition inside the tree (not by the backend selection), and the tree
+    is whole (a branch cut by the bounds could reach one). Then the function runs its other code, which reaches no
+    kernel or op the tree holds (``swiglu_limit_func``'s PyTorch fallback when the call passes no ``topk_ids``):
+    "nothing" would be false. (Not "only PyTorch": a call the resolver cannot follow is not in the tree.)"""
+    f = chain.final
+    if not dead or kind not in ("call", "condition") or f.kind != M.FinalKind.FORK or f.fork is None \
+            or f.fork.kind != M.ForkKind.CALLS or not f.symbol:
+        return None, False
+    if any(h.reachable is False or h.kind == M.HopKind.SELECTION for h in chain.hops):
+        return None, False
+    if any(not any(c.reachable is False and c.fork is not None for c in v.lp.conds()) for v in dead):
+        return None, False  # a leaf ruled out by a guard on the trunk, not by a branch of the tree
+    name = _last(f.symbol)
+    # (the root's own `if c: raise`: a branch of its fork, where the root raises)
+    root = (f.fork.path, f.fork.line, f.fork.symbol)
+    if all(any(c.reachable is False and c.raises and c.fork == root for c in v.lp.conds()) for v in dead):
+        return name, True
+    return (None if chain.truncated() else name), False
+
+
+def _where_dead(kind: str, cut: bool = False) -> str:
     """Where a leaf is not taken: on this platform, or at this call (what the call being followed passes, or its own
-    guards, decided the branch: the same code can run from another call)."""
-    return "at this call" if kind == "call" else "on this platform"
+    guards, decided the branch: the same code can run from another call); in a tree cut by its bounds, on the listed
+    paths (a cut path may reach it)."""
+    return ("at this call" if kind == "call" else "on this platform") + (f" {LISTED}" if cut else "")
+
+
+LISTED = "on the listed paths"  # (a tree cut by its bounds: what a verdict line says holds where the tree was expanded)
 
 
 # Markdown (the hover) ------------------------------------------------------------------------------
@@ -589,7 +629,8 @@ def _cond(v: Verdict, fmt) -> str:
     else:
         text = RUNTIME
     text += {True: "; taken by default", False: "; not taken by default"}.get(v.by_default, "")
-    return text + (f"; {v.paths} paths" if v.paths > 1 else "")
+    text += f"; {v.paths} paths" if v.paths > 1 else ""
+    return text + (f", {LISTED}" if v.cut and v.reachable is not True else "")
 
 def _where_md(v: Verdict, link) -> str:
     return _where(v, _MarkdownFormat(link))
@@ -675,7 +716,12 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
                    + f"{more} ({RUNTIME})")
     if not live:
         kind, why, by = _dead_reason(dead[0].lp, _fact_of(defaults)) if dead else ("", "", "")
-        out.append(f"Runs: nothing {_where_dead(kind)}" + (f" (never selected: {md_escape(_short_text(why, 100))})"
+        runs, raises = _own_code_only(chain, dead, kind)
+        where = _where_dead(kind, chain.truncated())
+        out.append((f"Runs: nothing {where}: {md_code(runs)} raises" if raises else
+                    f"Runs: other code of {md_code(runs)} {where}, no kernel or op of its tree"
+                    if runs else f"Runs: nothing {where}")
+                   + (f" (never selected: {md_escape(_short_text(why, 100))})"
                                                        if kind == "selection" else
                                                        f" (decided by {md_escape(_short_text(by, 100))})" if by else
                                                        f" ({md_code(why)} is false here)" if why else ""))
@@ -687,7 +733,7 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
         twins = _twins(dead + live)  # (a dead op named like one that runs: its full op)
         for v in dead:
             kind, why, by = _dead_reason(v.lp, _fact_of(defaults))
-            groups.setdefault(_where_dead(kind), []).append(
+            groups.setdefault(_where_dead(kind, v.cut), []).append(
                 f"{md_code(v.name.short)} ({md_escape(_dead_tag(v, twins))}"
                 + (", never selected" if kind == "selection" else f", if {md_code(_short_text(why, 60))}" if why else "")
                 + (f"; decided by {md_escape(_short_text(by, 80))}" if by else "") + ")")

@@ -1306,6 +1306,9 @@ class Resolver:
         if parts[0] in ("self", "cls") and scope and self.enclosing_class(mod, scope) is not None \
                 and mod.summary.binding_of(scope, parts[0])[0] != "local":  # (a local named `cls` is a value)
             v = self.self_value(mod, scope, parts[0], w)
+        elif parts[0] == "super()" and len(parts) > 1 and scope:
+            v = self.super_attr(mod, scope, parts[1], w)
+            parts = parts[1:]
         else:
             v = self.lookup_name(mod, scope, parts[0], w, line)
         for p in parts[1:]:
@@ -1344,6 +1347,41 @@ class Resolver:
                 return Val(kind, rmod, rq, rmod.path, rc.line if rc else None)
         c = mod.summary.classes[cls_q]
         return Val(kind, mod, cls_q, mod.path, c.line)
+
+    def super_attr(self, mod: Module, scope: str, name: str, w: Walk) -> Val:
+        """``super().name`` in a method of ``scope``: ``name`` of the first class after the method's class in the MRO
+        of the object's class (the receiver the walk follows when the method is inherited by it, else the method's
+        class), as Python's zero-argument ``super()`` finds it; the object stays the receiver of what it finds."""
+        cls_q = self.enclosing_class(mod, scope)
+        if cls_q is None:
+            return Val(ValKind.UNKNOWN, mod, f"super().{name}", reason="`super()` outside a class")
+        here = (mod.name, cls_q)
+        recv = getattr(w, "receiver", None)
+        rmod, rq = (recv if recv is not None and recv[1] is not None else (mod, cls_q))
+        order = self.mro(rmod, rq)
+        at = next((i for i, b in enumerate(order) if b.module is not None and (b.module.name, b.qual) == here), None)
+        if at is None:  # (a receiver that does not inherit the method: the method's own class)
+            rmod, rq = mod, cls_q
+            order = self.mro(mod, cls_q)
+            at = 0
+        for cv in order[at + 1:]:
+            m, c = cv.module, cv.cls
+            if m is None or c is None:
+                continue
+            if name in c.methods:
+                fq = c.methods[name]
+                f = m.summary.functions[fq]
+                w.add(Hop(HopKind.ALIAS, m.path, f.line, f"{cv.dotted}.{name}", f"super().{name}: {cv.qual}.{name}, the next "
+                          f"class in the MRO of {rq} after {cls_q}", None))
+                return Val(ValKind.FUNCTION, m, fq, m.path, f.line, owner=cv.qual, extra={"receiver": (rmod, rq)})
+            if name in c.attrs:
+                return self.class_attr(m, cv.qual, name, w) or Val(ValKind.UNKNOWN, m, f"{cv.qual}.{name}", m.path)
+        c = mod.summary.classes.get(cls_q)
+        found = {b.qual.rpartition(".")[2] for b in order[at + 1:]}
+        lost = [t for t in (c.bases if c is not None else ()) if t.rpartition(".")[2] not in found and t != "object"]
+        return Val(ValKind.UNKNOWN, mod, f"super().{name}", mod.path,
+                   reason=f"`super().{name}`: " + (f"the base class {', '.join(lost)} of {cls_q} is not found" if lost else
+                                                   f"no base class of {cls_q} in the workspace or the target defines `{name}`"))
 
     def enclosing_class(self, mod: Module, scope: str) -> str | None:
         q = scope
@@ -2353,7 +2391,7 @@ class Resolver:
             if cs.scope != f.qualname or not cs.func:
                 continue
             root = cs.func.split(".", 1)[0]
-            if root in TRIVIAL_ROOTS or cs.func in TRIVIAL_ROOTS:
+            if (root in TRIVIAL_ROOTS or cs.func in TRIVIAL_ROOTS) and not _super_method(cs.func):
                 continue
             if self._hopeless(mod, f.qualname, cs):
                 continue  # (decided before the leaf shares are handed out: it would take a share and give nothing)
@@ -2412,8 +2450,11 @@ class Resolver:
                 sym = f"{cs.func}({kv.qual}, ...)"
             # a guard the parameters this call fixes decided says so on the branch's label
             decided = self._decided_by(mod, f.qualname, cs.guards, binds, reach) if binds and cs.guards else ""
+            # dead because an `if c: raise` above it is taken here: the function raises rather than running other code
+            raised = [g for g in cs.guards if g[0] == "else" and g[2] in f.raise_ifs] if reach is False and f.raise_ifs else ()
             return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)" + (f" (decided by {decided})" if decided else ""), ch,
-                            mod.path, cs.line, decided or None)
+                            mod.path, cs.line, decided or None,
+                            bool(raised) and self.guard_value(mod, tuple(raised), f.qualname, binds) is False)
 
         reach_of = [r for _cs, r in cands]
         kept, skipped = _expand_within(w.budget, reach_of, expand)
@@ -2963,6 +3004,12 @@ def _guard_parts(kind: str, node) -> list:
         negated = isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
         out.append((part.operand if negated else part, (kind == "if") != negated))
     return out
+
+
+def _super_method(func: str) -> bool:
+    """Is ``func`` a method reached through ``super()`` (``super().forward``: the base class's code runs, a branch of
+    the body like any call), other than a constructor?"""
+    return func.startswith("super().") and func.count(".") == 1 and func != "super().__init__"
 
 
 def _context_key(v: Val):

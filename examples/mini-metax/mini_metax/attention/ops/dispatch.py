@@ -561,3 +561,45 @@ class StagedModel:
     def forward(self, src, dst):
         if os.environ.get("MINI_STAGE") == "first":
             self.embed_input(src, dst)
+
+
+# 19. the base class's method through `super()`: a branch of the override like any call; and what the verdict says
+# when the call takes no branch that reaches a kernel: the function's other code runs (a PyTorch fallback), or it
+# raises (an `if c: raise` the platform takes)
+class _ScaleStage:
+    def run(self, src, dst):
+        _scaled_launch(src, dst)
+
+
+class _CheckedScaleStage(_ScaleStage):
+    def run(self, src, dst, skip: bool = False):
+        if skip:
+            dst.copy_(src)
+            return
+        super().run(src, dst)
+
+
+def run_checked(src, dst):
+    stage = _CheckedScaleStage()
+    stage.run(src, dst)
+
+
+def _scale_or_torch(src, dst, scale=None):
+    if scale is not None:
+        _scaled_launch(src, dst)
+    else:
+        torch.mul(src, 2.0, out=dst)
+
+
+def torch_fallback(src, dst):
+    _scale_or_torch(src, dst)
+
+
+def _cuda_only_copy(src, dst):
+    if not current_platform.is_cuda():
+        raise NotImplementedError("the copy kernel is only built for CUDA")
+    _copy_launch(src, dst)
+
+
+def copy_cuda_only(src, dst):
+    _cuda_only_copy(src, dst)
