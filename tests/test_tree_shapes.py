@@ -538,3 +538,31 @@ def test_verdict_when_no_kernel_of_the_tree_runs(ws):
     assert c.final.fork.branches[0].raises is True
     assert verdict_text(c, d)[0] == ("Runs: nothing on this platform: _cuda_only_copy raises "
                                      "(current_platform.is_cuda() is false here)")
+
+
+def test_a_loop_over_a_layer_stack_calls_each_kind_of_layer(ws):
+    """`self.start, self.end, self.layers = _make_stack(n, lambda prefix: _ScaleLayer())`: the module list the helper
+    builds holds `_PassLayer()` and what the caller's lambda makes; a loop over a slice of it calls either."""
+    c = trace(ws, "layer(src, dst)")
+    assert leaves(c) == [(M.PYTHON_FUNCTION, P + "_PassLayer.forward", [], None), (*SCALE, [], None)]
+    assert [b.label for b in c.final.fork.branches] == [
+        "_PassLayer()", f"_ScaleLayer() (layer_fn: the argument at dispatch.py:{find(D, 'lambda prefix: _ScaleLayer()')[1]})"]
+    assert c.hops[1].detail == f"for layer in self.layers: an item of torch.nn.ModuleList(...) at dispatch.py:{find(D, 'layers = torch.nn.ModuleList(')[1]}"
+    c = trace(ws, "block(src, dst)")  # (one built in place, looped over with enumerate)
+    assert leaves(c) == [(*COPY, [], True)]
+
+
+def test_loop_items_through_enumerate_islice_and_slices():
+    from attnlens.pyindex import summarize
+
+    src = ("def f(self, xs, ys):\n"
+           "    for i, a in enumerate(islice(self.layers, 1, 3), start=1):\n        pass\n"
+           "    for b in self.blocks[1:]:\n        pass\n"
+           "    for c in reversed(list(xs)):\n        pass\n"
+           "    for d, e in ys:\n        pass\n"
+           "    for g, (h, k) in enumerate(ys):\n        pass\n")
+    f = summarize(src, "x.py", "sha").functions["f"]
+    got = {n: [(b.kind, b.target) for b in bs] for n, bs in f.locals.items()}
+    assert got == {"i": [("other", None)], "a": [("iter", "self.layers")], "b": [("iter", "self.blocks")],
+                   "c": [("iter", "xs")], "d": [("other", None)], "e": [("other", None)], "g": [("other", None)],
+                   "h": [("other", None)], "k": [("other", None)]}

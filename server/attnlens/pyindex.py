@@ -459,6 +459,29 @@ def _chain_text(node: ast.AST) -> str:
     return node.id + "".join(reversed(segs))
 
 
+# calls whose items are those of their first argument (a loop over them visits the same objects)
+_SAME_ITEMS = frozenset({"enumerate", "islice", "itertools.islice", "reversed", "list", "tuple", "iter"})
+
+
+def _loop_item(target: ast.AST, it: ast.AST) -> tuple:
+    """(the name a ``for`` loop binds to an item, the expression whose items it visits) or (None, it): ``for x in
+    xs``; ``for i, x in enumerate(xs)``; ``islice(xs, a, b)``, ``reversed(xs)``, ``list(xs)``, ``xs[a:b]`` visit the
+    items of ``xs``."""
+    enum = False
+    while True:
+        if isinstance(it, ast.Call) and it.args and not isinstance(it.args[0], ast.Starred) and dotted(it.func) in _SAME_ITEMS:
+            enum = enum or dotted(it.func) == "enumerate"
+            it = it.args[0]
+        elif isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice):
+            it = it.value
+        else:
+            break
+    if enum:
+        ok = isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Name)
+        return (target.elts[1], it) if ok else (None, it)
+    return (target, it) if isinstance(target, ast.Name) else (None, it)
+
+
 def _call_text(node: ast.AST) -> str:
     """``f()`` for a call of a dotted callee (any arguments), ``@import:mod`` for
     ``importlib.import_module("mod")``, else ''."""
@@ -775,11 +798,15 @@ class _Builder:
                 self.expr(st.test)
             else:
                 self.expr(st.iter)
-                if isinstance(st.target, ast.Name) and not (self.cls and not self.scope):
-                    # `for x in items:` binds x to each item in turn (resolver: a fork over a literal list's items)
-                    line, col = self.pos(st.target)
-                    src = dotted(st.iter) or _call_text(st.iter) or _literal_text(st.iter)
-                    self.bind(Binding(st.target.id, "iter", line, col, target=src or None, guards=g))
+                item, it = _loop_item(st.target, st.iter)
+                if item is not None and not (self.cls and not self.scope):
+                    # `for x in items:` binds x to each item in turn (resolver: a fork over a literal list's items, the
+                    # items of a module list); `enumerate(items)`, `islice(items, a, b)`, `items[a:b]` are items'
+                    src = dotted(it) or _call_text(it) or _literal_text(it)
+                    if item is not st.target:
+                        self.bind_names(st.target.elts[0], g)  # (`i` of `for i, x in enumerate(items)`)
+                    line, col = self.pos(item)
+                    self.bind(Binding(item.id, "iter", line, col, target=src or None, guards=g))
                 else:
                     self.bind_names(st.target, g)  # `for a, b in items:`
             self.body(st.body)
@@ -889,6 +916,19 @@ class _Builder:
             elif isinstance(t, (ast.Tuple, ast.List)):
                 src = _call_text(value) if isinstance(value, ast.Call) else ""
                 for i, e in enumerate(t.elts):
+                    if isinstance(e, ast.Attribute) and src and self.scope and self.cls and dotted(e) is not None \
+                            and dotted(e).count(".") == 1 and dotted(e).split(".")[0] in ("self", "cls") \
+                            and not any(isinstance(x, ast.Starred) for x in t.elts):
+                        # `self.a, self.layers = make(...)`: the instance attribute is item i of what make returns
+                        line, col = self.pos(e)
+                        b = Binding(e.attr, "unpack", line, col, target=src, attr=self.cur_scope(), guards=g,
+                                    str_args=(str(i),))
+                        c = self.cls[-1]
+                        if b.name in c.inst_attrs:
+                            c.reassigned = c.reassigned | {b.name}
+                            c.inst_more[b.name] = c.inst_more.get(b.name, ()) + (b,)
+                        c.inst_attrs.setdefault(b.name, b)
+                        continue
                     if isinstance(e, ast.Name):
                         line, col = self.pos(e)
                         if src and not any(isinstance(x, ast.Starred) for x in t.elts):

@@ -37,8 +37,8 @@ from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
 from .profile import NONE_VALUE, SOME_VALUE, PlatformProfile, parse_guard
-from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, function_tree, interned_names,
-                      is_passthrough, triton_decorated)
+from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, dotted, function_tree,
+                      interned_names, is_passthrough, triton_decorated)
 from .torchops import OpRegistry
 from .walk import Alt, Val, ValKind, Walk, alts_value
 
@@ -46,6 +46,8 @@ MAX_DEPTH = 40
 CONTAINERS = ("list", "List", "Sequence", "tuple", "Tuple", "dict", "Dict", "Mapping")
 # vLLM's tables of attention layers by name (an item is one of the layer classes)
 LAYER_TABLES = ("no_compile_layers", "static_forward_context")
+# PyTorch module containers: built from an iterable of modules, iterated (or indexed) as those modules
+MODULE_CONTAINERS = ("ModuleList", "Sequential")
 
 BUILTINS = frozenset(dir(__builtins__) if isinstance(__builtins__, dict) is False else __builtins__.keys())  # type: ignore[arg-type]
 # calls never worth following as the "one real call" of a wrapper body
@@ -603,6 +605,10 @@ class Resolver:
             w.add(Hop(HopKind.ALIAS, mod.path, b.line, f"{mod.name}.{b.name}" if not scope else b.name, f"{b.name} = {b.target}", cond, reach, b.col))
             return self.resolve_dotted(mod, scope, b.target or "", w, line=b.line)
         if b.kind == "call":
+            if (b.target or "").rpartition(".")[2] in MODULE_CONTAINERS:
+                cv = self.container_value(mod, scope, b.line, w)
+                if cv is not None:
+                    return cv
             return self.call_value(mod, scope, b, w)
         if b.kind == "ifexp":
             first, last = (b.alternatives[0] or "...", b.alternatives[-1] or "...") if b.alternatives else ("?", "?")
@@ -829,6 +835,13 @@ class Resolver:
         text, ln = items[0]
         w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"{b.name} is item {i} of {callee}(...), which returns {text} "
                   f"({os.path.basename(tv.module.path)}:{ln})"))
+        made = [x for x in f.locals.get(text, ()) if x.kind == "call" and (x.target or "").rpartition(".")[2] in MODULE_CONTAINERS]
+        if len(made) == 1 and len(f.locals[text]) == 1:
+            # a module list the callee builds, maybe from a callable the caller passes (`make_layers(n, lambda
+            # prefix: Layer(...))`): its items read where each is made, the caller's argument for the callee's parameter
+            cv = self.container_value(tv.module, f.qualname, made[0].line, w, (mod, scope, b.line, callee))
+            if cv is not None:
+                return cv
         return self.resolve_dotted(tv.module, f.qualname, text, w, line=ln + 1)
 
     # ------------------------------------------------------------------
@@ -923,6 +936,9 @@ class Resolver:
         items under the condition of each return."""
         src = b.target or ""
         iv = self.value_text(mod, scope, src, w.sub(), b.line) if src else Val(ValKind.UNKNOWN)
+        if iv.kind == ValKind.CONTAINER and iv.extra.get("item") is not None:
+            w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"for {b.name} in {src}: an item of {iv.qual}", self.guard_text(b.guards)))
+            return iv.extra["item"]
         arms: list = []
 
         def items_of(v: Val, conds: list, reach):
@@ -943,6 +959,92 @@ class Resolver:
         w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"for {b.name} in {src}: one of {len(arms)} items", self.guard_text(b.guards)))
         kind = ForkKind.MEMBER if all(a.val.kind == ValKind.ENUM_MEMBER for a in arms) else ForkKind.ASSIGNMENTS
         return alts_value(kind, f"the item of {src} the loop is at", mod, b.name, b.line, arms)
+
+    def container_value(self, mod: Module, scope: str, line: int, w: Walk, caller: tuple | None = None) -> Val | None:
+        """The module container built on ``line`` of ``scope`` (``nn.ModuleList(<iterable>)``): a container whose item is
+        what each element of the iterable is (a list display's items, a comprehension's element, both sides of ``+``,
+        the modules a call is given to wrap: ``wrap_modules(layer_fn(...) for i in ...)``), a fork when they differ.
+        ``caller``: (module, scope, line, callee text) of the call into ``scope`` whose result holds the container: an
+        element that calls a parameter (``layer_fn(prefix=...)``) is what the caller's argument makes (a lambda's
+        body). None when the call or its elements cannot be read."""
+        node = self._call_at(mod, scope, line, MODULE_CONTAINERS)
+        if node is None or not node.args:
+            return None
+        f = mod.summary.functions.get(scope) if scope else None
+        params = {p.name for p in f.params} if f is not None else set()
+        arms: list = []
+        seen: set = set()
+        for el in _container_elements(node.args[0]):
+            expr, emod, escope, eline, how = el, mod, scope, line, ""
+            if isinstance(el, ast.Call) and isinstance(el.func, ast.Name) and el.func.id in params:
+                arg = self._caller_argument(caller, f, el.func.id) if caller is not None else None  # type: ignore[arg-type]
+                if arg is None:
+                    continue
+                # (a lambda's body is what calling it makes; a named callable is called)
+                expr = arg.body if isinstance(arg, ast.Lambda) else ast.Call(arg, [], [])
+                emod, escope, eline = caller[0], caller[1], caller[2]  # type: ignore[index]
+                how = f" ({el.func.id}: the argument at {os.path.basename(emod.path)}:{eline})"
+            if isinstance(expr, ast.Call):
+                callee = dotted(expr.func)
+                if callee is None:
+                    continue
+                text = f"{callee}()"  # (what it makes, not what it is given: a class's instance)
+            else:
+                text = dotted(expr) or ""
+                if not text:
+                    continue
+            ev = self.value_text(emod, escope, text, w.sub(), eline)
+            if ev.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE):
+                continue
+            ident = (ev.kind, ev.dotted)
+            if ident in seen:
+                continue
+            seen.add(ident)
+            arms.append(Alt(ev, None, None, f"{text}{how}", emod.path, eline))
+        if not arms:
+            return None
+        item = arms[0].val if len(arms) == 1 else alts_value(ForkKind.ASSIGNMENTS, "which item the loop or index is at", mod,
+                                                            f"{dotted(node.func)}[...]", line, arms)
+        return Val(ValKind.CONTAINER, mod, f"{dotted(node.func)}(...) at {os.path.basename(mod.path)}:{line}", mod.path, line,
+                   extra={"item": item})
+
+    def _call_at(self, mod: Module, scope: str, line: int, names: tuple):
+        """The call on ``line`` of function ``scope`` (or the module) whose callee's last name is one of ``names``
+        (parsed from the source), or None."""
+        f = mod.summary.functions.get(scope) if scope else None
+        text = self.index.source_text(mod.path) or ""
+        if f is not None:
+            tree, _src = function_tree(text, f.line, f.end_line)
+            off = f.line - 1
+        else:
+            try:
+                tree, off = ast.parse(text), 0
+            except (SyntaxError, ValueError):
+                tree = None
+        if tree is None:
+            return None
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and n.lineno + off == line and (dotted(n.func) or "").rpartition(".")[2] in names:
+                return n
+        return None
+
+    def _caller_argument(self, caller: tuple, f: FunctionInfo, param: str):
+        """The expression the call ``caller`` ((module, scope, line, callee text)) passes for ``param`` of ``f``."""
+        cmod, cscope, cline, callee = caller
+        node = self._call_at(cmod, cscope, cline, (callee.rpartition(".")[2],))
+        if node is None:
+            return None
+        for k in node.keywords:
+            if k.arg == param:
+                return k.value
+        names = [p.name for p in f.params if p.kind in ("posonly", "pos")]
+        if f.class_name and names and names[0] in ("self", "cls"):
+            names = names[1:]
+        pos = [a for a in node.args if not isinstance(a, ast.Starred)]
+        if len(pos) != len(node.args) or param not in names:
+            return None
+        i = names.index(param)
+        return pos[i] if i < len(pos) else None
 
     def field_values(self, m: Module, cq: str, name: str) -> Val | None:
         """What the constructors of class ``cq`` pass for field ``name`` (``Meta(..., name=value)`` in the
@@ -1737,10 +1839,11 @@ class Resolver:
         if b.kind == "assign":
             w.add(Hop(HopKind.ALIAS, m.path, b.line, f"self.{b.name}", f"self.{b.name} = {b.target}", None))
             return self.resolve_dotted(m, scope, b.target or "", w, line=b.line)
+        if b.kind in ("ifexp", "unpack") or (b.kind == "call" and (b.target or "").rpartition(".")[2] in MODULE_CONTAINERS):
+            # (a conditional expression; `self.a, self.layers = make(...)`; `self.layers = nn.ModuleList(...)`)
+            return self.binding_value(m, b, w, scope)
         if b.kind == "call":
             return self.call_value(m, scope, b, w)
-        if b.kind == "ifexp":
-            return self.binding_value(m, b, w, scope)
         return Val(ValKind.UNKNOWN, m, f"self.{b.name}", m.path, b.line, reason=f"self.{b.name} is computed at {os.path.basename(m.path)}:{b.line}")
 
     def overriding_subclasses(self, v: Val, name: str, found: Val) -> Val | None:
@@ -3004,6 +3107,21 @@ def _guard_parts(kind: str, node) -> list:
         negated = isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
         out.append((part.operand if negated else part, (kind == "if") != negated))
     return out
+
+
+def _container_elements(node: ast.expr) -> list:
+    """The expressions whose values are the items of the iterable ``node``: a list or tuple display's items, a
+    comprehension's element, both sides of ``+``, the iterable given to a call that wraps it (``wrap_modules(gen)``)."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [e for e in node.elts if not isinstance(e, ast.Starred)]
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        return [node.elt]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _container_elements(node.left) + _container_elements(node.right)
+    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords \
+            and isinstance(node.args[0], (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
+        return _container_elements(node.args[0])
+    return []
 
 
 def _super_method(func: str) -> bool:

@@ -603,3 +603,43 @@ def _cuda_only_copy(src, dst):
 
 def copy_cuda_only(src, dst):
     _cuda_only_copy(src, dst)
+
+
+# 20. a stack of layers: an `nn.ModuleList` a helper builds from the callable its caller passes (a lambda), and one
+# built in place; a loop over a slice of the first, and over `enumerate` of the second, calls each layer
+class _PassLayer(torch.nn.Module):
+    def forward(self, src, dst):
+        return src
+
+
+class _ScaleLayer(torch.nn.Module):
+    def forward(self, src, dst):
+        _scaled_launch(src, dst)
+
+
+class _CopyLayer(torch.nn.Module):
+    def forward(self, src, dst):
+        _copy_launch(src, dst)
+
+
+def _make_stack(n: int, layer_fn, prefix: str = ""):
+    start, end = 0, n
+    layers = torch.nn.ModuleList(
+        [_PassLayer() for _ in range(start)] + [layer_fn(prefix=f"{prefix}.{i}") for i in range(start, end)]
+    )
+    return start, end, layers
+
+
+class LayerStack(torch.nn.Module):
+    def __init__(self, n: int):
+        super().__init__()
+        self.start, self.end, self.layers = _make_stack(n, lambda prefix: _ScaleLayer())
+        self.blocks = torch.nn.ModuleList([_CopyLayer() for _ in range(n)])
+
+    def forward(self, src, dst):
+        for layer in self.layers[self.start:self.end]:
+            layer(src, dst)
+
+    def forward_blocks(self, src, dst):
+        for i, block in enumerate(self.blocks):
+            block(src, dst)
