@@ -542,14 +542,34 @@ def test_verdict_when_no_kernel_of_the_tree_runs(ws):
 
 def test_a_loop_over_a_layer_stack_calls_each_kind_of_layer(ws):
     """`self.start, self.end, self.layers = _make_stack(n, lambda prefix: _ScaleLayer())`: the module list the helper
-    builds holds `_PassLayer()` and what the caller's lambda makes; a loop over a slice of it calls either."""
-    c = trace(ws, "layer(src, dst)")
+    builds holds `_PassLayer()` for indices 0..start and what the caller's lambda makes for start..end; a loop over
+    the whole list calls either, one over `self.layers[self.start:self.end]` only the lambda's layers."""
+    made = find(D, "lambda prefix: _ScaleLayer()")[1]
+    built = find(D, "layers = torch.nn.ModuleList(")[1]
+    c = trace(ws, "each(src, dst)")
     assert leaves(c) == [(M.PYTHON_FUNCTION, P + "_PassLayer.forward", [], None), (*SCALE, [], None)]
-    assert [b.label for b in c.final.fork.branches] == [
-        "_PassLayer()", f"_ScaleLayer() (layer_fn: the argument at dispatch.py:{find(D, 'lambda prefix: _ScaleLayer()')[1]})"]
-    assert c.hops[1].detail == f"for layer in self.layers: an item of torch.nn.ModuleList(...) at dispatch.py:{find(D, 'layers = torch.nn.ModuleList(')[1]}"
+    assert [b.label for b in c.final.fork.branches] == ["_PassLayer()", f"_ScaleLayer() (layer_fn: the argument at dispatch.py:{made})"]
+    assert c.hops[1].detail == f"for each in self.layers: an item of torch.nn.ModuleList(...) at dispatch.py:{built}"
+    c = trace(ws, "layer(src, dst)")
+    assert leaves(c) == [(*SCALE, [], True)]
+    assert c.hops[1].detail == (f"for layer in self.layers: an item of torch.nn.ModuleList(...) at dispatch.py:{built} between "
+                                f"self.start and self.end: _ScaleLayer() (layer_fn: the argument at dispatch.py:{made})")
     c = trace(ws, "block(src, dst)")  # (one built in place, looped over with enumerate)
     assert leaves(c) == [(*COPY, [], True)]
+
+
+def test_which_items_a_slice_of_a_sum_of_ranges_holds():
+    import ast
+
+    from attnlens.resolver import _container_elements
+
+    def spans(text):
+        return [(ast.unparse(e), lo, hi) for e, lo, hi in _container_elements(ast.parse(text, mode="eval").body)]
+
+    assert spans("[A() for _ in range(s)] + wrap(f(i) for i in range(s, e)) + [A() for _ in range(e, n)]") == [
+        ("A()", "0", "s"), ("f(i)", "s", "e"), ("A()", "e", "n")]
+    assert spans("[B(), C()] + [D() for i in range(3)]") == [("B()", None, None), ("C()", None, None), ("D()", None, None)]
+    assert spans("[A() for _ in range(s)] + [f(i) for i in range(t, e)]") == [("A()", "0", "s"), ("f(i)", None, None)]
 
 
 def test_loop_items_through_enumerate_islice_and_slices():
@@ -566,3 +586,5 @@ def test_loop_items_through_enumerate_islice_and_slices():
     assert got == {"i": [("other", None)], "a": [("iter", "self.layers")], "b": [("iter", "self.blocks")],
                    "c": [("iter", "xs")], "d": [("other", None)], "e": [("other", None)], "g": [("other", None)],
                    "h": [("other", None)], "k": [("other", None)]}
+    # the bounds of the one slice a loop takes (plain texts; an open end is no bound)
+    assert [f.locals[n][0].str_args for n in ("a", "b", "c")] == [("1", "3"), (), ()]

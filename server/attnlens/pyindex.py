@@ -464,22 +464,32 @@ _SAME_ITEMS = frozenset({"enumerate", "islice", "itertools.islice", "reversed", 
 
 
 def _loop_item(target: ast.AST, it: ast.AST) -> tuple:
-    """(the name a ``for`` loop binds to an item, the expression whose items it visits) or (None, it): ``for x in
-    xs``; ``for i, x in enumerate(xs)``; ``islice(xs, a, b)``, ``reversed(xs)``, ``list(xs)``, ``xs[a:b]`` visit the
-    items of ``xs``."""
+    """(the name a ``for`` loop binds to an item, the expression whose items it visits, the bounds of the one slice
+    it takes of them) or (None, it, ()): ``for x in xs``; ``for i, x in enumerate(xs)``; ``islice(xs, a, b)``,
+    ``reversed(xs)``, ``list(xs)``, ``xs[a:b]`` visit the items of ``xs`` (``islice(xs, a, b)`` and ``xs[a:b]`` with
+    plain bounds: the texts of ``a`` and ``b``)."""
     enum = False
+    cuts: list = []
     while True:
         if isinstance(it, ast.Call) and it.args and not isinstance(it.args[0], ast.Starred) and dotted(it.func) in _SAME_ITEMS:
             enum = enum or dotted(it.func) == "enumerate"
+            if dotted(it.func) in ("islice", "itertools.islice"):
+                cuts.append(tuple(it.args[1:]) if len(it.args) == 3 else None)
             it = it.args[0]
         elif isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice):
+            sl = it.slice
+            cuts.append((sl.lower, sl.upper) if sl.lower is not None and sl.upper is not None and sl.step is None else None)
             it = it.value
         else:
             break
+    bounds = ()
+    if len(cuts) == 1 and cuts[0] is not None:
+        texts = tuple(_literal_text(x) for x in cuts[0])
+        bounds = texts if all(texts) else ()
     if enum:
         ok = isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Name)
-        return (target.elts[1], it) if ok else (None, it)
-    return (target, it) if isinstance(target, ast.Name) else (None, it)
+        return (target.elts[1], it, bounds) if ok else (None, it, ())
+    return (target, it, bounds) if isinstance(target, ast.Name) else (None, it, ())
 
 
 def _call_text(node: ast.AST) -> str:
@@ -798,7 +808,7 @@ class _Builder:
                 self.expr(st.test)
             else:
                 self.expr(st.iter)
-                item, it = _loop_item(st.target, st.iter)
+                item, it, bounds = _loop_item(st.target, st.iter)
                 if item is not None and not (self.cls and not self.scope):
                     # `for x in items:` binds x to each item in turn (resolver: a fork over a literal list's items, the
                     # items of a module list); `enumerate(items)`, `islice(items, a, b)`, `items[a:b]` are items'
@@ -806,7 +816,7 @@ class _Builder:
                     if item is not st.target:
                         self.bind_names(st.target.elts[0], g)  # (`i` of `for i, x in enumerate(items)`)
                     line, col = self.pos(item)
-                    self.bind(Binding(item.id, "iter", line, col, target=src or None, guards=g))
+                    self.bind(Binding(item.id, "iter", line, col, target=src or None, guards=g, str_args=bounds))
                 else:
                     self.bind_names(st.target, g)  # `for a, b in items:`
             self.body(st.body)

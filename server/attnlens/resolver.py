@@ -841,7 +841,9 @@ class Resolver:
             # prefix: Layer(...))`): its items read where each is made, the caller's argument for the callee's parameter
             cv = self.container_value(tv.module, f.qualname, made[0].line, w, (mod, scope, b.line, callee))
             if cv is not None:
-                return cv
+                # (which of the callee's names the caller's other items of the same tuple are: a loop's slice bounds)
+                parts = [x.strip() for x in next(t for t, _g, l in f.return_alts if l == ln)[1:-2].split(",")]
+                return dataclasses.replace(cv, extra=dict(cv.extra, unpacked=(b.target, b.line, tuple(parts))))
         return self.resolve_dotted(tv.module, f.qualname, text, w, line=ln + 1)
 
     # ------------------------------------------------------------------
@@ -937,8 +939,14 @@ class Resolver:
         src = b.target or ""
         iv = self.value_text(mod, scope, src, w.sub(), b.line) if src else Val(ValKind.UNKNOWN)
         if iv.kind == ValKind.CONTAINER and iv.extra.get("item") is not None:
-            w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"for {b.name} in {src}: an item of {iv.qual}", self.guard_text(b.guards)))
-            return iv.extra["item"]
+            item = iv.extra["item"]
+            kept = self._slice_arms(mod, scope, b, iv) if b.str_args and item.kind == ValKind.ALTS else None
+            w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"for {b.name} in {src}: an item of {iv.qual}"
+                      + (f" between {b.str_args[0]} and {b.str_args[1]}: {', '.join(a.label for a in kept)}" if kept else ""),
+                      self.guard_text(b.guards)))
+            if kept:
+                return kept[0].val if len(kept) == 1 else dataclasses.replace(item, extra=dict(item.extra, alts=kept))
+            return item
         arms: list = []
 
         def items_of(v: Val, conds: list, reach):
@@ -973,8 +981,9 @@ class Resolver:
         f = mod.summary.functions.get(scope) if scope else None
         params = {p.name for p in f.params} if f is not None else set()
         arms: list = []
-        seen: set = set()
-        for el in _container_elements(node.args[0]):
+        seen: dict = {}  # (kind, dotted) -> arm index
+        spans: list = []  # per arm: the (first, end) index texts of the elements that make it (None: not known)
+        for el, lo, hi in _container_elements(node.args[0]):
             expr, emod, escope, eline, how = el, mod, scope, line, ""
             if isinstance(el, ast.Call) and isinstance(el.func, ast.Name) and el.func.id in params:
                 arg = self._caller_argument(caller, f, el.func.id) if caller is not None else None  # type: ignore[arg-type]
@@ -998,15 +1007,47 @@ class Resolver:
                 continue
             ident = (ev.kind, ev.dotted)
             if ident in seen:
+                spans[seen[ident]].append((lo, hi))
                 continue
-            seen.add(ident)
+            seen[ident] = len(arms)
+            spans.append([(lo, hi)])
             arms.append(Alt(ev, None, None, f"{text}{how}", emod.path, eline))
         if not arms:
             return None
         item = arms[0].val if len(arms) == 1 else alts_value(ForkKind.ASSIGNMENTS, "which item the loop or index is at", mod,
                                                             f"{dotted(node.func)}[...]", line, arms)
         return Val(ValKind.CONTAINER, mod, f"{dotted(node.func)}(...) at {os.path.basename(mod.path)}:{line}", mod.path, line,
-                   extra={"item": item})
+                   extra={"item": item, "spans": tuple(tuple(x) for x in spans)})
+
+    def _slice_arms(self, mod: Module, scope: str, b: Binding, iv: Val) -> list | None:
+        """The arms of the container ``iv``'s item that a loop over the slice ``b.str_args`` visits: where the bounds
+        are the caller's other items of the tuple the container came in (``self.start_layer, self.end_layer,
+        self.layers = make_layers(...)``) and name exactly the indices that the elements of an arm span
+        (``range(start_layer, end_layer)``); None when that cannot be read."""
+        got = iv.extra.get("unpacked")
+        spans = iv.extra.get("spans")
+        if not got or not spans:
+            return None
+        call, line, parts = got
+        mapped = []
+        for t in b.str_args:
+            if t.startswith("self.") and t.count(".") == 1:
+                cq = self.enclosing_class(mod, scope)
+                c = mod.summary.classes.get(cq) if cq else None
+                bd = c.inst_attrs.get(t[5:]) if c is not None and t[5:] not in c.reassigned else None
+            else:
+                bs = mod.summary.functions[scope].locals.get(t, ()) if scope in mod.summary.functions else ()
+                bd = bs[0] if len(bs) == 1 else None
+            if bd is None or bd.kind != "unpack" or (bd.target, bd.line) != (call, line) or not bd.str_args:
+                return None
+            k = int(bd.str_args[0])
+            if k >= len(parts):
+                return None
+            mapped.append(parts[k])
+        want = tuple(mapped)
+        arms = iv.extra["item"].extra["alts"]
+        kept = [a for a, sp in zip(arms, spans) if want in sp]
+        return kept if kept and all(len(sp) == 1 or want not in sp for sp in spans) else None
 
     def _call_at(self, mod: Module, scope: str, line: int, names: tuple):
         """The call on ``line`` of function ``scope`` (or the module) whose callee's last name is one of ``names``
@@ -3110,18 +3151,39 @@ def _guard_parts(kind: str, node) -> list:
 
 
 def _container_elements(node: ast.expr) -> list:
-    """The expressions whose values are the items of the iterable ``node``: a list or tuple display's items, a
-    comprehension's element, both sides of ``+``, the iterable given to a call that wraps it (``wrap_modules(gen)``)."""
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return [e for e in node.elts if not isinstance(e, ast.Starred)]
-    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
-        return [node.elt]
+    """(element, first index, end index) of the expressions whose values are the items of the iterable ``node``: a
+    list or tuple display's items, a comprehension's element, both sides of ``+``, the iterable given to a call that
+    wraps it (``wrap_modules(gen)``). The indices are texts where the iterable is a sum of comprehensions over
+    ``range(n)`` / ``range(a, b)`` that follow each other (``[A() for _ in range(start)] + [f(i) for i in range(start,
+    end)]``: ("0", "start"), ("start", "end")), else None."""
+    out: list = []
+    off: str | None = "0"
+    for part in _summands(node):
+        if isinstance(part, ast.Call) and len(part.args) == 1 and not part.keywords \
+                and isinstance(part.args[0], (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
+            part = part.args[0]
+        if isinstance(part, (ast.List, ast.Tuple)):
+            out.extend((e, None, None) for e in part.elts if not isinstance(e, ast.Starred))
+            off = None
+        elif isinstance(part, (ast.ListComp, ast.GeneratorExp)):
+            lo = hi = None
+            gen = part.generators[0] if len(part.generators) == 1 and not part.generators[0].ifs else None
+            it = gen.iter if gen is not None else None
+            if isinstance(it, ast.Call) and dotted(it.func) == "range" and not it.keywords and 1 <= len(it.args) <= 2:
+                texts = [dotted(a) or (repr(a.value) if isinstance(a, ast.Constant) else None) for a in it.args]
+                first, end = ("0", texts[0]) if len(texts) == 1 else (texts[0], texts[1])
+                if off is not None and first == off and end:
+                    lo, hi = first, end
+            out.append((part.elt, lo, hi))
+            off = hi
+    return out
+
+
+def _summands(node: ast.expr) -> list:
+    """The operands of a chain of ``+``, left to right."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _container_elements(node.left) + _container_elements(node.right)
-    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords \
-            and isinstance(node.args[0], (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
-        return _container_elements(node.args[0])
-    return []
+        return _summands(node.left) + _summands(node.right)
+    return [node]
 
 
 def _super_method(func: str) -> bool:

@@ -643,3 +643,7 @@ class LayerStack(torch.nn.Module):
     def forward_blocks(self, src, dst):
         for i, block in enumerate(self.blocks):
             block(src, dst)
+
+    def forward_all(self, src, dst):
+        for each in self.layers:
+            each(src, dst)
