@@ -518,6 +518,12 @@ def test_super_call_shape_in_the_summary_and_the_resolver(ws):
     mod = ws.index.module("mini_metax.attention.ops.dispatch")
     v = ws.resolver.resolve_dotted(mod, "_CheckedScaleStage.run", "super().run", Walk())
     assert (v.kind, v.dotted) == (ValKind.FUNCTION, P + "_ScaleStage.run")
+    # a `super().run(...)` call site is a site of the census like any call (a constructor's is not)
+    from attnlens.registry import is_candidate
+
+    calls = {cs.func: cs for cs in mod.summary.calls if cs.scope == "_CheckedScaleStage.run"}
+    assert is_candidate(calls["super().run"])
+    assert not is_candidate(summarize("class A(B):\n    def __init__(self):\n        super().__init__()\n", "x.py", "s").calls[0])
     miss = ws.resolver.resolve_dotted(mod, "_CheckedScaleStage.run", "super().absent", Walk())
     assert miss.kind == ValKind.UNKNOWN
     assert miss.reason == "`super().absent`: no base class of _CheckedScaleStage in the workspace or the target defines `absent`"
@@ -556,6 +562,9 @@ def test_a_loop_over_a_layer_stack_calls_each_kind_of_layer(ws):
                                 f"self.start and self.end: _ScaleLayer() (layer_fn: the argument at dispatch.py:{made})")
     c = trace(ws, "block(src, dst)")  # (one built in place, looped over with enumerate)
     assert leaves(c) == [(*COPY, [], True)]
+    c = trace(ws, "block.forward(src, dst)")  # (an item taken by index: `block = self.blocks[i]`)
+    assert leaves(c) == [(*COPY, [], True)]
+    assert c.hops[1].detail == f"block = self.blocks[i]: an item of torch.nn.ModuleList(...) at dispatch.py:{find(D, 'self.blocks = torch.nn.ModuleList(')[1]}"
 
 
 def test_which_items_a_slice_of_a_sum_of_ranges_holds():

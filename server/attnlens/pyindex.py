@@ -459,6 +459,12 @@ def _chain_text(node: ast.AST) -> str:
     return node.id + "".join(reversed(segs))
 
 
+def super_method(func: str) -> bool:
+    """Is the callee text ``func`` a method reached through ``super()`` (``super().forward``: the base class's code
+    runs, a call like any other), other than a constructor?"""
+    return func.startswith("super().") and func.count(".") == 1 and func != "super().__init__"
+
+
 # calls whose items are those of their first argument (a loop over them visits the same objects)
 _SAME_ITEMS = frozenset({"enumerate", "islice", "itertools.islice", "reversed", "list", "tuple", "iter"})
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import model as M
 from .model import HopKind
-from .pyindex import triton_decorated
+from .pyindex import super_method, triton_decorated
 from .walk import Val, ValKind, Walk
 
 REGISTRAR = re.compile(r"^register_\w*backend$")
@@ -580,6 +580,8 @@ def is_candidate(cs) -> bool:
     if cs.launch or cs.func.startswith("torch.ops."):
         return True
     root = cs.func.split(".", 1)[0]
+    if root == "super()":
+        return super_method(cs.func)  # (`super().forward(x)` runs the base class's method; not a constructor)
     if root in _SKIP_ROOTS:
         return False
     if root == "torch":

@@ -38,7 +38,7 @@ from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
 from .profile import NONE_VALUE, SOME_VALUE, PlatformProfile, parse_guard
 from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, dotted, function_tree,
-                      interned_names, is_passthrough, triton_decorated)
+                      interned_names, is_passthrough, super_method, triton_decorated)
 from .torchops import OpRegistry
 from .walk import Alt, Val, ValKind, Walk, alts_value
 
@@ -640,6 +640,10 @@ class Resolver:
             if base.kind == ValKind.DICT:
                 w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"{b.name} = {b.target}[{key}]", cond, reach, b.col))
                 return self.dict_choice(base, key, mod, scope)
+            if base.kind == ValKind.CONTAINER and base.extra.get("item") is not None:
+                # `layer = self.layers[i]`: an item of a module list (or of an annotated list)
+                w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"{b.name} = {b.target}[{key}]: an item of {base.qual}", cond, reach, b.col))
+                return base.extra["item"]
             return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"`{b.name}` is an item of `{b.target}` at {os.path.basename(mod.path)}:{b.line}")
         if b.kind == "star":
             return Val(ValKind.UNKNOWN, mod, b.name, reason="star import")
@@ -2535,7 +2539,7 @@ class Resolver:
             if cs.scope != f.qualname or not cs.func:
                 continue
             root = cs.func.split(".", 1)[0]
-            if (root in TRIVIAL_ROOTS or cs.func in TRIVIAL_ROOTS) and not _super_method(cs.func):
+            if (root in TRIVIAL_ROOTS or cs.func in TRIVIAL_ROOTS) and not super_method(cs.func):
                 continue
             if self._hopeless(mod, f.qualname, cs):
                 continue  # (decided before the leaf shares are handed out: it would take a share and give nothing)
@@ -3184,12 +3188,6 @@ def _summands(node: ast.expr) -> list:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _summands(node.left) + _summands(node.right)
     return [node]
-
-
-def _super_method(func: str) -> bool:
-    """Is ``func`` a method reached through ``super()`` (``super().forward``: the base class's code runs, a branch of
-    the body like any call), other than a constructor?"""
-    return func.startswith("super().") and func.count(".") == 1 and func != "super().__init__"
 
 
 def _context_key(v: Val):

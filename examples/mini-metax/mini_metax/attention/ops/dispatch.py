@@ -647,3 +647,8 @@ class LayerStack(torch.nn.Module):
     def forward_all(self, src, dst):
         for each in self.layers:
             each(src, dst)
+
+    def forward_indexed(self, src, dst):
+        for i in range(self.end):
+            block = self.blocks[i]
+            block.forward(src, dst)
