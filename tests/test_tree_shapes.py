@@ -562,6 +562,11 @@ def test_a_loop_over_a_layer_stack_calls_each_kind_of_layer(ws):
                                 f"self.start and self.end: _ScaleLayer() (layer_fn: the argument at dispatch.py:{made})")
     c = trace(ws, "block(src, dst)")  # (one built in place, looped over with enumerate)
     assert leaves(c) == [(*COPY, [], True)]
+    # a module dict: an item called by key (a call, not a kernel launch on a grid), or its values looped over
+    c = trace(ws, "self.heads[name](src, dst)")
+    assert c.hops[0].kind == M.HopKind.CALL
+    assert leaves(c) == [(*SCALE, [], None), (*COPY, [], None)]
+    assert leaves(trace(ws, "head(src, dst)", 1)) == [(*SCALE, [], None), (*COPY, [], None)]
     c = trace(ws, "block.forward(src, dst)")  # (an item taken by index: `block = self.blocks[i]`)
     assert leaves(c) == [(*COPY, [], True)]
     assert c.hops[1].detail == f"block = self.blocks[i]: an item of torch.nn.ModuleList(...) at dispatch.py:{find(D, 'self.blocks = torch.nn.ModuleList(')[1]}"

@@ -482,6 +482,9 @@ def _loop_item(target: ast.AST, it: ast.AST) -> tuple:
             if dotted(it.func) in ("islice", "itertools.islice"):
                 cuts.append(tuple(it.args[1:]) if len(it.args) == 3 else None)
             it = it.args[0]
+        elif isinstance(it, ast.Call) and not it.args and not it.keywords and isinstance(it.func, ast.Attribute) \
+                and it.func.attr == "values" and dotted(it.func.value) is not None:
+            it = it.func.value  # (`for layer in self.layers.values()`: the items of a module dict)
         elif isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice):
             sl = it.slice
             cuts.append((sl.lower, sl.upper) if sl.lower is not None and sl.upper is not None and sl.step is None else None)

@@ -548,7 +548,10 @@ class Registry:
             return None
         if chain.final.kind == M.FinalKind.UNRESOLVED and not self._root_is_imported(mod, cs):
             return None
-        return CallSiteResult(mod.path, cs.line, cs.col, cs.func + ("[grid]" if cs.launch else ""), cs.scope, chain)
+        # (`d[key](...)`: an item of a dict or container called, not a launch on a grid)
+        item = cs.launch and bool(chain.hops) and chain.hops[0].kind == HopKind.CALL
+        return CallSiteResult(mod.path, cs.line, cs.col, cs.func + (f"[{cs.subscript or '...'}]" if item else "[grid]" if cs.launch else ""),
+                              cs.scope, chain)
 
 
 def _class_leaves(v, conds: list, reach):

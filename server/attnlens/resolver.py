@@ -47,7 +47,7 @@ CONTAINERS = ("list", "List", "Sequence", "tuple", "Tuple", "dict", "Dict", "Map
 # vLLM's tables of attention layers by name (an item is one of the layer classes)
 LAYER_TABLES = ("no_compile_layers", "static_forward_context")
 # PyTorch module containers: built from an iterable of modules, iterated (or indexed) as those modules
-MODULE_CONTAINERS = ("ModuleList", "Sequential")
+MODULE_CONTAINERS = ("ModuleList", "Sequential", "ModuleDict")
 
 BUILTINS = frozenset(dir(__builtins__) if isinstance(__builtins__, dict) is False else __builtins__.keys())  # type: ignore[arg-type]
 # calls never worth following as the "one real call" of a wrapper body
@@ -2322,6 +2322,12 @@ class Resolver:
             v = self.resolve_dotted(mod, cs.scope, cs.func, w, line=cs.line)
         finally:
             w.use_guards = saved
+        if cs.launch and v.kind == ValKind.CONTAINER and v.extra.get("item") is not None:
+            # `self.layers[key](...)`: an item of a module container called, not a kernel launch
+            w.add(Hop(HopKind.ALIAS, mod.path, cs.line, f"{cs.func}[{cs.subscript}]", f"{cs.func}[{cs.subscript}](...): an item of {v.qual}",
+                      None, None, cs.col))
+            item = v.extra["item"]
+            return (self.refined_at_call(mod, cs, item, outer) if item.kind == ValKind.ALTS else item), False
         if cs.launch and v.kind == ValKind.DICT:
             w.add(Hop(HopKind.ALIAS, mod.path, cs.line, f"{cs.func}[{cs.subscript}]", f"{cs.func}[{cs.subscript}](...): an item of a dict of callables",
                       None, None, cs.col))
@@ -2571,6 +2577,7 @@ class Resolver:
             bw.add(Hop(HopKind.TRITON_LAUNCH if cs.launch else HopKind.CALL, mod.path, cs.line, sym, f"call in {f.qualname}", cond,
                        reach if cs.guards else None, cs.col))
             tv, launch = self.callee_value(mod, cs, bw, v.extra.get("facts"))
+            _subscript_call(bw, cs, launch)
             if any(h.kind == HopKind.PLATFORM for h in bw.hops) and tv.kind != ValKind.TORCH_OP:
                 return None  # platform queries are not kernels
             if not launch:
@@ -3018,6 +3025,7 @@ class Resolver:
         else:
             try:
                 v, launch = self.callee_value(mod, cs, w)
+                _subscript_call(w, cs, launch)
                 if not launch:
                     v = self.with_binds(mod, cs.scope, cs, v)
                 final = self.follow(v, w, launch=launch)
@@ -3154,6 +3162,13 @@ def _guard_parts(kind: str, node) -> list:
     return out
 
 
+def _subscript_call(w: Walk, cs: CallSite, launch: bool) -> None:
+    """``d[key](...)`` whose callee turned out to be an item of a dict or container, not a kernel launched on a grid:
+    the walk's first hop (the call) says "call"."""
+    if cs.launch and not launch and w.hops and w.hops[0].kind == HopKind.TRITON_LAUNCH:
+        w.hops[0] = dataclasses.replace(w.hops[0], kind=HopKind.CALL)
+
+
 def _container_elements(node: ast.expr) -> list:
     """(element, first index, end index) of the expressions whose values are the items of the iterable ``node``: a
     list or tuple display's items, a comprehension's element, both sides of ``+``, the iterable given to a call that
@@ -3164,10 +3179,16 @@ def _container_elements(node: ast.expr) -> list:
     off: str | None = "0"
     for part in _summands(node):
         if isinstance(part, ast.Call) and len(part.args) == 1 and not part.keywords \
-                and isinstance(part.args[0], (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)):
+                and isinstance(part.args[0], (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp, ast.Dict, ast.DictComp)):
             part = part.args[0]
         if isinstance(part, (ast.List, ast.Tuple)):
             out.extend((e, None, None) for e in part.elts if not isinstance(e, ast.Starred))
+            off = None
+        elif isinstance(part, ast.Dict):  # (`nn.ModuleDict({"a": A(), ...})`: its values)
+            out.extend((e, None, None) for e in part.values if e is not None)
+            off = None
+        elif isinstance(part, ast.DictComp):
+            out.append((part.value, None, None))
             off = None
         elif isinstance(part, (ast.ListComp, ast.GeneratorExp)):
             lo = hi = None

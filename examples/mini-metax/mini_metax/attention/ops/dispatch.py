@@ -635,6 +635,7 @@ class LayerStack(torch.nn.Module):
         super().__init__()
         self.start, self.end, self.layers = _make_stack(n, lambda prefix: _ScaleLayer())
         self.blocks = torch.nn.ModuleList([_CopyLayer() for _ in range(n)])
+        self.heads = torch.nn.ModuleDict({"scale": _ScaleLayer(), "copy": _CopyLayer()})
 
     def forward(self, src, dst):
         for layer in self.layers[self.start:self.end]:
@@ -652,3 +653,10 @@ class LayerStack(torch.nn.Module):
         for i in range(self.end):
             block = self.blocks[i]
             block.forward(src, dst)
+
+    def forward_head(self, src, dst, name: str):
+        return self.heads[name](src, dst)
+
+    def forward_heads(self, src, dst):
+        for head in self.heads.values():
+            head(src, dst)
