@@ -565,3 +565,30 @@ def test_overlay_wins_over_disk(ws):
     p, line, col = find(path, "decode_fwd(q, k, v, out)")
     chain = ws.trace_at(p, line, col)
     assert chain.final.symbol == "_fx_C::rotary"
+
+
+def test_super_call_to_a_base_class_that_is_not_found_is_an_unresolved_branch(tmp_path):
+    """An override that ends in `super().run(...)` whose base class's import names something the upstream module does
+    not define: what the base class runs is unknown, a leaf that says why, not a branch dropped (the verdict would
+    otherwise read as if the override's other branches were all it runs)."""
+    plugin = dict(PLUGIN)
+    plugin["fx/stage.py"] = """
+        import torch
+        from up.backends.tri import GoneStage
+
+        class Stage(GoneStage):
+            def run(self, x, fast: bool = False):
+                if fast:
+                    torch.ops._C.fast_stage(x)
+                    return
+                super().run(x)
+
+        def go(x):
+            s = Stage()
+            s.run(x)
+    """
+    ws = fixture_ws(tmp_path, plugin, UPSTREAM)
+    c = trace(ws, "s.run(x)", rel="fx/stage.py")
+    assert [(lf.final.kind, lf.final.symbol, lf.final.reason, lf.conditions) for lf in c.leaves()] == [
+        (M.TORCH_OP, "_C::fast_stage", c.leaves()[0].final.reason, ["fast"]),
+        (M.UNRESOLVED, "super().run", "`super().run`: the base class GoneStage of Stage is not found", ["not (fast)"])]

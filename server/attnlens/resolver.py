@@ -2582,6 +2582,11 @@ class Resolver:
                 return None  # platform queries are not kernels
             if not launch:
                 tv = self.with_binds(mod, f.qualname, cs, tv, binds, self.handed_on(v, f, cs))
+            if tv.kind == ValKind.UNKNOWN and super_method(cs.func):
+                # the base class's method cannot be found (its base class's import fails): what runs there is unknown,
+                # said as such rather than dropped (the function's other branches are not all it runs)
+                ch = self._chain(bw, Final(FinalKind.UNRESOLVED, mod.path, cs.line, cs.func, reason=tv.reason or ""), mod)
+                return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line)
             if tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS):
                 # a kernel handed to a launcher the resolver cannot see (`ctx.call_kernel(kernel, grid, ...)`)
                 kv = self._kernel_argument(mod, f.qualname, cs)
@@ -2654,6 +2659,8 @@ class Resolver:
         tv = self.resolve_dotted(mod, scope, cs.func, probe, line=cs.line)
         if tv.kind == ValKind.TORCH_OP:
             return False
+        if tv.kind == ValKind.UNKNOWN and super_method(cs.func) and "is not found" in (tv.reason or ""):
+            return False  # (a base class that is not found: an unresolved branch, see body_branches)
         if any(h.kind == HopKind.PLATFORM for h in probe.hops):
             return True
         return tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS) and \
