@@ -594,3 +594,18 @@ def test_a_leaf_reached_under_a_condition_and_under_its_negation_is_taken():
         M.Branch(None, True, "line 5", inner("/x/a.py", "flag"), "/x/k.py", 5),
         M.Branch(None, True, "line 6", inner("/x/b.py", "not (flag)"), "/x/k.py", 6)], None)), None)
     assert render.verdict_text(outer) == ["Runs: op (torch op _C::op, /x/k.py:3, decided at run time; 2 paths)"]
+
+
+def test_other_code_names_every_flag_that_rules_its_kernels_out():
+    """A function that runs with every kernel of its tree ruled out by the platform says which conditions do it, each
+    once (where the call itself is not made, one reason is given, as before)."""
+    fork = M.Fork(M.ForkKind.CALLS, "a; b", "/x/f.py", 1, "pkg.f", [
+        M.Branch("self.fp4", False, "line 2: k4(...)", _leaf(M.TORCH_OP, "_C::k4"), "/x/f.py", 2),
+        M.Branch("not (self.fp4) and self.fp8", False, "line 4: k8(...)", _leaf(M.TORCH_OP, "_C::k8"), "/x/f.py", 4),
+    ])
+    runs = M.Chain([M.Hop("call", "/x/site.py", 10, "f")], M.Final(M.FORK, "/x/f.py", 1, "pkg.f", fork=fork), True)
+    assert verdict_text(runs)[0] == ("Runs: other code of f on this platform, no kernel or op of its tree "
+                                     "(self.fp4 is false here; not (self.fp4) and self.fp8 is false here)")
+    guarded = M.Chain([M.Hop("call", "/x/site.py", 10, "f", condition="self.direct", reachable=False)],
+                      M.Final(M.FORK, "/x/f.py", 1, "pkg.f", fork=fork), True)
+    assert verdict_text(guarded)[0].startswith("Runs: nothing on this platform (") and "; " not in verdict_text(guarded)[0]

@@ -437,6 +437,18 @@ def _dead_reason(lp: LeafPath, fact_of=None) -> tuple[str, str, str]:
     return "", "", ""
 
 
+def _false_here(dead: list, defaults, code=lambda s: s, most: int = 3) -> str:
+    """``X is false here; Y is false here``: the conditions the platform makes false that rule out the leaves
+    ``dead`` (each once, in order; at most ``most``, then "…"): a function that runs without its kernels, which two
+    flags rule out, names both (where the call itself is not made, its own guard alone says why)."""
+    out: list = []
+    for v in dead:
+        kind, why, _by = _dead_reason(v.lp, _fact_of(defaults))
+        if kind == "condition" and why and why not in out:
+            out.append(why)
+    return "; ".join(f"{code(w)} is false here" for w in out[:most]) + ("; …" if len(out) > most else "")
+
+
 def _false_parts(c: Cond, fact_of) -> str:
     if fact_of is None:
         return c.text
@@ -514,7 +526,7 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
                     if runs else f"Runs: nothing {where}")
                    + (f" ({why[1]})" if why[1] and why[0] == "selection" else
                       f" (decided by {why[2]})" if why[0] == "call" else
-                      f" ({why[1]} is false here)" if why[1] else ""))
+                      f" ({_false_here(dead, defaults) if runs else why[1] + ' is false here'})" if why[1] else ""))
     pw = provider_words(defaults, live)
     if pw:
         out.append(f"Loaded by default from: {pw}")
@@ -724,7 +736,8 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
                    + (f" (never selected: {md_escape(_short_text(why, 100))})"
                                                        if kind == "selection" else
                                                        f" (decided by {md_escape(_short_text(by, 100))})" if by else
-                                                       f" ({md_code(why)} is false here)" if why else ""))
+                                                       f" ({_false_here(dead, defaults, md_code) if runs else md_code(why) + ' is false here'})"
+                                                       if why else ""))
     pw = provider_words(defaults, live, md_code)
     if pw:
         out.append(f"Loaded by default from: {pw}")
