@@ -702,6 +702,14 @@ class _Builder:
         else:
             self.s.bindings.setdefault(b.name, []).append(b)
 
+    def set_inst_attr(self, b: Binding) -> None:
+        """Record ``self.<b.name> = ...`` in a method of the class being read (a second assignment: ``inst_more``)."""
+        c = self.cls[-1]
+        if b.name in c.inst_attrs:
+            c.reassigned = c.reassigned | {b.name}
+            c.inst_more[b.name] = c.inst_more.get(b.name, ()) + (b,)
+        c.inst_attrs.setdefault(b.name, b)
+
     def bind_names(self, target, g: tuple) -> None:
         """Bind every plain name in an assignment target (a name, a tuple/list of them, a starred one) to a
         value the summary does not follow (``kind='other'``): loop, ``with ... as`` and augmented targets."""
@@ -910,13 +918,8 @@ class _Builder:
                 if root in ("self", "cls") and self.scope and self.cls and d.count(".") == 1:
                     line, col = self.pos(t)
                     b = self._binding_for_value(d.split(".", 1)[1], value, line, col, g)
-                    b = Binding(b.name, b.kind, b.line, b.col, target=b.target, attr=self.cur_scope(),
-                                guards=b.guards, alternatives=b.alternatives, str_args=b.str_args)
-                    c = self.cls[-1]
-                    if b.name in c.inst_attrs:
-                        c.reassigned = c.reassigned | {b.name}
-                        c.inst_more[b.name] = c.inst_more.get(b.name, ()) + (b,)
-                    c.inst_attrs.setdefault(b.name, b)
+                    self.set_inst_attr(Binding(b.name, b.kind, b.line, b.col, target=b.target, attr=self.cur_scope(),
+                                               guards=b.guards, alternatives=b.alternatives, str_args=b.str_args))
                 elif "." in d and self._patch_root(root):
                     line, col = self.pos(t)
                     self.s.attr_patches.append(AttrPatch(d, lam or dotted(value) or "", line, col, g, self.cur_scope()))
@@ -940,13 +943,8 @@ class _Builder:
                             and not any(isinstance(x, ast.Starred) for x in t.elts):
                         # `self.a, self.layers = make(...)`: the instance attribute is item i of what make returns
                         line, col = self.pos(e)
-                        b = Binding(e.attr, "unpack", line, col, target=src, attr=self.cur_scope(), guards=g,
-                                    str_args=(str(i),))
-                        c = self.cls[-1]
-                        if b.name in c.inst_attrs:
-                            c.reassigned = c.reassigned | {b.name}
-                            c.inst_more[b.name] = c.inst_more.get(b.name, ()) + (b,)
-                        c.inst_attrs.setdefault(b.name, b)
+                        self.set_inst_attr(Binding(e.attr, "unpack", line, col, target=src, attr=self.cur_scope(), guards=g,
+                                                   str_args=(str(i),)))
                         continue
                     if isinstance(e, ast.Name):
                         line, col = self.pos(e)

@@ -518,15 +518,7 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
     if common:
         out.append("All of them only if " + M.and_joined([c.text for c in common]) + f" ({RUNTIME})")
     if not live:
-        why = _dead_reason(dead[0].lp, _fact_of(defaults)) if dead else ("", "", "")
-        runs, raises = _own_code_only(chain, dead, why[0])
-        where = _where_dead(why[0], chain.truncated())
-        out.append((f"Runs: nothing {where}: {runs} raises" if raises else
-                    f"Runs: other code of {runs} {where}, no kernel or op of its tree"
-                    if runs else f"Runs: nothing {where}")
-                   + (f" ({why[1]})" if why[1] and why[0] == "selection" else
-                      f" (decided by {why[2]})" if why[0] == "call" else
-                      f" ({_false_here(dead, defaults) if runs else why[1] + ' is false here'})" if why[1] else ""))
+        out.append(_no_leaf_runs(chain, dead, defaults, _PLAIN))
     pw = provider_words(defaults, live)
     if pw:
         out.append(f"Loaded by default from: {pw}")
@@ -561,6 +553,23 @@ def _twins(vs: list) -> set:
     for v in vs:
         (out if v.name.short in seen else seen).add(v.name.short)
     return out
+
+
+def _no_leaf_runs(chain: M.Chain, dead: list, defaults, fmt) -> str:
+    """The verdict's line when no leaf can run: nothing (why: never selected, decided by the call, a condition false
+    here), nothing because the function called raises, or the function's other code (:func:`_own_code_only`)."""
+    kind, why, by = _dead_reason(dead[0].lp, _fact_of(defaults)) if dead else ("", "", "")
+    runs, raises = _own_code_only(chain, dead, kind)
+    where = _where_dead(kind, chain.truncated())
+    head = (f"Runs: nothing {where}: {fmt.code(runs)} raises" if raises else
+            f"Runs: other code of {fmt.code(runs)} {where}, no kernel or op of its tree" if runs else f"Runs: nothing {where}")
+    if kind == "selection":
+        return head + (f" ({fmt.never}{fmt.prose(why, 100)})" if why else "")
+    if kind == "call":
+        return head + f" (decided by {fmt.prose(by, 100)})"
+    if why:
+        return head + f" ({_false_here(dead, defaults, fmt.code) if runs else fmt.code(why) + ' is false here'})"
+    return head
 
 
 def _own_code_only(chain: M.Chain, dead: list, kind: str) -> tuple[str | None, bool]:
@@ -653,6 +662,7 @@ class _PlainFormat:
     trace`): everything in full."""
 
     conditions: int | None = None  # conditions shown per leaf (None: all)
+    never = ""  # before why a leaf is never selected (plain text says the reason alone)
 
     def code(self, text: str) -> str:
         return text
@@ -671,6 +681,7 @@ class _MarkdownFormat(_PlainFormat):
     """The same in Markdown (the hover): code spans, escaped prose cut to ``n`` characters, file:line links."""
 
     conditions = 1  # one condition per line (the hover is not the place for every guard: Copy as Markdown)
+    never = "never selected: "
 
     def __init__(self, link):
         self.link = link
@@ -727,17 +738,7 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
         out.append("All of them only if " + " and ".join(md_code(_short_text(c.text, 90)) for c in common[:2])
                    + f"{more} ({RUNTIME})")
     if not live:
-        kind, why, by = _dead_reason(dead[0].lp, _fact_of(defaults)) if dead else ("", "", "")
-        runs, raises = _own_code_only(chain, dead, kind)
-        where = _where_dead(kind, chain.truncated())
-        out.append((f"Runs: nothing {where}: {md_code(runs)} raises" if raises else
-                    f"Runs: other code of {md_code(runs)} {where}, no kernel or op of its tree"
-                    if runs else f"Runs: nothing {where}")
-                   + (f" (never selected: {md_escape(_short_text(why, 100))})"
-                                                       if kind == "selection" else
-                                                       f" (decided by {md_escape(_short_text(by, 100))})" if by else
-                                                       f" ({_false_here(dead, defaults, md_code) if runs else md_code(why) + ' is false here'})"
-                                                       if why else ""))
+        out.append(_no_leaf_runs(chain, dead, defaults, _MarkdownFormat(link)))
     pw = provider_words(defaults, live, md_code)
     if pw:
         out.append(f"Loaded by default from: {pw}")

@@ -605,7 +605,7 @@ class Resolver:
             w.add(Hop(HopKind.ALIAS, mod.path, b.line, f"{mod.name}.{b.name}" if not scope else b.name, f"{b.name} = {b.target}", cond, reach, b.col))
             return self.resolve_dotted(mod, scope, b.target or "", w, line=b.line)
         if b.kind == "call":
-            if (b.target or "").rpartition(".")[2] in MODULE_CONTAINERS:
+            if _builds_container(b):
                 cv = self.container_value(mod, scope, b.line, w)
                 if cv is not None:
                     return cv
@@ -832,22 +832,21 @@ class Resolver:
             if text.startswith("(") and text.endswith(",)"):
                 parts = [x.strip() for x in text[1:-2].split(",")]
                 if i < len(parts):
-                    items.append((parts[i], ln))
+                    items.append((parts[i], ln, tuple(parts)))
         if len(items) != 1:
             return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line,
                        reason=f"`{b.name}` is item {i} of what `{callee}` returns ({len(items)} tuple returns)")
-        text, ln = items[0]
+        text, ln, parts = items[0]
         w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"{b.name} is item {i} of {callee}(...), which returns {text} "
                   f"({os.path.basename(tv.module.path)}:{ln})"))
-        made = [x for x in f.locals.get(text, ()) if x.kind == "call" and (x.target or "").rpartition(".")[2] in MODULE_CONTAINERS]
-        if len(made) == 1 and len(f.locals[text]) == 1:
+        made = f.locals.get(text, ())
+        if len(made) == 1 and _builds_container(made[0]):
             # a module list the callee builds, maybe from a callable the caller passes (`make_layers(n, lambda
             # prefix: Layer(...))`): its items read where each is made, the caller's argument for the callee's parameter
             cv = self.container_value(tv.module, f.qualname, made[0].line, w, (mod, scope, b.line, callee))
             if cv is not None:
                 # (which of the callee's names the caller's other items of the same tuple are: a loop's slice bounds)
-                parts = [x.strip() for x in next(t for t, _g, l in f.return_alts if l == ln)[1:-2].split(",")]
-                return dataclasses.replace(cv, extra=dict(cv.extra, unpacked=(b.target, b.line, tuple(parts))))
+                return dataclasses.replace(cv, extra=dict(cv.extra, unpacked=(b.target, b.line, parts)))
         return self.resolve_dotted(tv.module, f.qualname, text, w, line=ln + 1)
 
     # ------------------------------------------------------------------
@@ -978,7 +977,9 @@ class Resolver:
         the modules a call is given to wrap: ``wrap_modules(layer_fn(...) for i in ...)``), a fork when they differ.
         ``caller``: (module, scope, line, callee text) of the call into ``scope`` whose result holds the container: an
         element that calls a parameter (``layer_fn(prefix=...)``) is what the caller's argument makes (a lambda's
-        body). None when the call or its elements cannot be read."""
+        body, read with the walk's receiver: `layer_type(...)` of a constructor parameter). None when the call or its
+        elements cannot be read. Not memoised here: what the elements are depends on the receiver, and the value of the
+        name that holds the container is memoised with it (:meth:`resolve_dotted`)."""
         node = self._call_at(mod, scope, line, MODULE_CONTAINERS)
         if node is None or not node.args:
             return None
@@ -1511,22 +1512,17 @@ class Resolver:
             rmod, rq = mod, cls_q
             order = self.mro(mod, cls_q)
             at = 0
-        for cv in order[at + 1:]:
-            m, c = cv.module, cv.cls
-            if m is None or c is None:
-                continue
-            if name in c.methods:
-                fq = c.methods[name]
-                f = m.summary.functions[fq]
-                w.add(Hop(HopKind.ALIAS, m.path, f.line, f"{cv.dotted}.{name}", f"super().{name}: {cv.qual}.{name}, the next "
+        v = self.class_attr(rmod, rq, name, w, order=order[at + 1:])
+        if v is not None:
+            if v.kind == ValKind.FUNCTION and v.module is not None:
+                w.add(Hop(HopKind.ALIAS, v.path or "", v.line or 0, v.dotted, f"super().{name}: {v.owner}.{name}, the next "
                           f"class in the MRO of {rq} after {cls_q}", None))
-                return Val(ValKind.FUNCTION, m, fq, m.path, f.line, owner=cv.qual, extra={"receiver": (rmod, rq)})
-            if name in c.attrs:
-                return self.class_attr(m, cv.qual, name, w) or Val(ValKind.UNKNOWN, m, f"{cv.qual}.{name}", m.path)
+            return v
         c = mod.summary.classes.get(cls_q)
         found = {b.qual.rpartition(".")[2] for b in order[at + 1:]}
-        lost = [t for t in (c.bases if c is not None else ()) if t.rpartition(".")[2] not in found and t != "object"]
-        return Val(ValKind.UNKNOWN, mod, f"super().{name}", mod.path,
+        lost = tuple(t for t in (c.bases if c is not None else ()) if t.rpartition(".")[2] not in found and t != "object")
+        # (`lost`: a base class that is not found; what it runs is unknown, a branch of its own: body_branches)
+        return Val(ValKind.UNKNOWN, mod, f"super().{name}", mod.path, extra={"lost_bases": lost} if lost else {},
                    reason=f"`super().{name}`: " + (f"the base class {', '.join(lost)} of {cls_q} is not found" if lost else
                                                    f"no base class of {cls_q} in the workspace or the target defines `{name}`"))
 
@@ -1715,8 +1711,10 @@ class Resolver:
                 stack[0:0] = [b for b in self.class_bases(v.module, v.qual) if b.kind == "class"]
         return out
 
-    def class_attr(self, mod: Module, cq: str, name: str, w: Walk, instance: bool = False) -> Val | None:
-        chain = self.mro(mod, cq)
+    def class_attr(self, mod: Module, cq: str, name: str, w: Walk, instance: bool = False, order: list | None = None) -> Val | None:
+        """``name`` on class ``cq`` of ``mod`` (an instance of it with ``instance``), looked up along its MRO, or along
+        ``order`` (the classes after one in that MRO: ``super()``), the object staying ``cq``'s."""
+        chain = self.mro(mod, cq) if order is None else order
         for i, cv in enumerate(chain):
             m = cv.module
             c = cv.cls
@@ -1884,7 +1882,7 @@ class Resolver:
         if b.kind == "assign":
             w.add(Hop(HopKind.ALIAS, m.path, b.line, f"self.{b.name}", f"self.{b.name} = {b.target}", None))
             return self.resolve_dotted(m, scope, b.target or "", w, line=b.line)
-        if b.kind in ("ifexp", "unpack") or (b.kind == "call" and (b.target or "").rpartition(".")[2] in MODULE_CONTAINERS):
+        if b.kind in ("ifexp", "unpack") or _builds_container(b):
             # (a conditional expression; `self.a, self.layers = make(...)`; `self.layers = nn.ModuleList(...)`)
             return self.binding_value(m, b, w, scope)
         if b.kind == "call":
@@ -2582,8 +2580,8 @@ class Resolver:
                 return None  # platform queries are not kernels
             if not launch:
                 tv = self.with_binds(mod, f.qualname, cs, tv, binds, self.handed_on(v, f, cs))
-            if tv.kind == ValKind.UNKNOWN and super_method(cs.func):
-                # the base class's method cannot be found (its base class's import fails): what runs there is unknown,
+            if tv.kind == ValKind.UNKNOWN and tv.extra.get("lost_bases"):
+                # `super().f(...)` of a base class that is not found (its import fails): what runs there is unknown,
                 # said as such rather than dropped (the function's other branches are not all it runs)
                 ch = self._chain(bw, Final(FinalKind.UNRESOLVED, mod.path, cs.line, cs.func, reason=tv.reason or ""), mod)
                 return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line)
@@ -2659,8 +2657,8 @@ class Resolver:
         tv = self.resolve_dotted(mod, scope, cs.func, probe, line=cs.line)
         if tv.kind == ValKind.TORCH_OP:
             return False
-        if tv.kind == ValKind.UNKNOWN and super_method(cs.func) and "is not found" in (tv.reason or ""):
-            return False  # (a base class that is not found: an unresolved branch, see body_branches)
+        if tv.kind == ValKind.UNKNOWN and tv.extra.get("lost_bases"):
+            return False  # (`super()` of a base class that is not found: an unresolved branch, see body_branches)
         if any(h.kind == HopKind.PLATFORM for h in probe.hops):
             return True
         return tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS) and \
@@ -3167,6 +3165,11 @@ def _guard_parts(kind: str, node) -> list:
         negated = isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
         out.append((part.operand if negated else part, (kind == "if") != negated))
     return out
+
+
+def _builds_container(b: Binding) -> bool:
+    """Is ``b`` bound to a module container made on its line (``nn.ModuleList(...)``: :meth:`Resolver.container_value`)?"""
+    return b.kind == "call" and (b.target or "").rpartition(".")[2] in MODULE_CONTAINERS
 
 
 def _subscript_call(w: Walk, cs: CallSite, launch: bool) -> None:
