@@ -31,7 +31,7 @@ from .walk import Alt, Val, ValKind, Walk, alts_value
 
 
 def _module_rebinds(resolver: Lookup, mod) -> bool:
-    key = ("rebinds", mod.path, mod.summary.sha)
+    key = ("rebinds", mod.path, mod.sha)
     cache = resolver.rebind_cache
     if key in cache:
         return cache[key]

@@ -652,12 +652,13 @@ class PlatformProfile:
         try:
             vals = []
             for m in self.r.index.workspace_modules_matching(rb"self\." + re.escape(name).encode() + rb"\s*(:[^=]*)?="):
-                for q, c in m.summary.classes.items():
-                    b = c.inst_attrs.get(name)
-                    if b is None or (m.name, q) == (mod.name, cls_q):
+                for q, _line, _methods, attrs in self.r.index.class_facts(m):
+                    if name not in attrs or (m.name, q) == (mod.name, cls_q):
                         continue
                     if not any(x.module is not None and (x.module.name, x.qual) == (mod.name, cls_q) for x in self.r.mro(m, q)[1:]):
                         continue
+                    c = m.summary.classes[q]
+                    b = c.inst_attrs[name]
                     if name in c.reassigned or not (b.attr or "").endswith("__init__"):
                         return None
                     v = self._fold_binding(m, b.attr or "", b, depth)
@@ -742,7 +743,7 @@ class PlatformProfile:
     def _return_node(self, m, f, line: int):
         """The expression of the ``return`` on ``line`` of function ``f``, parsed from the source (the summary keeps
         no text of a comparison: ``return find_spec("aiter") is not None``); None when there is none."""
-        key = (m.path, m.summary.sha, line)
+        key = (m.path, m.sha, line)
         if key in self._return_nodes:
             return self._return_nodes[key]
         node = None
@@ -817,7 +818,8 @@ class PlatformProfile:
         }
 
 
-_GUARDS: dict = {}  # guard text -> parsed expression: a pure function of the text, bounded (20,000)
+_GUARDS: dict = {}  # guard text -> parsed expression: a pure function of the text, bounded (5,000: 20,000 held 7 MB of
+# upstream vLLM `sites` peak for no time measurable)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -840,7 +842,7 @@ def parse_guard(text: str):
             node = ast.parse(text, mode="eval").body
         except (SyntaxError, ValueError, RecursionError):
             node = None
-        if len(_GUARDS) > 20000:
+        if len(_GUARDS) > 5000:
             _GUARDS.clear()
         _GUARDS[text] = node
     return node

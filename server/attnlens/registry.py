@@ -128,8 +128,11 @@ class Registry:
     resolver per request; outside the core reached through ``Query.backends`` / ``Query.kernel_sites``.
     """
 
-    def __init__(self, resolver):
+    def __init__(self, resolver, keep_chains: bool = True):
         self.r = resolver
+        # ``keep_chains``: keep each traced site's chain for the next request (an editor asks again after every
+        # keystroke); a batch that traces every site once (`attnlens sites`) does not
+        self.keep_chains = keep_chains
         self._registrar_params: dict = {}  # registrar dotted name -> its positional parameter names
 
     def _is_registrar(self, mod, scope: str, func: str, line: int) -> str | None:
@@ -460,12 +463,14 @@ class Registry:
         module or chain files were edited are traced again.
         """
         index = self.r.index
+        if not self.keep_chains:
+            return self.r.trace_call(mod, cs, receiver=receiver)
         memo = self.r.site_memo
         key = (mod.path, cs.line, cs.col, cs.func, cs.launch, (receiver[0].name, receiver[1]) if receiver else None)
         hit = memo.get(key)
         if hit is not None:
             gen, sha, chain, touched = hit
-            if sha == mod.summary.sha:
+            if sha == mod.sha:
                 changed = index.changed_since(gen)
                 if changed is not None and not (changed & touched):
                     return chain
@@ -477,7 +482,7 @@ class Registry:
         touched.add(real(mod.path))
         if len(memo) > 20000:
             memo.clear()
-        memo[key] = (index.generation, mod.summary.sha, chain, touched)
+        memo[key] = (index.generation, mod.sha, chain, touched)
         return chain
 
     def _root_is_imported(self, mod, cs) -> bool:

@@ -225,7 +225,7 @@ class Resolver:
         """Is ``name`` at call ``cs`` the one the ``if`` on line ``gline`` tested: no loop between them binds it again
         (a second turn would pass the new value), and no comprehension or lambda around the call has its own
         ``name``? Read from the function's source."""
-        key = (mod.path, mod.summary.sha, cs.line, cs.col, name, gline)
+        key = (mod.path, mod.sha, cs.line, cs.col, name, gline)
         hit = self._passed_memo.get(key)
         if hit is None:
             if len(self._passed_memo) > 4096:
@@ -313,7 +313,7 @@ class Resolver:
     def _tested_params(self, mod: Module, f: FunctionInfo) -> frozenset:
         """The parameters of ``f`` that a guard of one of its own calls tests by name, or that it passes on as an
         argument, and that ``f`` never assigns again (memoised per function and generation)."""
-        return self._memoised(self._tested_memo, (mod.path, mod.summary.sha, f.qualname), lambda: _tested_params(mod, f))
+        return self._memoised(self._tested_memo, (mod.path, mod.sha, f.qualname), lambda: _tested_params(mod, f))
 
     def with_binds(self, mod: Module, scope: str, cs: CallSite, tv: Val, caller_binds: tuple = (),
                    handed: tuple | None = None) -> Val:
@@ -346,7 +346,7 @@ class Resolver:
         names only (``if get_pp_group().is_first_rank:``), for the calls inside a callee of the same module: an
         alternative there chosen by the same expression is decided by it (:meth:`refined_at_call`). One level: the
         callee's own callees do not get them."""
-        key = (mod.path, mod.summary.sha, scope, guards)
+        key = (mod.path, mod.sha, scope, guards)
         hit = self._guard_facts_memo.get(key)
         if hit is None:
             exprs: dict = {}
@@ -853,7 +853,7 @@ class Resolver:
     # enums whose members name classes (backend registries), loops over literal lists
     # ------------------------------------------------------------------
     def is_enum(self, mod: Module, cq: str) -> bool:
-        return self._memoised(self._enum_memo, (mod.path, mod.summary.sha, cq), lambda: any(
+        return self._memoised(self._enum_memo, (mod.path, mod.sha, cq), lambda: any(
             t.rpartition(".")[2] in ("Enum", "IntEnum", "StrEnum") for b in self.mro(mod, cq) if b.cls for t in b.cls.bases))
 
     def enum_members(self, mod: Module, cq: str) -> list:
@@ -1096,7 +1096,7 @@ class Resolver:
         """What the constructors of class ``cq`` pass for field ``name`` (``Meta(..., name=value)`` in the
         workspace or the class's module), read where each call is; None when no call passes a value that
         resolves. Memoised per index generation."""
-        key = (self.index.generation, m.path, m.summary.sha, cq, name)
+        key = (self.index.generation, m.path, m.sha, cq, name)
         if key in self._field_memo:
             return self._field_memo[key]
         if key in self._active:
@@ -1191,7 +1191,7 @@ class Resolver:
         layer with an attention backend): the classes of ``mod`` deriving from vLLM's ``AttentionLayerBase``,
         and the workspace's classes deriving from them (the plugin's layers). Memoised per module and index
         generation (14 ms each on upstream vLLM, whose every `Attention` file is read for subclasses)."""
-        return list(self._memoised(self._layers_memo, (mod.path, mod.summary.sha), lambda: tuple(self._attention_layers(mod))))
+        return list(self._memoised(self._layers_memo, (mod.path, mod.sha), lambda: tuple(self._attention_layers(mod))))
 
     def _attention_layers(self, mod: Module) -> list:
         base = [Val(ValKind.CLASS, mod, q, mod.path, c.line) for q, c in mod.summary.classes.items() if "." not in q
@@ -1199,11 +1199,11 @@ class Resolver:
         out = list(base)
         keys = {(b.module.name, b.qual) for b in base}
         for m in self.index.workspace_modules_matching(rb"Attention"):
-            for q, c in m.summary.classes.items():
+            for q, line, _methods, _attrs in self.index.class_facts(m):
                 if "." in q or (m.name, q) in keys:
                     continue
                 if any(b.module is not None and (b.module.name, b.qual) in keys for b in self.mro(m, q)[1:]):
-                    out.append(Val(ValKind.CLASS, m, q, m.path, c.line))
+                    out.append(Val(ValKind.CLASS, m, q, m.path, line))
                     keys.add((m.name, q))
         return out[: M.MAX_LEAVES]
 
@@ -1411,7 +1411,7 @@ class Resolver:
             recv = w.receiver
             # the receiver matters for names whose bindings read `self` (a local `x = self.f()`)
             # and for a local, the guards of its use (which of its bindings on several branches can reach it)
-            mkey = (mod.path, mod.summary.sha, scope, text, (line, w.use_guards) if local else None,
+            mkey = (mod.path, mod.sha, scope, text, (line, w.use_guards) if local else None,
                     (recv[0].name, recv[1]) if recv and recv[0] is not None else None)
             hit = self._val_memo.get(mkey)
             if hit is not None:
@@ -1431,9 +1431,11 @@ class Resolver:
 
     def clear_memos(self) -> None:
         """Empty the memos of traced values, subtrees and call sites (a long batch bounds its memory with it:
-        `attnlens sites`). Answers do not depend on what was traced before, so nothing changes but the time."""
+        `attnlens sites`). Answers do not depend on what was traced before, so nothing changes but the time. The
+        constructors' field values stay (``_field_memo``: keyed by class and field alone, about 1,000 at the end of
+        upstream vLLM's run, and each computed again read back the summaries of every module passing the keyword)."""
         for memo in (self._val_memo, self._follow_memo, self._reach_memo, self._karg_memo, self._met_table,
-                     self._field_memo, self.site_memo, self._wrap_memo, self._hopeless_memo, self._tested_memo):
+                     self.site_memo, self._wrap_memo, self._hopeless_memo, self._tested_memo):
             memo.clear()
 
     def _check_memo_gen(self) -> None:
@@ -1694,7 +1696,7 @@ class Resolver:
         """Linearised base classes (depth-first, de-duplicated), starting with the class. Memoised per index
         generation (callers get a copy)."""
         # (a base met while it is being resolved above is not memoised as this class's MRO)
-        return list(self._memoised(self._mro_memo, (mod.path, mod.summary.sha, cq, limit), lambda: self._mro(mod, cq, limit), 50000))
+        return list(self._memoised(self._mro_memo, (mod.path, mod.sha, cq, limit), lambda: self._mro(mod, cq, limit), 50000))
 
     def _mro(self, mod: Module, cq: str, limit: int) -> list[Val]:
         out: list[Val] = []
@@ -1897,12 +1899,12 @@ class Resolver:
             return None
         arms = []
         for m in self.index.workspace_modules_matching(rb"def\s+" + re.escape(name).encode() + rb"\b"):
-            for q, c in m.summary.classes.items():
-                if name not in c.methods or (m.name, q) == (v.module.name if v.module else None, v.qual):
+            for q, _line, methods, _attrs in self.index.class_facts(m):
+                if name not in methods or (m.name, q) == (v.module.name if v.module else None, v.qual):
                     continue
                 if not any(b.module is not None and (b.module.name, b.qual) == (v.module.name, v.qual) for b in self.mro(m, q)[1:]):
                     continue
-                fq = c.methods[name]
+                fq = m.summary.classes[q].methods[name]
                 fn = m.summary.functions[fq]
                 arms.append(Alt(Val(ValKind.FUNCTION, m, fq, m.path, fn.line, owner=q, extra={"receiver": (m, q)}),
                                 f"the object is a {q}", None, f"{q}.{name}", m.path, fn.line))
@@ -2506,7 +2508,7 @@ class Resolver:
         assert mod is not None
         recv = w.receiver
         binds = v.extra.get("binds", ())  # (the parameters the call being followed fixes: call_binds)
-        key = (mod.path, mod.summary.sha, f.qualname, (recv[0].name, recv[1]) if recv else None, self.index.generation,
+        key = (mod.path, mod.sha, f.qualname, (recv[0].name, recv[1]) if recv else None, self.index.generation,
                _context_key(v))
         memo = self._reach_memo
         if self._reach_gen != self.index.generation:
@@ -2648,7 +2650,7 @@ class Resolver:
         call (line and column in one int: upstream vLLM's `sites` kept ~150,000 call-site entries between two
         emptyings, a 5-tuple key each) when nothing cut it from outside (:meth:`_memo_if_clean`)."""
         self._check_memo_gen()
-        inner = memo.setdefault((mod.path, mod.summary.sha, scope), {})
+        inner = memo.setdefault((mod.path, mod.sha, scope), {})
         return self._memoised(inner, (cs.line << 20) | cs.col, compute)
 
     def _hopeless_of(self, mod: Module, scope: str, cs: CallSite) -> bool:
@@ -2964,7 +2966,7 @@ class Resolver:
         assert mod is not None
         if not self.memo_enabled:
             return self._wrapper_target(mod, f)
-        return self._memoised(self._wrap_memo, (mod.path, mod.summary.sha, f.qualname), lambda: self._wrapper_target(mod, f))
+        return self._memoised(self._wrap_memo, (mod.path, mod.sha, f.qualname), lambda: self._wrapper_target(mod, f))
 
     def _wrapper_target(self, mod: Module, f: FunctionInfo):
         calls = mod.summary.calls_in(f.qualname)

@@ -264,7 +264,7 @@ class Workspace:
                 yield render(s)
             return
         never = self.never_selected()  # (before the fork: both processes start from it)
-        reg = Registry(self.resolver)
+        reg = Registry(self.resolver, keep_chains=False)
 
         done = [0]  # modules traced by this process (each process empties its own memos)
 
