@@ -484,3 +484,72 @@ def test_word_literal_patterns_read_only_the_texts_whose_words_can_match(tmp_pat
         idx2.source_text(path)
     assert [n for n, path in sorted(idx2.ws_files.items()) if idx2.text_matches(path, rb"\baiter\b")] == ["fx.a"]
     assert not any(("words",) in vals for _tok, vals in idx2._per_text.values())
+
+
+def test_a_text_past_ascii_is_kept_as_utf8_and_read_back_equal(tmp_path):
+    """Issue 13: a file's text with one character past ASCII was kept at 2-4 bytes a character (upstream vLLM: 417
+    files, 24 MB of the 43 MB of texts a `sites` run keeps). It is kept as UTF-8; what ``source_text`` returns is
+    the same text, the same object while it is among the last ones asked, a pattern scan matches it, its size in
+    the memo's bound is the bytes', and an edit of the file is read again."""
+    from attnlens.cache import Cache
+    from attnlens.index import Index
+
+    (tmp_path / "pk").mkdir()
+    uni = tmp_path / "pk" / "uni.py"
+    uni.write_text("# ünïcode — 注意\nNAME = 'Attention'\n", encoding="utf-8")
+    asc = tmp_path / "pk" / "asc.py"
+    asc.write_text("x = 1\n")
+    idx = Index(tmp_path, None, Cache(None))
+    t1 = idx.source_text(str(uni))
+    assert t1 == uni.read_text(encoding="utf-8")
+    kept = idx._text_memo[os.path.realpath(uni)][1]
+    assert type(kept) is bytes and kept == uni.read_bytes()
+    assert idx.source_text(str(uni)) is t1  # (the line tables of the editor features are memoised per text object)
+    assert type(idx._text_memo[os.path.realpath(asc)][1] if idx.source_text(str(asc)) else None) is str
+    assert idx._text_memo_chars == len(uni.read_bytes()) + len("x = 1\n")
+    for i in range(20):  # more texts past ASCII asked since: the decoded text is made again, equal
+        p = tmp_path / "pk" / f"u{i}.py"
+        p.write_text(f"# é{i}\n", encoding="utf-8")
+        assert idx.source_text(str(p)) == f"# é{i}\n"
+    t2 = idx.source_text(str(uni))
+    assert t2 == t1 and t2 is not t1
+    assert idx.text_matches(str(uni), rb"Attention") and not idx.text_matches(str(uni), rb"Backend")
+    uni.write_text("# ü\nOTHER = 2\n", encoding="utf-8")
+    os.utime(uni, ns=(10**9, 10**9))
+    assert idx.source_text(str(uni)) == "# ü\nOTHER = 2\n"
+
+
+def test_class_facts_follow_the_module_and_scans_read_summaries_only_for_matching_classes(tmp_path):
+    """Issue 13: the subclass scans read ``Index.class_facts`` (names of each class, its methods and instance
+    attributes) instead of every matching module's summary; the facts follow an edit of the module (its sha),
+    and the scan's answers are those of the classes."""
+    from tests.helpers import fixture_ws
+
+    ws = fixture_ws(tmp_path, {
+        "fx/__init__.py": "",
+        "fx/a.py": "class Base:\n    def run(self):\n        ...\n\n"
+                   "class A(Base):\n    def __init__(self):\n        self.mode = 1\n    def run(self):\n        return 1\n",
+    })
+    idx = ws.index
+    m = idx.module("fx.a")
+    assert idx.class_facts(m) == (("Base", 1, ("run",), ()), ("A", 5, ("__init__", "run"), ("mode",)))
+    idx.set_overlay(str(ws.root / "fx/a.py"), "class Base:\n    def run(self):\n        ...\n\nclass B(Base):\n    pass\n")
+    m2 = idx.module("fx.a")
+    assert m2.sha != m.sha and idx.class_facts(m2) == (("Base", 1, ("run",), ()), ("B", 5, (), ()))
+
+
+def test_a_sites_batch_keeps_no_chain_per_site(tmp_path):
+    """Issue 13: the registry keeps each traced site's chain for an editor's next request; `attnlens sites` traces
+    every site once and keeps none (upstream vLLM: 23 MB of its peak), with the same sites."""
+    from attnlens.registry import Registry
+
+    ws = Workspace(EXAMPLE, python=sys.executable, cache_dir=tmp_path / "c")
+    r = ws.resolver
+    mod = ws.index.module("mini_metax.attention.backends.flash_attn")
+    batch, editor = Registry(r, keep_chains=False), Registry(r)
+    r.clear_memos()
+    a = [batch.kernel_call(mod, cs) for cs in mod.summary.calls]
+    assert not r.site_memo
+    b = [editor.kernel_call(mod, cs) for cs in mod.summary.calls]
+    assert r.site_memo and any(x is not None for x in a)
+    assert [x.chain.to_json() if x else None for x in a] == [x.chain.to_json() if x else None for x in b]

@@ -244,7 +244,7 @@ class Workspace:
     SITES_SPLIT_MIN_MODULES = int(os.environ.get("ATTNLENS_SITES_SPLIT_MIN_MODULES") or 1000)
     # a sites run empties the resolver's memos after this many modules (in each process): upstream vLLM's peak
     # 467 -> 348 MB for 1.5 s more (every 100: 309 MB, 5.7 s more); the output is byte-identical
-    SITES_MEMO_MODULES = max(1, int(os.environ.get("ATTNLENS_SITES_MEMO_MODULES") or 300))
+    SITES_MEMO_MODULES = max(1, int(os.environ.get("ATTNLENS_SITES_MEMO_MODULES") or 200))
 
     def kernel_site_records(self, paths: list[str] | None, render) -> Iterator:
         """``render(site)`` of every site :meth:`kernel_sites` gives, in its order, as they are made (no site or
