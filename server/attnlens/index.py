@@ -355,7 +355,9 @@ class Index:
 
     # summaries read from the cache folder kept at once (a dropped one is read back when asked again: ~0.5 ms).
     # Upstream vLLM as the workspace: a server's background checks loaded 1,786 modules, 175 MB of summaries;
-    # on the real vLLM-MetaX checkout none is dropped (its server loads 552 modules, `check` 338, `sites` 541)
+    # on the real vLLM-MetaX checkout none is dropped (its server loads 552 modules, `check` 338, `sites` 541).
+    # 800 since the scans for subclasses read class facts instead of summaries (twenty-fourth session): upstream
+    # `sites` 300 MB at the peak against 319 with 1,000, no slower; its server 318-320 MB against 338-343
     SUMMARY_KEEP_MAX = int(os.environ.get("ATTNLENS_SUMMARY_KEEP_MAX") or 800)
 
     def _droppable(self, real: str, summ: ModuleSummary) -> bool:

@@ -243,7 +243,8 @@ class Workspace:
     # was traced before either: docs/resolver.md, "context read past a memo's key")
     SITES_SPLIT_MIN_MODULES = int(os.environ.get("ATTNLENS_SITES_SPLIT_MIN_MODULES") or 1000)
     # a sites run empties the resolver's memos after this many modules (in each process): upstream vLLM's peak
-    # 467 -> 348 MB for 1.5 s more (every 100: 309 MB, 5.7 s more); the output is byte-identical
+    # 467 -> 348 MB for 1.5 s more (every 100: 309 MB, 5.7 s more); the output is byte-identical. 200 since the
+    # twenty-fourth session: with 800 summaries kept, 294 -> 279 MB for ~1 s more (docs/performance.md)
     SITES_MEMO_MODULES = max(1, int(os.environ.get("ATTNLENS_SITES_MEMO_MODULES") or 200))
 
     def kernel_site_records(self, paths: list[str] | None, render) -> Iterator:
