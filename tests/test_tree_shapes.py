@@ -483,7 +483,7 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
     assert native_line.endswith("decided at run time by no provider before native in kernel_config.ir_op_priority.rms_norm "
                                 "accepts the arguments)")
     vllm_c_line = next(ln for ln in verdict_text(c, ws.query.platform_defaults()) if "(torch op _C::rms_norm" in ln)
-    assert not vllm_c_line.endswith("by default)")
+    assert "by default" not in vllm_c_line  # (listed after mini_triton, a provider of rms_norm supported here)
     ops = {lf.final.symbol: lf.final for lf in c.leaves() if lf.final.kind == M.TORCH_OP}
     assert [p.split(" (")[0] for p in ops["_C::rms_norm"].providers] == ["minikern._C", "mini_metax._C"]
     assert ops["oink::rmsnorm"].providers == []
@@ -495,6 +495,12 @@ def test_a_vllm_ir_op_forks_over_its_registered_providers(ws):
         "provider 'vllm_c'", "provider 'oink'", "provider 'native'", "provider 'aiter'", "provider 'xpu_kernels'"]
     assert [lf.final.symbol for lf in c.leaves() if lf.reachable is not False] == [
         "_C::fused_add_rms_norm", "oink::fused_add_rms_norm", "vllm.ir.ops.layernorm.fused_add_rms_norm"]
+    # P9: mini_triton, listed first, provides no fused_add_rms_norm: vllm_c is the first provider of this op the
+    # default priority lists, so it is what runs by default whenever its argument check accepts the arguments
+    lines = verdict_text(c, ws.query.platform_defaults())
+    vllm_c_line = next(ln for ln in lines if "(torch op _C::fused_add_rms_norm" in ln)
+    assert vllm_c_line.endswith("; taken by default when rms_add_no_var_size(x, x_residual, weight, epsilon, variance_size))")
+    assert next(ln for ln in lines if "oink::fused_add_rms_norm" in ln).endswith("; not taken by default)")
 
 
 def test_super_method_is_a_branch_of_the_override(ws):

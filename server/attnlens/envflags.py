@@ -133,7 +133,7 @@ class EnvDefaults:
             t = ev(node.test)
             return UNKNOWN if t is UNKNOWN else ev(node.body if t else node.orelse)
         if isinstance(node, ast.Compare):
-            return self._compare(node, ev, flags)
+            return self._compare(node, ev, flags, mod)
         if isinstance(node, ast.Call):
             return self._call(mod, scope, node, ev, flags)
         if isinstance(node, ast.Subscript) and _dotted(node.value) in _ENVIRON:
@@ -151,13 +151,13 @@ class EnvDefaults:
             return UNKNOWN
         return UNKNOWN if v is None else v
 
-    def _compare(self, node: ast.Compare, ev, flags=None):
+    def _compare(self, node: ast.Compare, ev, flags=None, mod=None):
         left = ev(node.left)
         for op, right_node in zip(node.ops, node.comparators):
             if isinstance(op, (ast.In, ast.NotIn)) and _dotted(right_node) in _ENVIRON:
                 ok = isinstance(op, ast.NotIn)  # no variable is set
             elif isinstance(op, (ast.In, ast.NotIn)) and _IR_PRIORITY.search(_dotted(right_node) or "") and isinstance(left, str):
-                listed = self._default_priority_lists(left, flags)
+                listed = self._default_priority_lists(left, flags, self._op_providers(mod, (_dotted(right_node) or "").rpartition(".")[2]))
                 if listed is UNKNOWN:
                     return UNKNOWN
                 ok = listed == isinstance(op, ast.In)
@@ -173,13 +173,45 @@ class EnvDefaults:
                 return False
         return True
 
-    def _default_priority_lists(self, provider: str, flags):
+    def _op_providers(self, mod, op: str) -> dict | None:
+        """{provider: whether its ``supported=`` holds on this platform (None: not decided)} of the IR op named
+        ``op``, ``native`` included, where ``mod`` (the module of the condition: a provider's registration) registers
+        a provider of it (``@<op>.register_impl(...)``) or defines it (``@register_op``); None when neither (then
+        every provider the priority lists counts)."""
+        from .walk import Val, ValKind, Walk
+
+        if mod is None or not op:
+            return None
+        target = None
+        for f in mod.summary.functions.values():
+            for d in f.decorators:
+                if d.func.endswith(".register_impl") and d.func.split(".")[-2] == op:
+                    tv = self.r.resolve_dotted(mod, "", d.func[: -len(".register_impl")], Walk(), line=d.line)
+                    if tv.kind == ValKind.FUNCTION and tv.module is not None:
+                        target = tv
+                        break
+            if target is not None:
+                break
+        f = mod.summary.functions.get(op)
+        if target is None and f is not None and any(d.func.rpartition(".")[2] == "register_op" for d in f.decorators):
+            target = Val(ValKind.FUNCTION, mod, op, mod.path, f.line)
+        if target is None:
+            return None
+        out = {"native": True}
+        for prov, mname, _q, sup, _line, _args in self.r.ir_providers(target):
+            m = self.r.index.module(mname)
+            v = True if sup is None else None if m is None or sup == "?" else self.r.profile.value_of(m, "", sup)
+            out[prov] = None if v is None else bool(v)
+        return out
+
+    def _default_priority_lists(self, provider: str, flags, providers: dict | None = None):
         """``"oink" in kernel_config.ir_op_priority.rms_norm`` with no --kernel-config: False when the platform's
         default IR op priority never lists ``provider``, or only under ``if`` guards that are false at the env
-        flags' defaults (their flags recorded); True when it is the first provider listed there (every one before it
-        in the list's text is listed only under guards false by default). UNKNOWN otherwise, a later one included:
-        the condition is what the provider needs, and the ones before it win whenever they accept the arguments,
-        so "listed" must not read as "taken by default"."""
+        flags' defaults (their flags recorded); True when it is the first provider of the op listed there (every one
+        before it in the list's text is listed only under guards false by default, or is not a provider of the op,
+        ``providers``, or one whose ``supported=`` is false here: vLLM tries only the op's supported providers).
+        UNKNOWN otherwise, a later one included: the condition is what the provider needs, and the ones before it
+        win whenever they accept the arguments, so "listed" must not read as "taken by default"."""
         table = self.r.ir_default_priority()
         if table is None:
             return UNKNOWN
@@ -205,6 +237,8 @@ class EnvDefaults:
         for name in table:
             if name == provider:
                 return True
+            if providers is not None and providers.get(name, False) is False:
+                continue  # (not a provider of this op, or not supported here: never tried)
             if listed(name) is not False:
                 return UNKNOWN  # (one before it may be listed by default)
         return UNKNOWN

@@ -102,6 +102,11 @@ class Lookup(Protocol):
         platform's default priority lists (:meth:`attnlens.resolver.Resolver.ir_default_priority`)."""
         ...
 
+    def ir_providers(self, op: Val) -> list:
+        """(provider, module name, function qualname, ``supported=`` text, line, ``supports_args=`` text) of every
+        implementation registered for the IR op ``op`` (:meth:`attnlens.resolver.Resolver.ir_providers`)."""
+        ...
+
 
 class Evaluator(Lookup, Protocol):
     """The resolver as a check sees it (``ModuleContext.r``, from ``Query.evaluator()``): the helpers'

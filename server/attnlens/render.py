@@ -271,6 +271,8 @@ class Verdict:
     reachable: bool | None
     runtime: list  # Cond decided at run time on the way
     by_default: bool | None = None  # the runtime conditions with no environment flag set
+    # where those are not decided with no flag set but some of them hold then: the others (what decides it by default)
+    default_when: tuple = ()
     paths: int = 1
     shared: tuple = ()  # runtime conditions every leaf that can run has (said once, after the verdict lines)
     common: list = field(default_factory=list)  # the runtime conditions every path to this leaf has
@@ -289,17 +291,32 @@ class Verdict:
         return self.lp.final
 
 
+# `"vllm_c" in kernel_config.ir_op_priority.rms_norm`: a provider in an IR op's priority list (envflags decides it
+# with no --kernel-config from the platform's default priority)
+_IR_LISTED = re.compile(r"\sin\s+[\w.]*\bir_op_priority\.\w+$")
+
+
 def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Verdict], list[Verdict]]:
     """(leaves that can run, leaves that cannot), one Verdict per distinct leaf, depth-first order."""
     live: dict[tuple, Verdict] = {}
     dead: dict[tuple, Verdict] = {}
     cond_of = defaults.condition if defaults is not None else None
     fact_of = _fact_of(defaults)
-    def default_of(runtime: list) -> bool | None:
+    def default_of(runtime: list) -> tuple:
+        """(the runtime conditions with no flag set: True / False / None, the operands left to decide when some
+        hold then and the rest are not decided)"""
         if not runtime or cond_of is None:
-            return None
-        vals = [cond_of(c.text, c.path, c.line) for c in runtime]
-        return False if any(x is False for x in vals) else True if all(x is True for x in vals) else None
+            return None, ()
+        parts = [(p, cond_of(p, c.path, c.line)) for c in runtime for p in M.conjuncts(c.text)]
+        if any(x is False for _p, x in parts):
+            return False, ()
+        if all(x is True for _p, x in parts):
+            return True, ()
+        # said only of an IR op provider the default priority lists first of the op's providers (the rest is its
+        # argument check): of any leaf, the conditions left once the defaults decided some were most of them again
+        if not any(x is True and _IR_LISTED.search(p) for p, x in parts):
+            return None, ()
+        return None, tuple(p for p, x in parts if x is not True)
 
     for lp in leaf_paths(chain):
         nm = leaf_name(lp)
@@ -312,22 +329,24 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
             v = table[key]
             v.paths += 1
             if r is True and v.reachable is not True:
-                v.reachable, v.runtime, v.common, v.by_default = True, [], [], None
+                v.reachable, v.runtime, v.common, v.by_default, v.default_when = True, [], [], None, ()
             if v.reachable is None:
                 # a condition only some paths to the leaf have is not one the leaf needs (`if w: self.attn = A(...)
                 # else: self.attn = B(...)`, both running one inherited `forward`); taken by default when any path is
                 theirs = {c.text for c in runtime}
                 v.common = [c for c in v.common if c.text in theirs]
                 v.path_texts.append(frozenset((c.text, c.fork) for c in runtime))
-                d = default_of(runtime)
+                d, when = default_of(runtime)
                 v.by_default = True if True in (d, v.by_default) else False if d is False and v.by_default is False else None
+                v.default_when = v.default_when if v.by_default is None and when == v.default_when else ()
             continue
-        table[key] = Verdict(nm, lp, r, runtime, default_of(runtime), common=list(runtime),
+        d, when = default_of(runtime)
+        table[key] = Verdict(nm, lp, r, runtime, d, when, common=list(runtime),
                              path_texts=[frozenset((c.text, c.fork) for c in runtime)])
     for v in live.values():
         if v.reachable is None and v.paths > 1 and not v.common and _complementary_paths(v.path_texts):
             # (reached under `enabled` on one path and `not enabled` on another: whichever holds, it runs)
-            v.reachable, v.runtime, v.by_default = True, [], None
+            v.reachable, v.runtime, v.by_default, v.default_when = True, [], None, ()
     if chain.truncated():
         for v in (*live.values(), *dead.values()):
             v.cut = True
@@ -650,6 +669,13 @@ def _cond(v: Verdict, fmt) -> str:
     else:
         text = RUNTIME
     text += {True: "; taken by default", False: "; not taken by default"}.get(v.by_default, "")
+    # (the conditions every leaf shares are said once, after the verdict lines: not again here)
+    shared = {p for c in v.shared for p in M.conjuncts(c.text)}
+    when = [t for t in v.default_when if t not in shared] if v.by_default is None and v.reachable is not True else []
+    if when:
+        text += "; taken by default when " + " and ".join(
+            fmt.code(fmt.cut(t, 90)) if len(when) == 1 or not M.loose_condition(t) else f"({fmt.code(fmt.cut(t, 90))})"
+            for t in when)
     text += f"; {v.paths} paths" if v.paths > 1 else ""
     return text + (f", {LISTED}" if v.cut and v.reachable is not True else "")
 
