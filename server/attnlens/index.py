@@ -932,8 +932,11 @@ class Index:
     def _remember_decoded(self, real: str, data: bytes, text: str) -> None:
         recent = self._texts_decoded
         recent.pop(real, None)
-        while len(recent) >= 16:
-            recent.pop(next(iter(recent)), None)
+        try:
+            while len(recent) >= 16:
+                recent.pop(next(iter(recent)), None)
+        except (RuntimeError, StopIteration):  # (another thread changed it meanwhile: it is only a cache)
+            pass
         recent[real] = (data, text)
 
     def per_text(self, path: str, key, fn, lazy: bool = False):
