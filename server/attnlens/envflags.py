@@ -157,7 +157,8 @@ class EnvDefaults:
             if isinstance(op, (ast.In, ast.NotIn)) and _dotted(right_node) in _ENVIRON:
                 ok = isinstance(op, ast.NotIn)  # no variable is set
             elif isinstance(op, (ast.In, ast.NotIn)) and _IR_PRIORITY.search(_dotted(right_node) or "") and isinstance(left, str):
-                listed = self._default_priority_lists(left, flags, self._op_providers(mod, (_dotted(right_node) or "").rpartition(".")[2]))
+                ir_op = (_dotted(right_node) or "").rpartition(".")[2]
+                listed = self._default_priority_lists(left, flags, self.r.ir_op_providers_of(mod, ir_op) if mod is not None else None)
                 if listed is UNKNOWN:
                     return UNKNOWN
                 ok = listed == isinstance(op, ast.In)
@@ -172,37 +173,6 @@ class EnvDefaults:
             if not ok:
                 return False
         return True
-
-    def _op_providers(self, mod, op: str) -> dict | None:
-        """{provider: whether its ``supported=`` holds on this platform (None: not decided)} of the IR op named
-        ``op``, ``native`` included, where ``mod`` (the module of the condition: a provider's registration) registers
-        a provider of it (``@<op>.register_impl(...)``) or defines it (``@register_op``); None when neither (then
-        every provider the priority lists counts)."""
-        from .walk import Val, ValKind, Walk
-
-        if mod is None or not op:
-            return None
-        target = None
-        for f in mod.summary.functions.values():
-            for d in f.decorators:
-                if d.func.endswith(".register_impl") and d.func.split(".")[-2] == op:
-                    tv = self.r.resolve_dotted(mod, "", d.func[: -len(".register_impl")], Walk(), line=d.line)
-                    if tv.kind == ValKind.FUNCTION and tv.module is not None:
-                        target = tv
-                        break
-            if target is not None:
-                break
-        f = mod.summary.functions.get(op)
-        if target is None and f is not None and any(d.func.rpartition(".")[2] == "register_op" for d in f.decorators):
-            target = Val(ValKind.FUNCTION, mod, op, mod.path, f.line)
-        if target is None:
-            return None
-        out = {"native": True}
-        for prov, mname, _q, sup, _line, _args in self.r.ir_providers(target):
-            m = self.r.index.module(mname)
-            v = True if sup is None else None if m is None or sup == "?" else self.r.profile.value_of(m, "", sup)
-            out[prov] = None if v is None else bool(v)
-        return out
 
     def _default_priority_lists(self, provider: str, flags, providers: dict | None = None):
         """``"oink" in kernel_config.ir_op_priority.rms_norm`` with no --kernel-config: False when the platform's

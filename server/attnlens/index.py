@@ -158,7 +158,7 @@ class Index:
         self._class_facts: dict = {}  # class_facts: module path -> (sha, facts)
         self._name_index: dict = {}  # scan -> (generation, {name in that form: module names}): see _name_scan
         self._text_memo: dict[str, tuple] = {}  # real path -> ((mtime_ns, size), text) of files read from disk
-        self._texts_decoded: dict[str, tuple] = {}  # real path -> (UTF-8 bytes kept, text): the last few asked
+        self._texts_decoded: collections.OrderedDict = collections.OrderedDict()  # real path -> (UTF-8 kept, text): the last 16 asked
         self._text_memo_chars = 0
         self._per_text: dict = {}  # real path -> (buffer text or file stamp, {key: value}): see per_text
         self._per_text_keys: dict = {}  # the per_text keys asked, each once
@@ -931,13 +931,13 @@ class Index:
 
     def _remember_decoded(self, real: str, data: bytes, text: str) -> None:
         recent = self._texts_decoded
-        recent.pop(real, None)
-        try:
-            while len(recent) >= 16:
-                recent.pop(next(iter(recent)), None)
-        except (RuntimeError, StopIteration):  # (another thread changed it meanwhile: it is only a cache)
-            pass
         recent[real] = (data, text)
+        recent.move_to_end(real)
+        try:
+            while len(recent) > 16:
+                recent.popitem(last=False)
+        except KeyError:  # (another thread emptied it meanwhile: it is only a cache)
+            pass
 
     def per_text(self, path: str, key, fn, lazy: bool = False):
         """``fn(text)`` for the current text of ``path`` (:meth:`source_text`, None when unreadable),

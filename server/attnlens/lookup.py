@@ -102,9 +102,9 @@ class Lookup(Protocol):
         platform's default priority lists (:meth:`attnlens.resolver.Resolver.ir_default_priority`)."""
         ...
 
-    def ir_providers(self, op: Val) -> list:
-        """(provider, module name, function qualname, ``supported=`` text, line, ``supports_args=`` text) of every
-        implementation registered for the IR op ``op`` (:meth:`attnlens.resolver.Resolver.ir_providers`)."""
+    def ir_op_providers_of(self, mod: Module, op: str) -> dict | None:
+        """{provider: ``supported=`` holds here (None: not decided)} of the IR op named ``op`` that ``mod`` registers
+        a provider of or defines (:meth:`attnlens.resolver.Resolver.ir_op_providers_of`)."""
         ...
 
 

@@ -462,9 +462,9 @@ class Registry:
         Editors re-run the registry after every keystroke: only the call sites whose
         module or chain files were edited are traced again.
         """
-        index = self.r.index
         if not self.keep_chains:
             return self.r.trace_call(mod, cs, receiver=receiver)
+        index = self.r.index
         memo = self.r.site_memo
         key = (mod.path, cs.line, cs.col, cs.func, cs.launch, (receiver[0].name, receiver[1]) if receiver else None)
         hit = memo.get(key)

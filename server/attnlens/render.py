@@ -307,15 +307,18 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
         hold then and the rest are not decided)"""
         if not runtime or cond_of is None:
             return None, ()
-        parts = [(p, cond_of(p, c.path, c.line)) for c in runtime for p in M.conjuncts(c.text)]
-        if any(x is False for _p, x in parts):
+        vals = [cond_of(c.text, c.path, c.line) for c in runtime]
+        if any(x is False for x in vals):
             return False, ()
-        if all(x is True for _p, x in parts):
+        if all(x is True for x in vals):
             return True, ()
-        # said only of an IR op provider the default priority lists first of the op's providers (the rest is its
-        # argument check): of any leaf, the conditions left once the defaults decided some were most of them again
-        if not any(x is True and _IR_LISTED.search(p) for p, x in parts):
+        # what is left to decide is said only of an IR op provider the default priority lists first of the op's
+        # providers (the rest is its argument check): of any leaf, the conditions left once the defaults decided
+        # some were most of them again
+        listed = [(p, c) for c in runtime for p in M.conjuncts(c.text) if _IR_LISTED.search(p)]
+        if not any(cond_of(p, c.path, c.line) is True for p, c in listed):
             return None, ()
+        parts = [(p, cond_of(p, c.path, c.line)) for c in runtime for p in M.conjuncts(c.text)]
         return None, tuple(p for p, x in parts if x is not True)
 
     for lp in leaf_paths(chain):
@@ -669,15 +672,22 @@ def _cond(v: Verdict, fmt) -> str:
     else:
         text = RUNTIME
     text += {True: "; taken by default", False: "; not taken by default"}.get(v.by_default, "")
-    # (the conditions every leaf shares are said once, after the verdict lines: not again here)
-    shared = {p for c in v.shared for p in M.conjuncts(c.text)}
-    when = [t for t in v.default_when if t not in shared] if v.by_default is None and v.reachable is not True else []
+    when = _default_when(v)
     if when:
         text += "; taken by default when " + " and ".join(
             fmt.code(fmt.cut(t, 90)) if len(when) == 1 or not M.loose_condition(t) else f"({fmt.code(fmt.cut(t, 90))})"
             for t in when)
     text += f"; {v.paths} paths" if v.paths > 1 else ""
     return text + (f", {LISTED}" if v.cut and v.reachable is not True else "")
+
+def _default_when(v: Verdict) -> list:
+    """What decides a leaf with no flag set (``Verdict.default_when``), less the conditions every leaf shares (said
+    once, after the verdict lines)."""
+    if not v.default_when or v.by_default is not None or v.reachable is True:
+        return []
+    shared = {p for c in v.shared for p in M.conjuncts(c.text)}
+    return [t for t in v.default_when if t not in shared]
+
 
 def _where_md(v: Verdict, link) -> str:
     return _where(v, _MarkdownFormat(link))

@@ -988,10 +988,13 @@ class Resolver:
         arms: list = []
         seen: dict = {}  # (kind, dotted) -> arm index
         spans: list = []  # per arm: the (first, end) index texts of the elements that make it (None: not known)
+        args: dict = {}  # parameter -> what the caller passes for it (its call parsed once)
         for el, lo, hi in _container_elements(node.args[0]):
             expr, emod, escope, eline, how = el, mod, scope, line, ""
             if isinstance(el, ast.Call) and isinstance(el.func, ast.Name) and el.func.id in params:
-                arg = self._caller_argument(caller, f, el.func.id) if caller is not None else None  # type: ignore[arg-type]
+                if el.func.id not in args:
+                    args[el.func.id] = self._caller_argument(caller, f, el.func.id) if caller is not None else None  # type: ignore[arg-type]
+                arg = args[el.func.id]
                 if arg is None:
                     continue
                 # (a lambda's body is what calling it makes; a named callable is called)
@@ -2740,6 +2743,41 @@ class Resolver:
                     out.setdefault((tv.module.name, tv.qual), []).append((d.str_args[0], m.name, q, sup, d.line, args))
         return out
 
+    def _ir_supported(self, m: Module | None, sup: str | None) -> bool | None:
+        """Does a provider's ``supported=`` text (read in its module ``m``) hold on this platform: True without one,
+        None where it is not decided here (or its text could not be read, ``?``)."""
+        if sup is None:
+            return True
+        if not sup or sup == "?" or m is None:
+            return None
+        v = self.profile.value_of(m, "", sup)
+        return None if v is None else bool(v)
+
+    def ir_op_providers_of(self, mod: Module, op: str) -> dict | None:
+        """{provider: whether its ``supported=`` holds on this platform (None: not decided)} of the IR op named ``op``,
+        ``native`` included, where ``mod`` registers a provider of it (``@<op>.register_impl(...)``) or defines it
+        (``@register_op``); None when it does neither. (What the env-flag defaults ask of ``"p" in
+        kernel_config.ir_op_priority.<op>`` written at a provider's registration: which names vLLM would try.)"""
+        target = None
+        for f in mod.summary.functions.values():
+            for d in f.decorators:
+                if d.func.endswith(".register_impl") and d.func.split(".")[-2] == op:
+                    tv = self.resolve_dotted(mod, "", d.func[: -len(".register_impl")], Walk(), line=d.line)
+                    if tv.kind == ValKind.FUNCTION and tv.module is not None:
+                        target = tv
+                        break
+            if target is not None:
+                break
+        f = mod.summary.functions.get(op)
+        if target is None and f is not None and any(d.func.rpartition(".")[2] == "register_op" for d in f.decorators):
+            target = Val(ValKind.FUNCTION, mod, op, mod.path, f.line)
+        if target is None:
+            return None
+        out: dict = {"native": True}
+        for prov, mname, _q, sup, _line, _args in self.ir_providers(target):
+            out[prov] = self._ir_supported(self.index.module(mname), sup)
+        return out
+
     def ir_default_priority(self) -> dict | None:
         """The provider names the platform's ``get_default_ir_op_priority`` can put in a priority list: the string
         items of the list displays in that method (as the platform classes define or inherit it), in order of first
@@ -2793,7 +2831,7 @@ class Resolver:
             fi = m.summary.functions.get(q) if m is not None else None
             if m is None or fi is None:
                 continue
-            val = self.profile.value_of(m, "", sup) if sup and sup != "?" else True if sup is None else None
+            val = self._ir_supported(m, sup)
             listed = f'"{prov}" in {prio}'
             note = ""
             if val is not None and not val:
