@@ -748,76 +748,97 @@ class Resolver:
             w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...) (instance)", cond))
             return Val(ValKind.INSTANCE, target.module, target.qual, target.path, target.line)
         if target.kind == ValKind.FUNCTION and target.func is not None and target.module is not None:
-            f = target.func
-            tm = target.module
-            # a decorator applied by call (`g = deco(f)`): an inner def that calls the decorated argument
-            if f.inner_defs and f.returns_names and set(f.returns_names) <= {q.rpartition(".")[2] for q in f.inner_defs} \
-                    and args and args[0] and not args[0].endswith(")") and f.params:
-                w.add(Hop(HopKind.WRAPPER, tm.path, f.line, target.dotted, f"{name} = {callee}({args[0]}): the wrapper calls {args[0]}", cond))
-                return self.resolve_dotted(mod, scope, args[0], w, line=b_line)
-            rets = [(t, g, ln) for t, g, ln in f.return_alts if t and t != "None"]
-            texts = {t for t, _g, _ln in rets}
-
-            def ret_value(t: str, ln: int, g: tuple = ()) -> Val:
-                arg = self._bound_arg(f, t, args)
-                if arg is not None:  # a parameter returned: the caller's argument, read where the call is
-                    return self.value_text(mod, scope, arg, w.sub(), b_line)
-                c_callee, _, c_inner = t[:-1].partition("(") if t.endswith(")") else ("", "", "")
-                if c_callee in ("torch.compile", "functools.partial", "partial") and c_inner:
-                    # `return torch.compile(fn, ...)` of a parameter: the compiled callable runs the argument
-                    arg = self._bound_arg(f, c_inner.split(", ")[0], args)
-                    if arg is not None:
-                        return self.value_text(mod, scope, arg, w.sub(), b_line)
-                inner = tm.summary.functions.get(f"{f.qualname}.{t}") if t.isidentifier() else None
-                arg = self._bound_arg(f, inner.wraps, args) if inner is not None and inner.wraps else None
-                if arg is not None:
-                    # a returned closure made with functools.wraps(param): calling it runs the caller's argument
-                    return self.value_text(mod, scope, arg, w.sub(), b_line)
-                cw = self._callee_walk(target, w)
-                saved, cw.use_guards = cw.use_guards, g  # which local bindings reach this return
-                try:
-                    return self.value_text(tm, f.qualname, t, cw, ln)
-                finally:
-                    cw.use_guards = saved
-
-            # one name returned at several places, bound again before each (`module = import_module("a")` /
-            # `return module` in a try, the same with "b" after it): the value at each return is its own arm
-            per_return = (len(texts) == 1 and len({ln for _t, _g, ln in rets}) > 1
-                          and len(f.locals.get(next(iter(texts)), ())) > 1)
-            if len(texts) == 1 and not per_return:
-                text = next(iter(texts))
-                inner = ret_value(text, rets[0][2])
-                if inner.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE, ValKind.ALTS, ValKind.NOT_INSTALLED,
-                                  ValKind.TORCH_OP, ValKind.EXT_ATTR, ValKind.DICT, ValKind.LIST):
-                    w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...) returns {text}", cond))
-                    return inner
-            elif len(texts) > 1 or per_return:
-                arms = []
-                for t, g, ln in rets:
-                    av = ret_value(t, ln, g)
-                    if av.kind == ValKind.NOT_INSTALLED and any(k == "try" for k, _t, _l in g):
-                        # returned inside a `try` after importing a package this environment lacks: the import
-                        # raises, so this return is not what runs here (the handler's fallback is)
-                        pkg = av.qual.split(".", 1)[0]
-                        arms.append(Alt(av, f"`{pkg}` imports (it is not installed here)", False, f"returns {t}", tm.path, ln))
-                        continue
-                    arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname) if g else True,
-                                    f"returns {t}", tm.path, ln))
-                if arms and all(a.reachable is False for a in arms):
-                    # every return is a `try` import of a missing package: the call fails here; what it names is
-                    # the first one (the function returns None once every import failed)
-                    arms = [dataclasses.replace(arms[0], condition=None, reachable=True)]
-                arms = _merge_same(arms)
-                if len(arms) == 1 and arms[0].val.kind != ValKind.UNKNOWN:
-                    w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...): every return that can give it is "
-                              f"{arms[0].val.dotted}", cond))
-                    return arms[0].val
-                if any(a.val.kind != ValKind.UNKNOWN for a in arms):
-                    w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...): one of {len(arms)} returns", cond))
-                    return alts_value(ForkKind.FACTORY, None, tm, target.dotted, f.line, arms)
+            # a function whose return reaches a call of itself (`return self.inner.f(...)` where `inner` may be an
+            # object of this class: a fork over subclasses that includes it) is a cycle: without this the returns
+            # were read again at each turn (upstream vLLM's MoE `workspace_shapes`: 85,000 reads, 1.5 s a site)
+            key = ("ret", target.module.name, target.qual)
+            if key in self._active:
+                self._path_cut("a", key)
+                return Val(ValKind.UNKNOWN, mod, name, mod.path, b_line,
+                           reason=f"cycle: `{callee}` returns the result of a call that reaches it again")
+            self._active.add(key)
+            try:
+                rv = self._function_result(mod, scope, name, b_line, callee, target, w, cond, args)
+            finally:
+                self._active.discard(key)
+            if rv is not None:
+                return rv
         why = f": {target.reason}" if target.kind == ValKind.UNKNOWN and target.reason and "result of calling" not in target.reason else ""
         return Val(ValKind.UNKNOWN, mod, name, mod.path, b_line,
                    reason=f"`{name}` is the result of calling `{callee or '...'}` at {os.path.basename(mod.path)}:{b_line}{why}")
+
+    def _function_result(self, mod: Module, scope: str, name: str, b_line: int, callee: str, target: Val, w: Walk,
+                         cond: str | None, args: tuple) -> Val | None:
+        """:meth:`result_of_call` of a function defined in a module: what its returns give, or None (unknown)."""
+        f = target.func
+        tm = target.module
+        assert f is not None and tm is not None
+        # a decorator applied by call (`g = deco(f)`): an inner def that calls the decorated argument
+        if f.inner_defs and f.returns_names and set(f.returns_names) <= {q.rpartition(".")[2] for q in f.inner_defs} \
+                and args and args[0] and not args[0].endswith(")") and f.params:
+            w.add(Hop(HopKind.WRAPPER, tm.path, f.line, target.dotted, f"{name} = {callee}({args[0]}): the wrapper calls {args[0]}", cond))
+            return self.resolve_dotted(mod, scope, args[0], w, line=b_line)
+        rets = [(t, g, ln) for t, g, ln in f.return_alts if t and t != "None"]
+        texts = {t for t, _g, _ln in rets}
+
+        def ret_value(t: str, ln: int, g: tuple = ()) -> Val:
+            arg = self._bound_arg(f, t, args)
+            if arg is not None:  # a parameter returned: the caller's argument, read where the call is
+                return self.value_text(mod, scope, arg, w.sub(), b_line)
+            c_callee, _, c_inner = t[:-1].partition("(") if t.endswith(")") else ("", "", "")
+            if c_callee in ("torch.compile", "functools.partial", "partial") and c_inner:
+                # `return torch.compile(fn, ...)` of a parameter: the compiled callable runs the argument
+                arg = self._bound_arg(f, c_inner.split(", ")[0], args)
+                if arg is not None:
+                    return self.value_text(mod, scope, arg, w.sub(), b_line)
+            inner = tm.summary.functions.get(f"{f.qualname}.{t}") if t.isidentifier() else None
+            arg = self._bound_arg(f, inner.wraps, args) if inner is not None and inner.wraps else None
+            if arg is not None:
+                # a returned closure made with functools.wraps(param): calling it runs the caller's argument
+                return self.value_text(mod, scope, arg, w.sub(), b_line)
+            cw = self._callee_walk(target, w)
+            saved, cw.use_guards = cw.use_guards, g  # which local bindings reach this return
+            try:
+                return self.value_text(tm, f.qualname, t, cw, ln)
+            finally:
+                cw.use_guards = saved
+
+        # one name returned at several places, bound again before each (`module = import_module("a")` /
+        # `return module` in a try, the same with "b" after it): the value at each return is its own arm
+        per_return = (len(texts) == 1 and len({ln for _t, _g, ln in rets}) > 1
+                      and len(f.locals.get(next(iter(texts)), ())) > 1)
+        if len(texts) == 1 and not per_return:
+            text = next(iter(texts))
+            inner = ret_value(text, rets[0][2])
+            if inner.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE, ValKind.ALTS, ValKind.NOT_INSTALLED,
+                              ValKind.TORCH_OP, ValKind.EXT_ATTR, ValKind.DICT, ValKind.LIST):
+                w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...) returns {text}", cond))
+                return inner
+        elif len(texts) > 1 or per_return:
+            arms = []
+            for t, g, ln in rets:
+                av = ret_value(t, ln, g)
+                if av.kind == ValKind.NOT_INSTALLED and any(k == "try" for k, _t, _l in g):
+                    # returned inside a `try` after importing a package this environment lacks: the import
+                    # raises, so this return is not what runs here (the handler's fallback is)
+                    pkg = av.qual.split(".", 1)[0]
+                    arms.append(Alt(av, f"`{pkg}` imports (it is not installed here)", False, f"returns {t}", tm.path, ln))
+                    continue
+                arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname) if g else True,
+                                f"returns {t}", tm.path, ln))
+            if arms and all(a.reachable is False for a in arms):
+                # every return is a `try` import of a missing package: the call fails here; what it names is
+                # the first one (the function returns None once every import failed)
+                arms = [dataclasses.replace(arms[0], condition=None, reachable=True)]
+            arms = _merge_same(arms)
+            if len(arms) == 1 and arms[0].val.kind != ValKind.UNKNOWN:
+                w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...): every return that can give it is "
+                          f"{arms[0].val.dotted}", cond))
+                return arms[0].val
+            if any(a.val.kind != ValKind.UNKNOWN for a in arms):
+                w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...): one of {len(arms)} returns", cond))
+                return alts_value(ForkKind.FACTORY, None, tm, target.dotted, f.line, arms)
+        return None
 
     def unpacked_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
         """``a, b = f(...)``: item i of the tuple ``f`` returns, read in ``f`` (every return that is a tuple of names)."""
