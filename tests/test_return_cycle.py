@@ -1,6 +1,7 @@
 """A method whose return is a call of the same method on an attribute that may be an object of its own class
 (a fallback wrapper: ``return self.inner.shapes(n)`` where ``inner`` is any subclass of the base, the wrapper
-included) is a cycle through its returns. It ends in one unresolved arm that says so; it used to read the returns
+included) is a cycle through its returns. An abstract method of an ABC between them (``Routed.shapes``) is no
+arm: no object is of a class that leaves it abstract. It ends in one unresolved arm that says so; it used to read the returns
 again at each turn until Python's recursion limit (upstream vLLM's MoE ``workspace_shapes``: 85,000 reads and
 1.5 s a site, and the sites reached through it were lost as "resolution recursed without end")."""
 
@@ -11,6 +12,8 @@ from tests.helpers import fixture_ws
 PLUGIN = {
     "fx/__init__.py": "",
     "fx/experts.py": '''
+        from abc import ABC, abstractmethod
+
         import triton
 
         @triton.jit
@@ -31,6 +34,15 @@ PLUGIN = {
         class Grouped(Experts):
             def shapes(self, n):
                 return (n, 2 * n)
+
+        class Routed(Experts, ABC):
+            @abstractmethod
+            def shapes(self, n):
+                ...
+
+        class RoutedDense(Routed):
+            def shapes(self, n):
+                return (n,)
 
         class WithFallback(Experts):
             def __init__(self, main: Experts, fallback: Experts):
@@ -68,12 +80,14 @@ def test_a_method_returning_its_own_call_on_a_fork_of_subclasses_ends(tmp_path):
     assert leaves == [
         ("python_function", "fx.experts.Dense.shapes", ["n <= 8", "the object is a Dense"]),
         ("python_function", "fx.experts.Grouped.shapes", ["n <= 8", "the object is a Grouped"]),
+        ("python_function", "fx.experts.RoutedDense.shapes", ["n <= 8", "the object is a RoutedDense"]),
         ("python_function", "fx.experts.WithFallback.shapes", ["n <= 8", "the object is a WithFallback"]),
     ]
     plan = _trace(ws, "plan", "e.shapes")
     assert [(lf.final.kind, lf.final.symbol, lf.conditions) for lf in plan.leaves()] == [
         ("python_function", "fx.experts.Dense.shapes", ["the object is a Dense"]),
         ("python_function", "fx.experts.Grouped.shapes", ["the object is a Grouped"]),
+        ("python_function", "fx.experts.RoutedDense.shapes", ["the object is a RoutedDense"]),
         ("python_function", "fx.experts.WithFallback.shapes", ["the object is a WithFallback"]),
     ]
     assert "recursed without end" not in repr(chain.to_json()) + repr(plan.to_json())

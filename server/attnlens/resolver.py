@@ -773,9 +773,15 @@ class Resolver:
         f = target.func
         tm = target.module
         assert f is not None and tm is not None
-        # a decorator applied by call (`g = deco(f)`): an inner def that calls the decorated argument
+        # a decorator applied by call (`g = deco(f)`): an inner def that runs the decorated argument. The argument
+        # is a name, and the returned def calls the parameter or the argument is a function (`make_async(fn)`
+        # hands it to `partial`); not `_lazy_import_wrapper("pkg", "attr")` nor a kernel factory called with
+        # sizes (`_mhc_post_fwd(mhc, hidden)`, whose inner def uses `mhc` as a size): those are read below as
+        # the def they return
         if f.inner_defs and f.returns_names and set(f.returns_names) <= {q.rpartition(".")[2] for q in f.inner_defs} \
-                and args and args[0] and not args[0].endswith(")") and f.params:
+                and args and args[0] and all(x.isidentifier() for x in args[0].split(".")) \
+                and (self._inner_calls_param(tm, f) or self.resolve_dotted(mod, scope, args[0], w.sub(), line=b_line).kind
+                     in (ValKind.FUNCTION, ValKind.CLASS, ValKind.ALTS, ValKind.NOT_INSTALLED, ValKind.TORCH_OP)):
             w.add(Hop(HopKind.WRAPPER, tm.path, f.line, target.dotted, f"{name} = {callee}({args[0]}): the wrapper calls {args[0]}", cond))
             return self.resolve_dotted(mod, scope, args[0], w, line=b_line)
         rets = [(t, g, ln) for t, g, ln in f.return_alts if t and t != "None"]
@@ -1285,6 +1291,18 @@ class Resolver:
         return alts_value(ForkKind.SELECTED_BACKEND, "the attention backend vLLM selected for this layer", mod, name, line, arms)
 
     @staticmethod
+    def _inner_calls_param(tm: Module, f: FunctionInfo) -> bool:
+        """Does a def that ``f`` returns call ``f``'s first parameter (``def deco(fn): def w(*a): return fn(*a);
+        return w``)?"""
+        pos = [p.name for p in f.params if p.kind in ("posonly", "pos")]
+        if f.class_name and pos and pos[0] in ("self", "cls"):
+            pos = pos[1:]
+        if not pos:
+            return False
+        inner = {q for q in f.inner_defs if q.rpartition(".")[2] in f.returns_names}
+        return any(cs.func == pos[0] and cs.scope in inner for cs in tm.summary.calls)
+
+    @staticmethod
     def _bound_arg(f: FunctionInfo, text: str, args: tuple) -> str | None:
         """When ``f`` returns its positional parameter ``text``: the caller's argument text for it."""
         if args and text.isidentifier():
@@ -1325,7 +1343,22 @@ class Resolver:
             args = tuple("" if a == "?" else a for a in inner.split(", ")) if inner else ()
             tv = self.resolve_dotted(mod, scope, callee, w.sub(), line=line)
             return self.result_of_call(mod, scope, callee, line or 0, callee, tv, w, None, args)
+        base, sep, key = text[:-1].partition("[") if text.endswith("]") else ("", "", "")
+        if sep and base and all(x.isidentifier() for x in base.split(".")):
+            return self.item_value(mod, scope, base, key, w, line)
         return self.resolve_dotted(mod, scope, text, w, line=line)
+
+    def item_value(self, mod: Module, scope: str, base: str, key: str, w: Walk, line: int | None) -> Val:
+        """``base[key]`` read as a value (a function's ``return _REGISTRY[name]``): an entry of a literal dict of
+        callables (a fork by the key), an item of a module list, else unknown, said as an item (it was looked up as
+        one name, "name `_ROPE_DICT[key]` is not bound")."""
+        bv = self.resolve_dotted(mod, scope, base, w.sub(), line=line)
+        if bv.kind == ValKind.DICT:
+            return self.dict_choice(bv, key, mod, scope)
+        if bv.kind == ValKind.CONTAINER and bv.extra.get("item") is not None:
+            return bv.extra["item"]
+        return Val(ValKind.UNKNOWN, mod, f"{base}[{key}]", mod.path, line,
+                   reason=f"`{base}[{key}]` is an item of `{base}`" + (f" at {os.path.basename(mod.path)}:{line}" if line else ""))
 
     def dict_choice(self, dv: Val, key: str, mod: Module, scope: str) -> Val:
         """``d[key]`` of a literal dict of callables: one branch per entry, decided by ``key``."""
@@ -1919,7 +1952,7 @@ class Resolver:
         """A method called on a value declared as a base type whose own method is abstract or a no-op:
         one branch per workspace subclass that overrides it (what can run is the subclass's code)."""
         f = found.func
-        if f is None or not (f.dummy or any(d.func.rpartition(".")[2] == "abstractmethod" for d in f.decorators)):
+        if f is None or not (f.dummy or _abstract(f)):
             return None
         arms = []
         for m in self.index.workspace_modules_matching(rb"def\s+" + re.escape(name).encode() + rb"\b"):
@@ -1930,6 +1963,11 @@ class Resolver:
                     continue
                 fq = m.summary.classes[q].methods[name]
                 fn = m.summary.functions[fq]
+                if _abstract(fn) and self._is_abc(m, q):
+                    # an abstract method of an ABC never runs: no object is of a class that leaves it abstract,
+                    # and the subclasses that implement it are arms of their own (upstream vLLM's
+                    # `FallbackExperts.workspace_shapes`, a "dummy" arm of every MoE `workspace_shapes` fork)
+                    continue
                 arms.append(Alt(Val(ValKind.FUNCTION, m, fq, m.path, fn.line, owner=q, extra={"receiver": (m, q)}),
                                 f"the object is a {q}", None, f"{q}.{name}", m.path, fn.line))
                 if len(arms) >= M.MAX_LEAVES:
@@ -1938,6 +1976,11 @@ class Resolver:
             return None
         return alts_value(ForkKind.SUBCLASS, f"the concrete type of the {v.qual.rpartition('.')[2]}", v.module, f"{v.qual}.{name}",
                           found.line, arms)
+
+    def _is_abc(self, m: Module, q: str) -> bool:
+        """Is class ``q`` of ``m`` an ``abc.ABC`` (a base of it, or of one in its MRO, is named ``ABC``)? A class
+        made with ``metaclass=ABCMeta`` is not recognised (the summaries keep no class keywords)."""
+        return any(b.cls is not None and any(t.rpartition(".")[2] == "ABC" for t in b.cls.bases) for b in self.mro(m, q))
 
     _NONE_PARTS = ("None", "NoneType", "type(None)")
 
@@ -3303,6 +3346,11 @@ def _hands_on_whole(f: FunctionInfo) -> bool:
     if f.class_name and named and named[0].name in ("self", "cls"):
         named = named[1:]
     return not named and any(_var_params(f))
+
+
+def _abstract(f: FunctionInfo) -> bool:
+    """Is ``f`` decorated ``@abstractmethod`` (``@abc.abstractmethod``)?"""
+    return any(d.func.rpartition(".")[2] == "abstractmethod" for d in f.decorators)
 
 
 def _classes_only(x: Val) -> bool:
