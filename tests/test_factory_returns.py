@@ -17,6 +17,7 @@ PLUGIN = {
     "fx/__init__.py": "",
     "fx/kern.py": '''
         import functools
+        import importlib
 
         import triton
 
@@ -52,6 +53,27 @@ PLUGIN = {
         def work(x):
             _pre[(1,)](x)
 
+        def _load_module(name):
+            try:
+                return importlib.import_module(name)
+            except ImportError:
+                return None
+
+        def lazy_symbol(module_name, symbol, fallback=None):
+            def _resolve():
+                m = _load_module(module_name)
+                return getattr(m, symbol, None) if m else None
+
+            def call(*args):
+                fn = _resolve()
+                if fn is None:
+                    return fallback(*args)
+                return fn(*args)
+            return call
+
+        fast_quant = lazy_symbol("fastkern.ops", "quant")
+        local_work = lazy_symbol("fx.kern", "work")
+
         _TABLE = {"post": _post, "pre": _pre}
         _CACHE = {}
 
@@ -72,6 +94,8 @@ PLUGIN = {
             a(x)
             q = lazy("somepkg", "quant")
             q(x)
+            fast_quant(x)
+            local_work(x)
             kfn = pick(name)
             kfn[(1,)](x)
             c = cached(key)
@@ -111,5 +135,18 @@ def test_an_item_of_a_table_returned(tmp_path):
     assert got == [("triton_kernel", "fx.kern._post", ['name == "post"'], None),
                    ("triton_kernel", "fx.kern._pre", ['name == "pre"'], None)]
     got, _ch = _leaves(ws, "c")
-    assert got == [("unresolved", "_CACHE[key]", ["key in _CACHE"], "`_CACHE[key]` is an item of `_CACHE` at kern.py:45"),
+    assert got == [("unresolved", "_CACHE[key]", ["key in _CACHE"], "`_CACHE[key]` is an item of `_CACHE` at kern.py:67"),
                    ("triton_kernel", "fx.kern._pre", ["not (key in _CACHE)"], None)]
+
+
+def test_a_lazy_import_factory_called_with_literal_names_is_the_symbol_it_imports(tmp_path):
+    """``lazy_symbol("pkg.mod", "name")`` returns a closure that imports ``pkg.mod`` when first called and calls its
+    ``name`` (upstream vLLM's ``vllm.utils.flashinfer`` makes 20 such symbols: they ended at the name
+    ``'flashinfer'``, then at the closure)."""
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    got, ch = _leaves(ws, "fast_quant")
+    assert got == [("not_installed", "fastkern", [], "package `fastkern` is not installed in the target environment")]
+    assert [h.detail for h in ch.hops if h.kind == "dynamic_import"] == [
+        "fast_quant = lazy_symbol(...): imports fastkern.ops when first called and calls its quant"]
+    got, _ch = _leaves(ws, "local_work")
+    assert got == [("triton_kernel", "fx.kern._pre", [], None)]

@@ -130,6 +130,7 @@ class Resolver:
         self._tested_memo: dict = {}  # (module path, sha, function) -> the parameters its call guards test
         self._ir_memo: dict = {}  # (generation, package) -> IR op -> its registered providers
         self._passed_memo: dict = {}  # (path, sha, call line, col, name, guard line) -> _passed_as_guarded
+        self._lazy_memo: dict = {}  # (module path, sha, function) -> lazy-import parameters (_lazy_import_params)
         self._guard_facts_memo: dict = {}  # (module path, sha, scope, guards) -> module-level expression facts
         self._reach_gen = -1
         self.site_memo: dict = {}  # registry: call site -> (generation, sha, chain, files it touched)
@@ -784,6 +785,19 @@ class Resolver:
                      in (ValKind.FUNCTION, ValKind.CLASS, ValKind.ALTS, ValKind.NOT_INSTALLED, ValKind.TORCH_OP)):
             w.add(Hop(HopKind.WRAPPER, tm.path, f.line, target.dotted, f"{name} = {callee}({args[0]}): the wrapper calls {args[0]}", cond))
             return self.resolve_dotted(mod, scope, args[0], w, line=b_line)
+        lazy = self._lazy_import_params(tm, f) if args else None
+        if lazy is not None:
+            # a lazy-import factory called with literal names (`_lazy_import_wrapper("flashinfer", "fp4_quantize")`:
+            # its closure imports the module and calls its attribute when first called): the call's value is that
+            # attribute (a package this environment lacks: not installed)
+            mi, ai = lazy
+            pkg = _str_literal(args[mi]) if mi < len(args) else None
+            attr = (_str_literal(args[ai]) if ai < len(args) else None) if ai is not None else ""
+            if pkg and attr is not None:
+                w.add(Hop(HopKind.DYNAMIC_IMPORT, tm.path, f.line, f"{pkg}.{attr}" if attr else pkg,
+                          f"{name} = {callee}(...): imports {pkg} when first called" + (f" and calls its {attr}" if attr else ""), cond))
+                mv = self.module_value(pkg, w)
+                return self.attr(mv, attr, w) if attr else mv
         rets = [(t, g, ln) for t, g, ln in f.return_alts if t and t != "None"]
         texts = {t for t, _g, _ln in rets}
 
@@ -1289,6 +1303,47 @@ class Resolver:
         if not arms:
             return None
         return alts_value(ForkKind.SELECTED_BACKEND, "the attention backend vLLM selected for this layer", mod, name, line, arms)
+
+    def _lazy_import_params(self, tm: Module, f: FunctionInfo) -> tuple | None:
+        """(index of the module-name parameter, index of the attribute-name parameter or None) when ``f`` or a def
+        inside it imports a module named by a parameter (``importlib.import_module(p)``, or a module function
+        whose body does that with its first parameter) and, if it reads an attribute, takes it with
+        ``getattr(..., q)`` of another parameter; else None. Memoised per function and source."""
+        key = (tm.path, tm.sha, f.qualname)
+        memo = self._lazy_memo
+        if key in memo:
+            return memo[key]
+        pos = [p.name for p in f.params if p.kind in ("posonly", "pos")]
+        if f.class_name and pos and pos[0] in ("self", "cls"):
+            pos = pos[1:]
+        out = None
+        if pos and f.inner_defs:
+            inside = f.qualname + "."
+            mi = ai = None
+            for cs in tm.summary.calls:
+                if not (cs.scope == f.qualname or cs.scope.startswith(inside)) or not cs.arg_texts:
+                    continue
+                a0 = cs.arg_texts[0]
+                if cs.func in ("getattr", "builtins.getattr") and len(cs.arg_texts) >= 2 and cs.arg_texts[1] in pos:
+                    ai = pos.index(cs.arg_texts[1])
+                elif a0 in pos and (cs.func.rpartition(".")[2] == "import_module" or self._imports_first_param(tm, cs.func)):
+                    mi = pos.index(a0)
+            if mi is not None and ai != mi:
+                out = (mi, ai)
+        if len(memo) > 5000:
+            memo.clear()
+        memo[key] = out
+        return out
+
+    @staticmethod
+    def _imports_first_param(tm: Module, func: str) -> bool:
+        """Is ``func`` a function of ``tm`` that calls ``import_module`` with its first parameter?"""
+        g = tm.summary.functions.get(func) if func.isidentifier() else None
+        if g is None or not g.params:
+            return False
+        p0 = g.params[0].name
+        return any(cs.scope == g.qualname and cs.func.rpartition(".")[2] == "import_module" and cs.arg_texts[:1] == (p0,)
+                   for cs in tm.summary.calls)
 
     @staticmethod
     def _inner_calls_param(tm: Module, f: FunctionInfo) -> bool:
@@ -3346,6 +3401,13 @@ def _hands_on_whole(f: FunctionInfo) -> bool:
     if f.class_name and named and named[0].name in ("self", "cls"):
         named = named[1:]
     return not named and any(_var_params(f))
+
+
+def _str_literal(text: str) -> str | None:
+    """The string a call argument's text spells when it is a plain string literal (``'flashinfer'``), else None."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" and text[0] not in text[1:-1] and "\\" not in text:
+        return text[1:-1]
+    return None
 
 
 def _abstract(f: FunctionInfo) -> bool:
