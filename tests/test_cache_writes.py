@@ -158,6 +158,7 @@ def test_the_summary_format_version_changes_with_the_summary_classes():
     its default): unless FORMAT_VERSION changes with the fields, a cache folder kept across an upgrade serves the
     old summaries (`Param.default` came in at version 29: read from version 28's files, no call bound a default;
     `FunctionInfo.asserts` at 30; 31 kept the fields and changed what they hold: `super().NAME` callees, the items of
-    `enumerate` / `islice` / slice loops, `self.a, self.b = f(...)` attributes).
+    `enumerate` / `islice` / slice loops, `self.a, self.b = f(...)` attributes); 32 the same: `FunctionInfo.attr_sets`
+    also holds a function's `TABLE[key] = name` stores).
     When this fails, bump FORMAT_VERSION and record the new digest here."""
-    assert {31: "1df543735aaf3c19"}.get(FORMAT_VERSION) == _summary_fields_digest(), (FORMAT_VERSION, _summary_fields_digest())
+    assert {32: "1df543735aaf3c19"}.get(FORMAT_VERSION) == _summary_fields_digest(), (FORMAT_VERSION, _summary_fields_digest())

@@ -5,8 +5,10 @@
   inner ``@prim_func``) is the inner def, whatever its first argument is: vLLM-MetaX's ``_mhc_post_fwd(mhc, hidden)``
   was read as "the wrapper calls mhc" and ended at the integer ``mhc``; upstream vLLM's
   ``_lazy_import_wrapper("flashinfer", "fp4_quantize")`` at the name ``'flashinfer'``.
-* ``return TABLE[key]``: an entry of a literal dict of callables (a fork by the key); an item of anything else is
-  said as an item (it was looked up as one name: "name `_ROPE_DICT[key]` is not bound").
+* ``return TABLE[key]``: an entry of a literal dict of callables (a fork by the key); a memo hit of a table the
+  function fills with a value it also returns is no arm (vLLM's ``get_rope``: ``_ROPE_DICT[key] = rotary_emb``);
+  an item of anything else is said as an item (it was looked up as one name: "name `_ROPE_DICT[key]` is not
+  bound").
 """
 
 from __future__ import annotations
@@ -85,6 +87,15 @@ PLUGIN = {
                 return _CACHE[key]
             return work
 
+        _MEMO = {}
+
+        def get_impl(key):
+            if key in _MEMO:
+                return _MEMO[key]
+            impl = work
+            _MEMO[key] = impl
+            return impl
+
         def run(x, name, key):
             k = make_kernel(4, 128)
             k(x)
@@ -100,6 +111,8 @@ PLUGIN = {
             kfn[(1,)](x)
             c = cached(key)
             c(x)
+            g = get_impl(key)
+            g(x)
     ''',
 }
 SITE = {"triton/__init__.py": "def jit(fn=None, **kw):\n    return fn\n"}
@@ -134,6 +147,9 @@ def test_an_item_of_a_table_returned(tmp_path):
     got, _ch = _leaves(ws, "kfn")
     assert got == [("triton_kernel", "fx.kern._post", ['name == "post"'], None),
                    ("triton_kernel", "fx.kern._pre", ['name == "pre"'], None)]
+    # a memo hit returns what the function stored, which another return gives: no arm of its own
+    got, _ch = _leaves(ws, "g")
+    assert got == [("triton_kernel", "fx.kern._pre", [], None)]
     got, _ch = _leaves(ws, "c")
     assert got == [("unresolved", "_CACHE[key]", ["key in _CACHE"], "`_CACHE[key]` is an item of `_CACHE` at kern.py:67"),
                    ("triton_kernel", "fx.kern._pre", ["not (key in _CACHE)"], None)]

@@ -928,6 +928,11 @@ class _Builder:
                     vt = dotted(value) or (_literal_text(value) if isinstance(value, ast.Constant) else "")
                     if vt:
                         self.scope[-1].attr_sets = self.scope[-1].attr_sets + ((d, vt, t.lineno, g),)
+            elif isinstance(t, ast.Subscript) and self.scope and isinstance(t.value, ast.Name) and isinstance(value, ast.Name):
+                # `_CACHE[key] = obj` in a function: what the function stores in a table (a memo hit's `return
+                # _CACHE[key]` gives a value stored earlier: Resolver.item_value), kept as `_CACHE[]`
+                self.expr(t)
+                self.scope[-1].attr_sets = self.scope[-1].attr_sets + ((f"{t.value.id}[]", value.id, t.lineno, g),)
             elif isinstance(t, ast.Subscript) and not self.scope and not self.cls and dotted(t.value) == "sys.modules" \
                     and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str):
                 # `sys.modules["name"] = module`: an import hook (resolver.import_map)

@@ -800,6 +800,14 @@ class Resolver:
                 return self.attr(mv, attr, w) if attr else mv
         rets = [(t, g, ln) for t, g, ln in f.return_alts if t and t != "None"]
         texts = {t for t, _g, _ln in rets}
+        if f.attr_sets and len(texts) > 1:
+            # a memo hit (`if key in _CACHE: return _CACHE[key]` ... `_CACHE[key] = obj; return obj`) returns what
+            # another return gives: no arm of its own
+            stored = {t[:-2]: v for t, v, _ln, _g in f.attr_sets if t.endswith("[]")}
+            hits = {t for t in texts if t.endswith("]") and stored.get(t.partition("[")[0]) in texts}
+            if hits and hits != texts:
+                rets = [r for r in rets if r[0] not in hits]
+                texts -= hits
 
         def ret_value(t: str, ln: int, g: tuple = ()) -> Val:
             arg = self._bound_arg(f, t, args)
@@ -1407,6 +1415,17 @@ class Resolver:
         """``base[key]`` read as a value (a function's ``return _REGISTRY[name]``): an entry of a literal dict of
         callables (a fork by the key), an item of a module list, else unknown, said as an item (it was looked up as
         one name, "name `_ROPE_DICT[key]` is not bound")."""
+        f = mod.summary.functions.get(scope) if scope else None
+        stored = [(v, ln) for t, v, ln, _g in (f.attr_sets if f is not None else ()) if t == f"{base}[]"]
+        if stored and base not in (f.locals if f is not None else {}):
+            # a table this function fills (`_ROPE_DICT[key] = rotary_emb` below a `return _ROPE_DICT[key]`): an item
+            # read back is a value it stored earlier, read where it is stored
+            vals = [self.resolve_dotted(mod, scope, v, w.sub(), line=ln + 1) for v, ln in stored]
+            if len(vals) == 1 and vals[0].kind != ValKind.UNKNOWN:
+                w.add(Hop(HopKind.ALIAS, mod.path, line or 0, f"{base}[{key}]",
+                          f"{base}[{key}] is a value stored by `{base}[...] = {stored[0][0]}` "
+                          f"({os.path.basename(mod.path)}:{stored[0][1]})"))
+                return vals[0]
         bv = self.resolve_dotted(mod, scope, base, w.sub(), line=line)
         if bv.kind == ValKind.DICT:
             return self.dict_choice(bv, key, mod, scope)
