@@ -40,6 +40,9 @@ PLUGIN = {
             def shapes(self, n):
                 ...
 
+            def plan(self, x):
+                return self.shapes(4)
+
         class RoutedDense(Routed):
             def shapes(self, n):
                 return (n,)
@@ -108,3 +111,13 @@ def test_the_cycle_through_returns_is_cut_where_it_closes(tmp_path):
                       if a.val.kind == ValKind.UNKNOWN and "cycle" in (a.val.reason or "")})
     assert reasons == ["cycle: `self.fallback.shapes` returns the result of a call that reaches it again",
                        "cycle: `self.main.shapes` returns the result of a call that reaches it again"]
+
+
+def test_an_abstract_method_called_on_self_is_what_the_subclasses_implement(tmp_path):
+    """``self.shapes(4)`` in a base that leaves ``shapes`` abstract runs a subclass's ``shapes`` (vLLM-MetaX's
+    ``self.get_padded_num_q_heads(...)`` in ``MacaDeepseekV4Attention.__init__`` ended in the upstream abstract
+    method, a "dummy" that raises, instead of the MetaX subclass's implementation)."""
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    chain = _trace(ws, "Routed.plan", "self.shapes")
+    assert [(lf.final.kind, lf.final.symbol, lf.conditions) for lf in chain.leaves()] == [
+        ("python_function", "fx.experts.RoutedDense.shapes", ["the object is a RoutedDense"])]

@@ -1722,7 +1722,10 @@ class Resolver:
             found = self.class_attr(v.module, v.qual, name, w, instance=(k == ValKind.INSTANCE))  # type: ignore[arg-type]
             if found is not None and k == ValKind.INSTANCE and found.kind == ValKind.FUNCTION and self.is_enum(v.module, v.qual):  # type: ignore[arg-type]
                 return dataclasses.replace(found, extra=dict(found.extra, enum_any=True))  # a member chosen at run time
-            if found is not None and k == ValKind.INSTANCE and v.extra.get("annotated") and found.kind == ValKind.FUNCTION:
+            if found is not None and k == ValKind.INSTANCE and found.kind == ValKind.FUNCTION and (
+                    v.extra.get("annotated") or found.func is not None and _abstract(found.func)):
+                # a declared type's method, or an abstract method reached on an object (`self.get_heads(n)` in a
+                # base whose subclasses implement it): what runs is a subclass's
                 sub = self.overriding_subclasses(v, name, found)
                 if sub is not None:
                     return sub
