@@ -256,7 +256,7 @@ _MODULE_CACHES = {
     "index.py:_compiled()": "compiled text-scan patterns, a pure function of the pattern",
     "profile.py:_EP_MEMO": "(root, stamps of pyproject.toml/setup.cfg/setup.py) -> their entry points",
     "profile.py:_GUARDS": "guard text -> parsed expression (bounded)",
-    "profile.py:_constant_of()": "a literal's text -> its bool/int/str value (lru_cache, 4096)",
+    "profile.py:constant_of()": "a literal's text -> its bool/int/str value (lru_cache, 4096)",
     "model.py:loose_condition()": "a condition's text -> does it bind looser than `and` (lru_cache, 4096)",
     "model.py:conjuncts()": "a condition's text -> its top-level `and` operands (lru_cache, 4096)",
     "pyindex.py:_INTS": "int -> one object of that value for the summaries read from the cache (line numbers: a few thousand)",

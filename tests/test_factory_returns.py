@@ -96,6 +96,14 @@ PLUGIN = {
             _MEMO[key] = impl
             return impl
 
+        _SLOTS = {}
+
+        def get_slot(key):
+            if key not in _SLOTS:
+                impl = work
+                _SLOTS[key] = impl
+            return _SLOTS[key]
+
         def run(x, name, key):
             k = make_kernel(4, 128)
             k(x)
@@ -113,6 +121,8 @@ PLUGIN = {
             c(x)
             g = get_impl(key)
             g(x)
+            s = get_slot(key)
+            s(x)
     ''',
 }
 SITE = {"triton/__init__.py": "def jit(fn=None, **kw):\n    return fn\n"}
@@ -150,6 +160,10 @@ def test_an_item_of_a_table_returned(tmp_path):
     # a memo hit returns what the function stored, which another return gives: no arm of its own
     got, _ch = _leaves(ws, "g")
     assert got == [("triton_kernel", "fx.kern._pre", [], None)]
+    # a table's item read back where the function only stores one name in it: that name's value
+    got, ch = _leaves(ws, "s")
+    assert got == [("triton_kernel", "fx.kern._pre", [], None)]
+    assert [h.detail for h in ch.hops if h.kind == "alias"] == ["s = get_slot(...) returns _SLOTS[key]"]
     got, _ch = _leaves(ws, "c")
     assert got == [("unresolved", "_CACHE[key]", ["key in _CACHE"], "`_CACHE[key]` is an item of `_CACHE` at kern.py:67"),
                    ("triton_kernel", "fx.kern._pre", ["not (key in _CACHE)"], None)]

@@ -541,7 +541,7 @@ class PlatformProfile:
             if f is None or not all(k == "else" and ln in f.raise_ifs for k, _t, ln in b.guards):
                 return None
         if b.kind == "other" and b.target:
-            return _constant_of(b.target)
+            return constant_of(b.target)
         if b.kind == "assign" and b.target and depth < 6:
             # `self.allow_x = can_use_x` (a local of the method, or a name of the module): folds as that name does
             node = parse_guard(b.target)
@@ -823,7 +823,7 @@ _GUARDS: dict = {}  # guard text -> parsed expression: a pure function of the te
 
 
 @functools.lru_cache(maxsize=4096)
-def _constant_of(text: str):
+def constant_of(text: str):
     """The bool, int or str a literal's text evaluates to, else None. Memoised: ``ast.literal_eval`` makes a
     cycle of closures per call, which a CLI run with the collector off never frees (7,000 calls in an upstream
     vLLM `sites`)."""

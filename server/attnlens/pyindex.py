@@ -230,8 +230,23 @@ class FunctionInfo:
     globals_: frozenset = frozenset()  # names declared `global` in the body
     raise_ifs: frozenset = frozenset()  # lines of `if c: raise ...` (what follows runs only when not c)
     asserts: tuple = ()  # (line, text) of each `assert c` directly in the body: what follows runs only when c holds
-    # `obj.a.b = <dotted name or literal>` on a local or parameter (not self): (target, value, line, guards)
+    # `obj.a.b = <dotted name or literal>` on a local or parameter (not self): (target, value, line, guards); a table
+    # filled with a name, `TABLE[key] = name`, as (`TABLE[]`, name, line, guards)
     attr_sets: tuple = ()
+
+    @property
+    def is_abstract(self) -> bool:
+        """Decorated ``@abstractmethod`` (``@abc.abstractmethod``)?"""
+        return any(d.func.rpartition(".")[2] == "abstractmethod" for d in self.decorators)
+
+    @property
+    def call_params(self) -> list:
+        """The names of the positional parameters a caller's positional arguments fill, in order (``self`` / ``cls``
+        left out of a method that is not a static method)."""
+        pos = [p.name for p in self.params if p.kind in ("posonly", "pos")]
+        if self.class_name and pos and pos[0] in ("self", "cls") and "staticmethod" not in {d.func for d in self.decorators}:
+            pos = pos[1:]
+        return pos
 
 
 @_pickled_by_fields

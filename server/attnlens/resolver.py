@@ -36,7 +36,7 @@ from . import model as M
 from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
-from .profile import NONE_VALUE, SOME_VALUE, PlatformProfile, parse_guard
+from .profile import NONE_VALUE, SOME_VALUE, PlatformProfile, constant_of, parse_guard
 from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, dotted, function_tree,
                       interned_names, is_passthrough, super_method, triton_decorated)
 from .torchops import OpRegistry
@@ -448,7 +448,7 @@ class Resolver:
             kw = dict(cs.kw_texts)
             text = kw.get(want)
             if text is None:
-                pos = [p.name for p in fn.params if p.kind in ("posonly", "pos")][1:]
+                pos = fn.call_params
                 if want in pos and pos.index(want) < len(cs.arg_texts):
                     text = cs.arg_texts[pos.index(want)]
             if not text or text in ("None", "?"):
@@ -774,15 +774,7 @@ class Resolver:
         f = target.func
         tm = target.module
         assert f is not None and tm is not None
-        # a decorator applied by call (`g = deco(f)`): an inner def that runs the decorated argument. The argument
-        # is a name, and the returned def calls the parameter or the argument is a function (`make_async(fn)`
-        # hands it to `partial`); not `_lazy_import_wrapper("pkg", "attr")` nor a kernel factory called with
-        # sizes (`_mhc_post_fwd(mhc, hidden)`, whose inner def uses `mhc` as a size): those are read below as
-        # the def they return
-        if f.inner_defs and f.returns_names and set(f.returns_names) <= {q.rpartition(".")[2] for q in f.inner_defs} \
-                and args and args[0] and all(x.isidentifier() for x in args[0].split(".")) \
-                and (self._inner_calls_param(tm, f) or self.resolve_dotted(mod, scope, args[0], w.sub(), line=b_line).kind
-                     in (ValKind.FUNCTION, ValKind.CLASS, ValKind.ALTS, ValKind.NOT_INSTALLED, ValKind.TORCH_OP)):
+        if self._decorates_argument(mod, scope, b_line, tm, f, args, w):
             w.add(Hop(HopKind.WRAPPER, tm.path, f.line, target.dotted, f"{name} = {callee}({args[0]}): the wrapper calls {args[0]}", cond))
             return self.resolve_dotted(mod, scope, args[0], w, line=b_line)
         lazy = self._lazy_import_params(tm, f) if args else None
@@ -1135,9 +1127,7 @@ class Resolver:
         for k in node.keywords:
             if k.arg == param:
                 return k.value
-        names = [p.name for p in f.params if p.kind in ("posonly", "pos")]
-        if f.class_name and names and names[0] in ("self", "cls"):
-            names = names[1:]
+        names = f.call_params
         pos = [a for a in node.args if not isinstance(a, ast.Starred)]
         if len(pos) != len(node.args) or param not in names:
             return None
@@ -1317,15 +1307,15 @@ class Resolver:
         inside it imports a module named by a parameter (``importlib.import_module(p)``, or a module function
         whose body does that with its first parameter) and, if it reads an attribute, takes it with
         ``getattr(..., q)`` of another parameter; else None. Memoised per function and source."""
+        if not f.inner_defs:
+            return None  # (the factory's work is in a closure it returns)
         key = (tm.path, tm.sha, f.qualname)
         memo = self._lazy_memo
         if key in memo:
             return memo[key]
-        pos = [p.name for p in f.params if p.kind in ("posonly", "pos")]
-        if f.class_name and pos and pos[0] in ("self", "cls"):
-            pos = pos[1:]
+        pos = f.call_params
         out = None
-        if pos and f.inner_defs:
+        if pos:
             inside = f.qualname + "."
             mi = ai = None
             for cs in tm.summary.calls:
@@ -1353,13 +1343,25 @@ class Resolver:
         return any(cs.scope == g.qualname and cs.func.rpartition(".")[2] == "import_module" and cs.arg_texts[:1] == (p0,)
                    for cs in tm.summary.calls)
 
+    def _decorates_argument(self, mod: Module, scope: str, line: int, tm: Module, f: FunctionInfo, args: tuple,
+                            w: Walk) -> bool:
+        """Is ``f(args[0], ...)``, called in ``scope`` of ``mod``, a decorator applied by call (``g = deco(fn)``: the
+        def it returns runs ``fn``)? ``f`` returns an inner def, the argument is a name, and that def calls the
+        parameter or the argument is a function (``make_async(fn)`` hands it to ``partial``). Not
+        ``_lazy_import_wrapper("pkg", "attr")`` nor a kernel factory called with sizes (``_mhc_post_fwd(mhc,
+        hidden)``, whose inner def uses ``mhc`` as a size): those are the def they return."""
+        if not (f.inner_defs and f.returns_names and args and args[0]
+                and set(f.returns_names) <= {q.rpartition(".")[2] for q in f.inner_defs}
+                and all(x.isidentifier() for x in args[0].split("."))):
+            return False
+        return self._inner_calls_param(tm, f) or self.resolve_dotted(mod, scope, args[0], w.sub(), line=line).kind in (
+            ValKind.FUNCTION, ValKind.CLASS, ValKind.ALTS, ValKind.NOT_INSTALLED, ValKind.TORCH_OP)
+
     @staticmethod
     def _inner_calls_param(tm: Module, f: FunctionInfo) -> bool:
         """Does a def that ``f`` returns call ``f``'s first parameter (``def deco(fn): def w(*a): return fn(*a);
         return w``)?"""
-        pos = [p.name for p in f.params if p.kind in ("posonly", "pos")]
-        if f.class_name and pos and pos[0] in ("self", "cls"):
-            pos = pos[1:]
+        pos = f.call_params
         if not pos:
             return False
         inner = {q for q in f.inner_defs if q.rpartition(".")[2] in f.returns_names}
@@ -1369,9 +1371,7 @@ class Resolver:
     def _bound_arg(f: FunctionInfo, text: str, args: tuple) -> str | None:
         """When ``f`` returns its positional parameter ``text``: the caller's argument text for it."""
         if args and text.isidentifier():
-            pos = [p.name for p in f.params if p.kind in ("posonly", "pos")]
-            if f.class_name and pos and pos[0] in ("self", "cls") and "staticmethod" not in {d.func for d in f.decorators}:
-                pos = pos[1:]
+            pos = f.call_params
             if text in pos:
                 i = pos.index(text)
                 if i < len(args) and args[i]:
@@ -1723,7 +1723,7 @@ class Resolver:
             if found is not None and k == ValKind.INSTANCE and found.kind == ValKind.FUNCTION and self.is_enum(v.module, v.qual):  # type: ignore[arg-type]
                 return dataclasses.replace(found, extra=dict(found.extra, enum_any=True))  # a member chosen at run time
             if found is not None and k == ValKind.INSTANCE and found.kind == ValKind.FUNCTION and (
-                    v.extra.get("annotated") or found.func is not None and _abstract(found.func)):
+                    v.extra.get("annotated") or found.func is not None and found.func.is_abstract):
                 # a declared type's method, or an abstract method reached on an object (`self.get_heads(n)` in a
                 # base whose subclasses implement it): what runs is a subclass's
                 sub = self.overriding_subclasses(v, name, found)
@@ -2029,7 +2029,7 @@ class Resolver:
         """A method called on a value declared as a base type whose own method is abstract or a no-op:
         one branch per workspace subclass that overrides it (what can run is the subclass's code)."""
         f = found.func
-        if f is None or not (f.dummy or _abstract(f)):
+        if f is None or not (f.dummy or f.is_abstract):
             return None
         arms = []
         for m in self.index.workspace_modules_matching(rb"def\s+" + re.escape(name).encode() + rb"\b"):
@@ -2040,7 +2040,7 @@ class Resolver:
                     continue
                 fq = m.summary.classes[q].methods[name]
                 fn = m.summary.functions[fq]
-                if _abstract(fn) and self._is_abc(m, q):
+                if fn.is_abstract and self._is_abc(m, q):
                     # an abstract method of an ABC never runs: no object is of a class that leaves it abstract,
                     # and the subclasses that implement it are arms of their own (upstream vLLM's
                     # `FallbackExperts.workspace_shapes`, a "dummy" arm of every MoE `workspace_shapes` fork)
@@ -3426,15 +3426,9 @@ def _hands_on_whole(f: FunctionInfo) -> bool:
 
 
 def _str_literal(text: str) -> str | None:
-    """The string a call argument's text spells when it is a plain string literal (``'flashinfer'``), else None."""
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" and text[0] not in text[1:-1] and "\\" not in text:
-        return text[1:-1]
-    return None
-
-
-def _abstract(f: FunctionInfo) -> bool:
-    """Is ``f`` decorated ``@abstractmethod`` (``@abc.abstractmethod``)?"""
-    return any(d.func.rpartition(".")[2] == "abstractmethod" for d in f.decorators)
+    """The string a call argument's text spells when it is a string literal (``'flashinfer'``), else None."""
+    v = constant_of(text) if text else None
+    return v if isinstance(v, str) else None
 
 
 def _classes_only(x: Val) -> bool:

@@ -614,7 +614,7 @@ def registry_pairs(engine) -> list[dict]:
 
 
 def _abstract(f) -> bool:
-    return any(d.func.rpartition(".")[2] == "abstractmethod" for d in f.decorators) or f.dummy == "raises NotImplementedError"
+    return f.is_abstract or f.dummy == "raises NotImplementedError"
 
 
 @check("AL111")
