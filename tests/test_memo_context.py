@@ -290,3 +290,26 @@ def test_a_complete_subtree_stands_for_a_walk_with_less_room_only_where_it_fits(
     monkeypatch.setattr(Resolver, "follow_function", lambda self, v, w, launch: followed.append(v.qual) or orig(self, v, w, launch))
     assert _room_leaves(ws, ["site_near"]) == {"site_near": want["site_near"]}
     assert "inner" not in followed and "pair_a" not in followed, followed
+
+
+def test_trimming_the_work_memos_between_files_keeps_every_answer(tmp_path, monkeypatch):
+    """An editor's server empties the memos behind the answers between two files' work once the traced values
+    pass ``Resolver.TRIM_VALUES`` (upstream vLLM with 100 files open: 340 -> 286 MB at the peak); the site memo
+    stays, and every file's sites are what a fresh workspace gives."""
+    plugin = {**LAYERS, **OPS, **MERGE}
+    base_a, base_b = str(tmp_path / "a"), str(tmp_path / "b")
+    fresh = fixture_ws(tmp_path / "a", plugin, SITE)
+    want = [json.dumps(s.to_json()).replace(base_a, "") for s in fresh.kernel_sites()]
+    ws = fixture_ws(tmp_path / "b", plugin, SITE)
+    r = ws.resolver
+    monkeypatch.setattr(type(r), "TRIM_VALUES", 0)
+    got, trims = [], []
+    for mod in list(ws.index.workspace_modules()):
+        got += [json.dumps(s.to_json()).replace(base_b, "") for s in ws.kernel_sites([mod.path])]
+        had = len(r.site_memo)
+        trims.append(ws.query.trim_memos())
+        if trims[-1]:
+            assert not r._val_memo and not r._follow_memo and not r._reach_memo
+            assert len(r.site_memo) == had
+    assert len(want) == 11 and sorted(got) == sorted(want)
+    assert any(trims) and not ws.query.trim_memos()  # (nothing traced since: nothing to empty)

@@ -135,3 +135,31 @@ def test_open_buffers_and_a_disabled_cache_are_never_dropped(tmp_path):
     ws.index.set_overlay(path, open(path).read() + "\n# edited\n")
     assert ws.index.module("fx.low")._owner is None
     assert ws.index.module("fx.mid")._owner is ws.index
+
+
+def test_a_server_keeps_fewer_summaries_unless_the_environment_says(tmp_path, monkeypatch):
+    from attnlens.lsp.analysis import SERVER_SUMMARIES, Analysis
+
+    monkeypatch.delenv("ATTNLENS_SUMMARY_KEEP_MAX", raising=False)
+    ws = fixture_ws(tmp_path / "a", PLUGIN, SITE, cache=True)
+    batch = ws.query.summary_stats()["keepMax"]
+    Analysis(ws)
+    assert ws.query.summary_stats()["keepMax"] == SERVER_SUMMARIES < batch
+    assert type(ws.index).SUMMARY_KEEP_MAX == batch  # (this index's bound, not every index's)
+    monkeypatch.setenv("ATTNLENS_SUMMARY_KEEP_MAX", "3")
+    ws2 = fixture_ws(tmp_path / "b", PLUGIN, SITE, cache=True)
+    ws2.query.serve_long(2)
+    assert ws2.query.summary_stats()["keepMax"] == batch  # (the class read the variable at import: unchanged here)
+
+
+def test_a_servers_file_sites_trim_the_work_memos_after_the_file(tmp_path, monkeypatch):
+    from attnlens.lsp import kernels
+    from attnlens.lsp.analysis import Analysis
+
+    ws = fixture_ws(tmp_path, PLUGIN, SITE, cache=True)
+    r = ws.resolver
+    monkeypatch.setattr(type(r), "TRIM_VALUES", 0)
+    a = Analysis(ws)
+    sites = kernels.file_sites(a, str(ws.root / "fx" / "top.py"))
+    assert [(s.line, s.call) for s in sites] == [(6, "op.forward"), (7, "launch")]
+    assert not r._val_memo and r.site_memo  # the file's work emptied, its answers kept

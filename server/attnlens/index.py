@@ -358,7 +358,14 @@ class Index:
     # on the real vLLM-MetaX checkout none is dropped (its server loads 552 modules, `check` 338, `sites` 541).
     # 800 since the scans for subclasses read class facts instead of summaries (twenty-fourth session): upstream
     # `sites` 300 MB at the peak against 319 with 1,000, no slower; its server 318-320 MB against 338-343
+    # (a server keeps 500 since the twenty-sixth session: ``Query.serve_long``)
     SUMMARY_KEEP_MAX = int(os.environ.get("ATTNLENS_SUMMARY_KEEP_MAX") or 800)
+
+    def bound_summaries(self, keep_max: int) -> None:
+        """Keep at most ``keep_max`` droppable summaries in this index (a long-lived editor's server: 500, where
+        a batch keeps ``SUMMARY_KEEP_MAX``); ``ATTNLENS_SUMMARY_KEEP_MAX``, when set, wins."""
+        if not os.environ.get("ATTNLENS_SUMMARY_KEEP_MAX"):
+            self.SUMMARY_KEEP_MAX = max(1, keep_max)
 
     def _droppable(self, real: str, summ: ModuleSummary) -> bool:
         """Can this summary of a file be dropped and read back: a file's (not an open buffer's) with a sha, where

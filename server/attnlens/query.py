@@ -112,6 +112,16 @@ class Query:
     def close(self) -> None:
         self.ws.close()
 
+    def serve_long(self, summaries: int) -> None:
+        """This workspace serves an editor for hours: keep at most ``summaries`` summaries in memory
+        (``Index.bound_summaries``); the server also calls :meth:`trim_memos` between two files' work."""
+        self.ws.index.bound_summaries(summaries)
+
+    def trim_memos(self) -> bool:
+        """Between two pieces of a long-lived process's work (an editor's files): empty the resolver's work
+        memos when they have grown past their bound, keeping the answers (``Resolver.trim_memos``)."""
+        return self.ws.resolver.trim_memos()
+
     def flush(self) -> None:
         """Write the index's pending cache entries."""
         self.ws.index.flush()

@@ -1565,9 +1565,27 @@ class Resolver:
         `attnlens sites`). Answers do not depend on what was traced before, so nothing changes but the time. The
         constructors' field values stay (``_field_memo``: keyed by class and field alone, about 1,000 at the end of
         upstream vLLM's run, and each computed again read back the summaries of every module passing the keyword)."""
+        self._clear_work_memos()
+        self.site_memo.clear()
+
+    def _clear_work_memos(self) -> None:
         for memo in (self._val_memo, self._follow_memo, self._reach_memo, self._karg_memo, self._met_table,
-                     self.site_memo, self._wrap_memo, self._hopeless_memo, self._tested_memo):
+                     self._wrap_memo, self._hopeless_memo, self._tested_memo):
             memo.clear()
+
+    # a server's work memos (traced values, subtrees, reach) past this many traced values are emptied between two
+    # files' work (:meth:`trim_memos`); the answers (the site memo) stay
+    TRIM_VALUES = int(os.environ.get("ATTNLENS_TRIM_VALUES") or 8000)
+
+    def trim_memos(self) -> bool:
+        """Bound a long-lived process's memory (an editor's server with many files open): when the traced
+        values pass ``TRIM_VALUES``, empty the memos behind the answers and keep the answers themselves (the
+        site memo: a call site's chain, the same whatever was traced before it, docs/resolver.md). Called
+        between two pieces of work, never inside a resolution. True when it emptied them."""
+        if len(self._val_memo) <= self.TRIM_VALUES:
+            return False
+        self._clear_work_memos()
+        return True
 
     def _check_memo_gen(self) -> None:
         if self._memo_gen != self.index.generation:

@@ -30,12 +30,19 @@ REFRESH_STEP_S = 0.02  # the refresh after edits (the user is typing: smaller st
 log = logging.getLogger(__name__)
 
 
+# summaries a server keeps in memory (a batch keeps ``Index.SUMMARY_KEEP_MAX``, 800): upstream vLLM opened as the
+# workspace with 100 files open, the server's peak 321 -> 286 MB with the resolver's memos trimmed between two
+# files' work (docs/performance.md, twenty-sixth session); the real vLLM-MetaX checkout's server loads ~550
+SERVER_SUMMARIES = 500
+
+
 class Analysis(CallsMixin, SymbolsMixin):
     """The server's view of one :class:`Workspace` (worker thread only)."""
 
     def __init__(self, ws: Workspace, index_budget_s: float = 0.25):
         self.ws = ws  # only handed to the rules, upgrade and runtime entry points (they take a workspace)
         self.q = ws.query  # every question of the core
+        self.q.serve_long(SERVER_SUMMARIES)
         self._chains: LRU = LRU(4096)
         self._lines: LRU = LRU(128)  # path -> (generation, text, its lines' spans)
         self._backends: tuple[int, list] | None = None

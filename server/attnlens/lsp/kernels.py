@@ -174,6 +174,7 @@ def file_sites(a, path: str, budget_s: float | None = None) -> list[Site] | None
         p.sites.append(Site(mod.path, cs.line, cs.col, cs.end_line, cs.end_col, cs.scope, res.call, chain))
     p.done = True
     a.last_sites[path] = p.sites
+    a.q.trim_memos()
     return p.sites
 
 

@@ -77,6 +77,7 @@ def check(a: Analysis, view: View, path: str, probe: tuple[Diag, ...] = ()) -> l
         out.extend(extra_diagnostics(a, view, path, probe))
     except Exception:  # noqa: BLE001 - extra sources are optional
         log.warning("extra diagnostics failed on %s", path, exc_info=True)
+    a.q.trim_memos()  # (a hundred open files' checks grew the server by 60 MB of memos)
     return out
 
 
