@@ -2045,12 +2045,24 @@ class Resolver:
 
     def overriding_subclasses(self, v: Val, name: str, found: Val) -> Val | None:
         """A method called on a value declared as a base type whose own method is abstract or a no-op:
-        one branch per workspace subclass that overrides it (what can run is the subclass's code)."""
+        one branch per workspace subclass that overrides it (what can run is the subclass's code); when no
+        workspace class does and the base is installed code, one per subclass of that installed package that
+        does (:meth:`_installed_defining`)."""
         f = found.func
         if f is None or not (f.dummy or f.is_abstract):
             return None
+        arms = self._overriding_arms(v, name, self.index.workspace_modules_matching(
+            rb"def\s+" + re.escape(name).encode() + rb"\b"))
+        if not arms:
+            arms = self._overriding_arms(v, name, self._installed_defining(v.module, name))
+        if not arms:
+            return None
+        return alts_value(ForkKind.SUBCLASS, f"the concrete type of the {v.qual.rpartition('.')[2]}", v.module, f"{v.qual}.{name}",
+                          found.line, arms)
+
+    def _overriding_arms(self, v: Val, name: str, mods) -> list:
         arms = []
-        for m in self.index.workspace_modules_matching(rb"def\s+" + re.escape(name).encode() + rb"\b"):
+        for m in mods:
             for q, _line, methods, _attrs in self.index.class_facts(m):
                 if name not in methods or (m.name, q) == (v.module.name if v.module else None, v.qual):
                     continue
@@ -2066,11 +2078,30 @@ class Resolver:
                 arms.append(Alt(Val(ValKind.FUNCTION, m, fq, m.path, fn.line, owner=q, extra={"receiver": (m, q)}),
                                 f"the object is a {q}", None, f"{q}.{name}", m.path, fn.line))
                 if len(arms) >= M.MAX_LEAVES:
-                    break
-        if not arms:
-            return None
-        return alts_value(ForkKind.SUBCLASS, f"the concrete type of the {v.qual.rpartition('.')[2]}", v.module, f"{v.qual}.{name}",
-                          found.line, arms)
+                    return arms
+        return arms
+
+    def _installed_defining(self, mod: Module | None, name: str) -> list:
+        """The modules of the installed package that holds ``mod`` (not a workspace module) whose text defines a
+        function ``name``: where the subclasses of an installed class that implement its method can be (vLLM's
+        `FusedMoEPrepareAndFinalizeModular.prepare`, abstract, implemented by vLLM's own prepare-finalize
+        classes: a plugin that subclasses none of them still runs one of them)."""
+        if mod is None or mod.workspace:
+            return []
+        loc = self.index.locate(mod.name.partition(".")[0])
+        if loc is None or loc.kind != "py" or not loc.is_package or self.index.is_workspace_path(loc.path):
+            return []
+        folder = os.path.dirname(loc.path)
+        needle = f"def {name}(".encode()
+        files = self.index.outside_memo(("defining", folder, name), lambda: [
+            p for p, _d in self.index.installed_files_containing(folder, ("tests", "benchmarks"), (needle,))])
+        if len(files) > self.INSTALLED_DEFINING_MAX:
+            return []  # (a name defined all over a package, `forward` in PyTorch: no subclass search of it)
+        return [m for m in map(self.index.module_for_path, files) if m is not None and m is not mod]
+
+    # the most files of an installed package :meth:`_installed_defining` summarises for one method name (vLLM 0.26.0:
+    # `prepare` 11, `finalize` 15, `add_lora_w13` 3, `embedding` 4)
+    INSTALLED_DEFINING_MAX = 48
 
     def _is_abc(self, m: Module, q: str) -> bool:
         """Is class ``q`` of ``m`` an ``abc.ABC`` (a base of it, or of one in its MRO, is named ``ABC``)? A class
