@@ -108,3 +108,16 @@ def test_a_workspace_subclass_that_overrides_it_is_the_only_arm(tmp_path):
     '''
     ws = fixture_ws(tmp_path, plugin, SITE)
     assert _leaves(ws, "px.use", "r.run") == [("triton_kernel", "px.stage._mine", ("the object is a MyStage",), None)]
+
+
+def test_the_def_table_names_the_files_and_a_name_defined_too_widely_is_not_searched(tmp_path, monkeypatch):
+    ws = fixture_ws(tmp_path, PLUGIN, SITE, cache=True)
+    folder = str(tmp_path / "site" / "up")
+    got = ws.index.installed_def_files(folder, ("tests",), "prepare")
+    assert sorted(p[len(folder) + 1:] for p in got) == ["base.py", "impls/gather.py", "impls/scatter.py"]
+    assert ws.index.installed_def_files(folder, ("tests",), "missing") == ()
+    # a second workspace reads the table from the cache folder (the same answer)
+    ws2 = fixture_ws(tmp_path, PLUGIN, SITE, cache=True)
+    assert ws2.index.installed_def_files(folder, ("tests",), "prepare") == got
+    monkeypatch.setattr(type(ws2.resolver), "INSTALLED_DEFINING_MAX", 2)
+    assert _leaves(ws2, "px.use", "r.run") == [("dummy", "up.base.Stage.prepare", (), True)]

@@ -2083,7 +2083,7 @@ class Resolver:
 
     def _installed_defining(self, mod: Module | None, name: str) -> list:
         """The modules of the installed package that holds ``mod`` (not a workspace module) whose text defines a
-        function ``name``: where the subclasses of an installed class that implement its method can be (vLLM's
+        function ``name`` (``Index.installed_def_files``): where the subclasses of an installed class that implement its method can be (vLLM's
         `FusedMoEPrepareAndFinalizeModular.prepare`, abstract, implemented by vLLM's own prepare-finalize
         classes: a plugin that subclasses none of them still runs one of them)."""
         if mod is None or mod.workspace:
@@ -2092,9 +2092,7 @@ class Resolver:
         if loc is None or loc.kind != "py" or not loc.is_package or self.index.is_workspace_path(loc.path):
             return []
         folder = os.path.dirname(loc.path)
-        needle = f"def {name}(".encode()
-        files = self.index.outside_memo(("defining", folder, name), lambda: [
-            p for p, _d in self.index.installed_files_containing(folder, ("tests", "benchmarks"), (needle,))])
+        files = self.index.installed_def_files(folder, ("tests", "benchmarks"), name)
         if len(files) > self.INSTALLED_DEFINING_MAX:
             return []  # (a name defined all over a package, `forward` in PyTorch: no subclass search of it)
         return [m for m in map(self.index.module_for_path, files) if m is not None and m is not mod]
