@@ -104,6 +104,21 @@ PLUGIN = {
                 _SLOTS[key] = impl
             return _SLOTS[key]
 
+        def work_post(x):
+            _post[(1,)](x)
+
+        _PICKS = {}
+
+        def get_pick(key, mode):
+            if key in _PICKS:
+                return _PICKS[key]
+            if mode:
+                impl = work
+            else:
+                impl = work_post
+            _PICKS[key] = impl
+            return impl
+
         def run(x, name, key):
             k = make_kernel(4, 128)
             k(x)
@@ -123,6 +138,8 @@ PLUGIN = {
             g(x)
             s = get_slot(key)
             s(x)
+            p = get_pick(key, name)
+            p(x)
     ''',
 }
 SITE = {"triton/__init__.py": "def jit(fn=None, **kw):\n    return fn\n"}
@@ -164,6 +181,10 @@ def test_an_item_of_a_table_returned(tmp_path):
     got, ch = _leaves(ws, "s")
     assert got == [("triton_kernel", "fx.kern._pre", [], None)]
     assert [h.detail for h in ch.hops if h.kind == "alias"] == ["s = get_slot(...) returns _SLOTS[key]"]
+    # its bindings on branches are read under the last return's guards: the memo test is no condition of theirs
+    got, _ch = _leaves(ws, "p")
+    assert got == [("triton_kernel", "fx.kern._pre", ["mode"], None),
+                   ("triton_kernel", "fx.kern._post", ["not (mode)"], None)]
     got, _ch = _leaves(ws, "c")
     assert got == [("unresolved", "_CACHE[key]", ["key in _CACHE"], "`_CACHE[key]` is an item of `_CACHE` at kern.py:67"),
                    ("triton_kernel", "fx.kern._pre", ["not (key in _CACHE)"], None)]

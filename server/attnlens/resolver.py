@@ -792,6 +792,7 @@ class Resolver:
                 return self.attr(mv, attr, w) if attr else mv
         rets = [(t, g, ln) for t, g, ln in f.return_alts if t and t != "None"]
         texts = {t for t, _g, _ln in rets}
+        memo_miss = False
         if f.attr_sets and len(texts) > 1:
             # a memo hit (`if key in _CACHE: return _CACHE[key]` ... `_CACHE[key] = obj; return obj`) returns what
             # another return gives: no arm of its own
@@ -800,6 +801,10 @@ class Resolver:
             if hits and hits != texts:
                 rets = [r for r in rets if r[0] not in hits]
                 texts -= hits
+                # what the hit returns was made by another return, so the test that chose the hit decides nothing:
+                # the bindings of the value returned are read under that return's own guards, which drop out of
+                # their conditions (the rope arms said `not (key in _ROPE_DICT)`)
+                memo_miss = True
 
         def ret_value(t: str, ln: int, g: tuple = ()) -> Val:
             arg = self._bound_arg(f, t, args)
@@ -829,7 +834,7 @@ class Resolver:
                       and len(f.locals.get(next(iter(texts)), ())) > 1)
         if len(texts) == 1 and not per_return:
             text = next(iter(texts))
-            inner = ret_value(text, rets[0][2])
+            inner = ret_value(text, rets[0][2], rets[0][1] if memo_miss else ())
             if inner.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE, ValKind.ALTS, ValKind.NOT_INSTALLED,
                               ValKind.TORCH_OP, ValKind.EXT_ATTR, ValKind.DICT, ValKind.LIST):
                 w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name} = {callee}(...) returns {text}", cond))
