@@ -1314,29 +1314,23 @@ class Resolver:
         ``getattr(..., q)`` of another parameter; else None. Memoised per function and source."""
         if not f.inner_defs:
             return None  # (the factory's work is in a closure it returns)
-        key = (tm.path, tm.sha, f.qualname)
-        memo = self._lazy_memo
-        if key in memo:
-            return memo[key]
+        return self._memoised(self._lazy_memo, (tm.path, tm.sha, f.qualname), lambda: self._find_lazy_import(tm, f), 5000)
+
+    def _find_lazy_import(self, tm: Module, f: FunctionInfo) -> tuple | None:
         pos = f.call_params
-        out = None
-        if pos:
-            inside = f.qualname + "."
-            mi = ai = None
-            for cs in tm.summary.calls:
-                if not (cs.scope == f.qualname or cs.scope.startswith(inside)) or not cs.arg_texts:
-                    continue
-                a0 = cs.arg_texts[0]
-                if cs.func in ("getattr", "builtins.getattr") and len(cs.arg_texts) >= 2 and cs.arg_texts[1] in pos:
-                    ai = pos.index(cs.arg_texts[1])
-                elif a0 in pos and (cs.func.rpartition(".")[2] == "import_module" or self._imports_first_param(tm, cs.func)):
-                    mi = pos.index(a0)
-            if mi is not None and ai != mi:
-                out = (mi, ai)
-        if len(memo) > 5000:
-            memo.clear()
-        memo[key] = out
-        return out
+        if not pos:
+            return None
+        inside = f.qualname + "."
+        mi = ai = None
+        for cs in tm.summary.calls:
+            if not (cs.scope == f.qualname or cs.scope.startswith(inside)) or not cs.arg_texts:
+                continue
+            a0 = cs.arg_texts[0]
+            if cs.func in ("getattr", "builtins.getattr") and len(cs.arg_texts) >= 2 and cs.arg_texts[1] in pos:
+                ai = pos.index(cs.arg_texts[1])
+            elif a0 in pos and (cs.func.rpartition(".")[2] == "import_module" or self._imports_first_param(tm, cs.func)):
+                mi = pos.index(a0)
+        return (mi, ai) if mi is not None and ai != mi else None
 
     @staticmethod
     def _imports_first_param(tm: Module, func: str) -> bool:
@@ -2091,16 +2085,20 @@ class Resolver:
         function ``name`` (``Index.installed_def_files``): where the subclasses of an installed class that implement its method can be (vLLM's
         `FusedMoEPrepareAndFinalizeModular.prepare`, abstract, implemented by vLLM's own prepare-finalize
         classes: a plugin that subclasses none of them still runs one of them)."""
-        if mod is None or mod.workspace:
+        folder = self._installed_package_folder(mod.name.partition(".")[0]) if mod is not None and not mod.workspace else None
+        if folder is None:
             return []
-        loc = self.index.locate(mod.name.partition(".")[0])
-        if loc is None or loc.kind != "py" or not loc.is_package or self.index.is_workspace_path(loc.path):
-            return []
-        folder = os.path.dirname(loc.path)
         files = self.index.installed_def_files(folder, ("tests", "benchmarks"), name)
         if len(files) > self.INSTALLED_DEFINING_MAX:
             return []  # (a name defined all over a package, `forward` in PyTorch: no subclass search of it)
         return [m for m in map(self.index.module_for_path, files) if m is not None and m is not mod]
+
+    def _installed_package_folder(self, pkg: str) -> str | None:
+        """The folder of installed package ``pkg`` (a regular package outside the workspace), else None."""
+        loc = self.index.locate(pkg)
+        if loc is None or loc.kind != "py" or not loc.is_package or self.index.is_workspace_path(loc.path):
+            return None
+        return os.path.dirname(loc.path)
 
     # the most files of an installed package :meth:`_installed_defining` summarises for one method name (vLLM 0.26.0:
     # `prepare` 11, `finalize` 15, `add_lora_w13` 3, `embedding` 4)
@@ -2904,9 +2902,8 @@ class Resolver:
 
     def _ir_table(self, pkg: str) -> dict:
         mods = {m.name: m for m in self.index.workspace_modules_matching(rb"\.register_impl\(")}
-        loc = self.index.locate(pkg)
-        if loc is not None and loc.kind == "py" and loc.is_package and not self.index.is_workspace_path(loc.path):
-            folder = os.path.dirname(loc.path)
+        folder = self._installed_package_folder(pkg)
+        if folder is not None:
             files = self.index.outside_memo(("ir.impl_files", folder), lambda: [
                 p for p, _d in self.index.installed_files_containing(folder, ("tests", "benchmarks"), (b".register_impl(",))])
             for p in files:
