@@ -313,3 +313,67 @@ def test_trimming_the_work_memos_between_files_keeps_every_answer(tmp_path, monk
             assert len(r.site_memo) == had
     assert len(want) == 11 and sorted(got) == sorted(want)
     assert any(trims) and not ws.query.trim_memos()  # (nothing traced since: nothing to empty)
+
+
+HELPER = {
+    "hx/__init__.py": "",
+    "hx/kern.py": """
+        import triton
+
+
+        @triton.jit
+        def _k(x):
+            pass
+
+
+        def launch(x):
+            _k[(1,)](x)
+
+
+        class Base:
+            def size(self):
+                return 1
+
+
+        class A(Base):
+            def run(self, x):
+                launch(x)
+
+
+        class B(Base):
+            def run(self, x):
+                launch(x)
+
+
+        def go(x):
+            a = A()
+            a.run(x)
+            b = B()
+            b.run(x)
+    """,
+}
+
+
+def test_a_function_outside_any_class_is_followed_once_whatever_method_called_it(tmp_path, monkeypatch):
+    """A module-level function has no `self`: the object of the method that called it is not part of what it runs
+    (it split the memos of a helper by each calling class: upstream vLLM's `is_list_of`, 48 keys in 600 modules)."""
+    from attnlens import resolver as R
+
+    ws = fixture_ws(tmp_path, HELPER, SITE)
+    explored = []
+    orig = R.Resolver.body_branches
+
+    def spy(self, v, f, w):
+        explored.append((v.qual, w.receiver))
+        return orig(self, v, f, w)
+
+    monkeypatch.setattr(R.Resolver, "body_branches", spy)
+    mod = ws.index.module("hx.kern")
+    got = []
+    for func in ("a.run", "b.run"):
+        cs = next(c for c in mod.summary.calls if c.scope == "go" and c.func == func)
+        ch = ws.resolver.trace_call(mod, cs)
+        got.append([(str(lf.final.kind), lf.final.symbol, lf.conditions) for lf in ch.leaves()])
+    assert got == [[("triton_kernel", "hx.kern._k", [])]] * 2
+    assert [q for q, _recv in explored if q == "launch"] == ["launch"]
+    assert [recv for q, recv in explored if q == "launch"] == [None]

@@ -163,6 +163,8 @@ class PlatformProfile:
         self._ctx_memo: dict = {}  # guard key -> [(values being resolved that cut it, its value then)] (evaluate)
         self._active_eval: set = set()  # function results being evaluated (recursion guard)
         self._binds = None  # (module path, scope, {parameter: constant}) while value_of evaluates with binds
+        self._line = None  # (module path, scope, line) while value_of evaluates a guard on that line (see value_of)
+        self._rebound: dict = {}  # (module path, sha, scope, text) -> does the text read a local (_reads_rebound)
         self._discovering = False  # (info is being found: _discover_apart)
         self._overrides: tuple | None = None  # (generation, config_overrides())
         self._return_nodes: dict = {}  # (path, sha, line) -> a return's expression parsed from the source
@@ -360,21 +362,29 @@ class PlatformProfile:
         return enum not in members
 
     # -- guard evaluation ----------------------------------------------------
-    def evaluate(self, mod, scope: str, text: str, binds: tuple = ()):
+    def evaluate(self, mod, scope: str, text: str, binds: tuple = (), line: int | None = None):
         """True / False when the profile decides guard ``text`` (code in function ``scope`` of ``mod``), else None.
         ``binds``: ((parameter, constant), ...) of ``scope``'s parameters that the call being followed fixes (its
-        arguments, or the defaults it leaves): a guard on them is decided for that call."""
-        val = self.value_of(mod, scope, text, binds)
+        arguments, or the defaults it leaves): a guard on them is decided for that call. ``line``: where the guard
+        is (see :meth:`value_of`)."""
+        val = self.value_of(mod, scope, text, binds, line)
         return val if isinstance(val, bool) else (bool(val) if isinstance(val, (int, str)) or val is NONE_VALUE else None)
 
-    def value_of(self, mod, scope: str, text: str, binds: tuple = ()):
+    def value_of(self, mod, scope: str, text: str, binds: tuple = (), line: int | None = None):
         """The constant expression ``text`` has in ``scope`` on this platform (a bool, int or str; a
-        parameter in ``binds`` has its bound value), else None."""
+        parameter in ``binds`` has its bound value), else None. ``line``: the line the expression is read on; it
+        matters where the text reads a local of the function (``x = f(); if x.ok(): x = g(x)``: the ``if``
+        reads the ``x`` bound before it; read without its line, it read the last ``x``, which is made from the
+        one the ``if`` reads, and upstream vLLM's `prepare_fp8_layer_for_marlin` took 0.4 s of such cycles)."""
         if mod is None or not text:
             return None
         if binds:
             binds = tuple(b for b in binds if b[0] in text)
+        if line is not None and not self._reads_rebound(mod, scope, text):
+            line = None
         key = (mod.name, scope, text, binds) if binds else (mod.name, scope, text)
+        if line is not None:
+            key += (line,)
         if key in self._memo and self._gen == self.r.index.generation:
             return self._memo[key]
         _ = self.info
@@ -387,12 +397,14 @@ class PlatformProfile:
                 return res
         mark = self.r.cut_mark()
         saved, self._binds = self._binds, ((mod.path, scope, dict(binds)) if binds else None)
+        saved_line, self._line = self._line, ((mod.path, scope, line) if line is not None else None)
         try:
             val = self._eval(mod, scope, node, 0)
         except RecursionError:
             val = None
         finally:
             self._binds = saved
+            self._line = saved_line
         res = val if isinstance(val, (bool, int, str)) or val is NONE_VALUE else None
         deps = self.r.outside_since(mark)
         if deps is not None and not deps:
@@ -402,6 +414,32 @@ class PlatformProfile:
             if len(alts) < 8:
                 alts.append((deps, res))
         return res
+
+    def _reads_rebound(self, mod, scope: str, text: str) -> bool:
+        """Does ``text`` (an expression in function ``scope``) read a local of the function (a name it binds: which
+        binding the text reads depends on the line; a parameter bound again reads as the parameter above it)?"""
+        if not scope:
+            return False
+        key = (mod.path, mod.sha, scope, text)
+        hit = self._rebound.get(key)
+        if hit is None:
+            if len(self._rebound) > 20000:
+                self._rebound.clear()
+            node = parse_guard(text)
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node is not None else ()
+            hit = False
+            q = scope
+            while q and not hit:
+                f = mod.summary.functions.get(q)
+                hit = f is not None and any(name in f.locals for name in names)
+                q = q.rpartition(".")[0]
+            self._rebound[key] = hit
+        return hit
+
+    def _line_in(self, mod, scope) -> int | None:
+        """The line of the guard being evaluated, when it is in ``scope`` of ``mod`` (value_of)."""
+        ln = self._line
+        return ln[2] if ln is not None and ln[0] == mod.path and ln[1] == scope else None
 
     def _eval(self, mod, scope, node, depth):
         if depth > 8:
@@ -463,7 +501,7 @@ class PlatformProfile:
             # f()[0] where f returns a constant tuple
             d = _dotted(node.value.func)
             if d:
-                v = self.r.resolve_dotted(mod, scope, d, Walk())
+                v = self.r.resolve_dotted(mod, scope, d, Walk(), line=self._line_in(mod, scope))
                 f = v.func if v.kind == ValKind.FUNCTION else None
                 if f is not None and len(f.returns) == 1 and f.returns[0].startswith("["):
                     try:
@@ -672,12 +710,13 @@ class PlatformProfile:
     def _eval_call(self, mod, scope, d: str, node: ast.Call):
         parts = d.split(".")
         w = Walk()
+        line = self._line_in(mod, scope)
         if len(parts) >= 2:
-            base = self.r.resolve_dotted(mod, scope, ".".join(parts[:-1]), w)
+            base = self.r.resolve_dotted(mod, scope, ".".join(parts[:-1]), w, line=line)
             if base.kind == ValKind.PLATFORM:
                 args = tuple(a.value for a in node.args if isinstance(a, ast.Constant))
                 return self.method_value(parts[-1], args)
-        v = self.r.resolve_dotted(mod, scope, d, w)
+        v = self.r.resolve_dotted(mod, scope, d, w, line=line)
         if v.dotted == "importlib.util.find_spec" and len(node.args) == 1 and isinstance(node.args[0], ast.Constant) \
                 and isinstance(node.args[0].value, str) and not node.keywords:
             # whether the package is installed in the target interpreter (a spec, or None)

@@ -157,13 +157,13 @@ class Resolver:
         """Can code under ``guards`` in function ``scope`` run on this platform (None: decided at run time)?
         ``binds``: the parameters of ``scope`` the call being followed fixes (:meth:`call_binds`)."""
         vals = []
-        for kind, text, _line in guards:
+        for kind, text, gline in guards:
             if kind == "typecheck":
                 vals.append(False)
             elif kind == "if":
-                vals.append(self.profile.evaluate(mod, scope, text, binds))
+                vals.append(self.profile.evaluate(mod, scope, text, binds, gline))
             elif kind == "else":
-                v = self.profile.evaluate(mod, scope, text, binds)
+                v = self.profile.evaluate(mod, scope, text, binds, gline)
                 vals.append(None if v is None else not v)
         return M.combine_reachability(vals)
 
@@ -2232,7 +2232,7 @@ class Resolver:
         op_caller = self.ops.calling_module(w) if v.kind == ValKind.TORCH_OP else None
         if self.memo_enabled and (v.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE) and v.module is not None or v.kind == ValKind.TORCH_OP):
             self._check_memo_gen()
-            recv = v.extra.get("receiver") or w.receiver
+            recv = v.extra.get("receiver") or (None if _outside_classes(v) else w.receiver)
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
                     (v.extra.get("overload"), op_caller[0].name, op_caller[2]) if op_caller is not None
                     else v.extra.get("overload") if v.kind == ValKind.TORCH_OP else _context_key(v))
@@ -2424,9 +2424,11 @@ class Resolver:
                 return self.follow(rep, w, launch)
         if k == ValKind.FUNCTION:
             recv = v.extra.get("receiver")
+            if recv is None and w.receiver is not None and _outside_classes(v):
+                recv = _NO_RECEIVER  # (a function outside any class has no `self`: the caller's object is not its)
             if recv is not None:
                 saved = getattr(w, "receiver", None)
-                w.receiver = recv
+                w.receiver = None if recv is _NO_RECEIVER else recv
                 try:
                     return self.follow_function(v, w, launch)
                 finally:
@@ -3449,6 +3451,20 @@ def _summands(node: ast.expr) -> list:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _summands(node.left) + _summands(node.right)
     return [node]
+
+
+_NO_RECEIVER = ("no receiver",)
+
+
+def _outside_classes(v: Val) -> bool:
+    """Is the function value ``v`` defined outside any class of its module (a module-level function, or one nested
+    in such a function)? Its body has no `self`: the object of the method that called it is nothing to it (it was
+    carried in, and split the memos of a helper by every class that called it: upstream vLLM's `is_list_of`, 48
+    keys in 600 modules)."""
+    f, mod = v.func, v.module
+    if f is None or mod is None or v.kind != ValKind.FUNCTION:
+        return False
+    return f.class_name is None and f.qualname.partition(".")[0] not in mod.summary.classes
 
 
 def _context_key(v: Val):
