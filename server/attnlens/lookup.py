@@ -71,6 +71,8 @@ class Lookup(Protocol):
 
     def mro(self, mod: Module, cq: str, limit: int = 30) -> list[Val]: ...
 
+    def class_bases(self, mod: Module, cq: str) -> list[Val]: ...  # a class's bases as written, resolved
+
     def enclosing_class(self, mod: Module, scope: str) -> str | None: ...
 
     # guards

@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 from .lookup import Lookup
@@ -147,6 +148,19 @@ class _SomeValue:
 SOME_VALUE = _SomeValue()
 
 
+class InstanceOf(NamedTuple):
+    """A parameter bound to an object of class ``qual`` of module ``module``, or of a subclass of it: what a call passes
+    as ``self`` from a method of that class (``quant_config.get_quant_method(self, prefix)`` in an embedding layer's
+    ``__init__``). ``isinstance(param, X)`` folds on it (:meth:`PlatformProfile.is_instance`); anything else reads
+    it as a value that is not None."""
+
+    module: str
+    qual: str
+
+    def __repr__(self) -> str:
+        return f"<a {self.qual.rpartition('.')[2]}>"
+
+
 class PlatformProfile:
     """What the plugin's platform class answers, evaluated statically: ``info()`` (the platform classes and
     their facts), ``current_platform`` (the value of ``vllm.platforms.current_platform``), ``method_value`` /
@@ -164,6 +178,7 @@ class PlatformProfile:
         self._active_eval: set = set()  # function results being evaluated (recursion guard)
         self._binds = None  # (module path, scope, {parameter: constant}) while value_of evaluates with binds
         self._line = None  # (module path, scope, line) while value_of evaluates a guard on that line (see value_of)
+        self._both: dict = {}  # (class key, class key, generation) -> does a workspace class derive from both
         self._rebound: dict = {}  # (module path, sha, scope, text) -> does the text read a local (_reads_rebound)
         self._discovering = False  # (info is being found: _discover_apart)
         self._overrides: tuple | None = None  # (generation, config_overrides())
@@ -496,6 +511,11 @@ class PlatformProfile:
             d = _dotted(node.func)
             if not d:
                 return None
+            if d == "isinstance" and len(node.args) == 2 and not node.keywords and isinstance(node.args[0], ast.Name):
+                b = self._binds
+                inst = b[2].get(node.args[0].id) if b is not None and b[0] == mod.path and b[1] == scope else None
+                if isinstance(inst, InstanceOf):
+                    return self.is_instance(mod, scope, inst, node.args[1])
             return self._eval_call(mod, scope, d, node)
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) and isinstance(node.slice, ast.Constant):
             # f()[0] where f returns a constant tuple
@@ -591,11 +611,81 @@ class PlatformProfile:
             return self.evaluate(mod, scope, b.str_args[0])
         return None
 
+    def is_instance(self, mod, scope: str, inst: InstanceOf, spec: ast.expr) -> bool | None:
+        """``isinstance(obj, spec)`` (``spec`` a class name, or a tuple of them, read in ``scope`` of ``mod``) for an
+        object of class ``inst`` or of one of its subclasses: True when a class of ``spec`` is in the class's MRO; False
+        when each is unrelated to it (neither in its MRO nor a subclass of it, both MROs known to their roots, and no
+        workspace class that names one of the two among its bases derives from both); else None (decided at run
+        time: the object may be of a subclass that is one)."""
+        elts = spec.elts if isinstance(spec, ast.Tuple) else [spec]
+        texts = [_dotted(e) for e in elts]
+        cmod = self.r.index.module(inst.module)
+        if not texts or not all(texts) or cmod is None or inst.qual not in cmod.summary.classes:
+            return None
+        c_keys, c_whole = self._class_line(cmod, inst.qual, inst.module.partition(".")[0])
+        answer: bool | None = False
+        for t in texts:
+            xv = self.r.resolve_dotted(mod, scope, t, Walk())
+            if xv.kind != ValKind.CLASS or xv.module is None or xv.qual not in xv.module.summary.classes:
+                return None
+            xk = (xv.module.name, xv.qual)
+            if xk in c_keys:
+                return True
+            if answer is None or not c_whole:
+                answer = None
+                continue
+            if not self._class_line(cmod, inst.qual, xk[0].partition(".")[0])[1]:
+                answer = None
+                continue
+            x_keys, x_whole = self._class_line(xv.module, xv.qual, inst.module.partition(".")[0])
+            if not x_whole or (inst.module, inst.qual) in x_keys or self._derives_from_both(cmod, inst.qual, xv.module, xv.qual):
+                answer = None
+        return answer
+
+    def _class_line(self, mod, cq: str, other: str) -> tuple[set, bool]:
+        """(the (module, qualname) of each class in the MRO of ``cq``, whether the MRO is known to its roots as far as
+        package ``other`` goes): a base that does not resolve to a class (`nn.Module` where torch is not installed
+        in the target) ends the line only when it is of another package than ``other`` and than ``cq``'s own (a
+        class of such a package is not a subclass of theirs)."""
+        line = self.r.mro(mod, cq)
+        own = mod.name.partition(".")[0]
+        whole = len(line) < 30 and all(
+            b.kind == ValKind.CLASS or (b.qual or "").partition(".")[0] not in ("", own, other, v.module.name.partition(".")[0])
+            for v in line if v.module is not None for b in self.r.class_bases(v.module, v.qual))
+        return {(v.module.name, v.qual) for v in line if v.module is not None}, whole
+
+    def _derives_from_both(self, amod, aq: str, bmod, bq: str) -> bool:
+        """Does a workspace class whose bases name one of the two classes (by its last name) have both in its MRO?"""
+        key = ((amod.name, aq), (bmod.name, bq), self.r.index.generation)
+        hit = self._both.get(key)
+        if hit is not None:
+            return hit
+        hit = False
+        keys = {(amod.name, aq), (bmod.name, bq)}
+        for q in (aq, bq):
+            short = q.rpartition(".")[2]
+            pattern = rb"class\s+\w+\s*\([^)]*\b" + re.escape(short).encode() + rb"\b"
+            for m in self.r.index.workspace_modules_matching(pattern):
+                for cq, c in m.summary.classes.items():
+                    if any(b.rpartition(".")[2] == short for b in c.bases) and \
+                            keys <= {(v.module.name, v.qual) for v in self.r.mro(m, cq) if v.module is not None}:
+                        hit = True
+                        break
+                if hit:
+                    break
+            if hit:
+                break
+        if len(self._both) > 4096:
+            self._both.clear()
+        self._both[key] = hit
+        return hit
+
     def _fold_name(self, mod, scope, name, depth):
         b = self._binds  # (a parameter fixed by the call being followed, Resolver.call_binds, or a boolean local
         # an object's flag stored, Resolver.refined_at_call)
         if b is not None and b[0] == mod.path and b[1] == scope and name in b[2]:
-            return b[2][name]
+            v = b[2][name]
+            return SOME_VALUE if isinstance(v, InstanceOf) else v
         how, bindings = mod.summary.binding_of(scope, name)
         if how == "param":
             return None

@@ -36,7 +36,7 @@ from . import model as M
 from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
-from .profile import NONE_VALUE, SOME_VALUE, PlatformProfile, constant_of, parse_guard
+from .profile import NONE_VALUE, SOME_VALUE, InstanceOf, PlatformProfile, constant_of, parse_guard
 from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, dotted, function_tree,
                       interned_names, is_passthrough, super_method, triton_decorated)
 from .torchops import OpRegistry
@@ -191,6 +191,10 @@ class Resolver:
                 return None
             if text == "None":
                 return NONE_VALUE
+            if text.isidentifier():
+                inst = self.instance_passed(mod, scope, text, caller_binds)
+                if inst is not None:
+                    return inst
             v = self.profile.value_of(mod, scope, text, caller_binds)
             if v is None and text.isidentifier():
                 # a name the caller's guards say is (not) None (`else:` of `if residual is None:`), or its own
@@ -199,6 +203,15 @@ class Resolver:
             return v
 
         return () if cs.star_args else cs.arg_texts, cs.kw_texts, cs.star_args or cs.star_kwargs, fold
+
+    def instance_passed(self, mod: Module, scope: str, text: str, caller_binds: tuple = ()) -> InstanceOf | None:
+        """What a call in ``scope`` passes when it passes ``self`` (an object of the method's class or a subclass), or
+        a parameter the call being followed bound to such an object: the :class:`InstanceOf` its callee's guards
+        fold ``isinstance`` on; else None."""
+        if text == "self":
+            cq = self.enclosing_class(mod, scope) if scope else None
+            return InstanceOf(mod.name, cq) if cq is not None else None
+        return next((v for n, v in caller_binds if n == text and isinstance(v, InstanceOf)), None)
 
     def _none_fact(self, mod: Module, scope: str, cs: CallSite, name: str):
         """``NONE_VALUE`` / ``SOME_VALUE`` when the guards around call ``cs`` say local or parameter ``name`` is None
@@ -307,7 +320,8 @@ class Resolver:
         if reach == self.guard_value(mod, guards, scope):
             return ""
         texts = " ".join(t for _k, t, _l in guards)
-        used = [f"{n} is not None" if val is SOME_VALUE else f"{n}={val!r}" for n, val in binds
+        used = [f"{n} is not None" if val is SOME_VALUE else f"{n} is a {val.qual}" if isinstance(val, InstanceOf) else f"{n}={val!r}"
+                for n, val in binds
                 if re.search(rf"\b{re.escape(n)}\b", texts)]
         return f"the call into {scope.rpartition('.')[2]}: {', '.join(used)}" if used else ""
 
@@ -841,6 +855,12 @@ class Resolver:
                 return inner
         elif len(texts) > 1 or per_return:
             arms = []
+            # the objects the call passes as `self` (`get_quant_method(self, prefix)`) to parameters the function does
+            # not bind again: a return's `isinstance` test of such a parameter folds (an embedding layer is never a
+            # LinearBase)
+            passed = tuple((p, inst) for p, a in zip(f.call_params, args)
+                           if a and p not in f.locals and (inst := self.instance_passed(mod, scope, a)) is not None)
+            missing = 0  # returns that import a package this environment lacks
             for t, g, ln in rets:
                 av = ret_value(t, ln, g)
                 if av.kind == ValKind.NOT_INSTALLED and any(k == "try" for k, _t, _l in g):
@@ -848,12 +868,15 @@ class Resolver:
                     # raises, so this return is not what runs here (the handler's fallback is)
                     pkg = av.qual.split(".", 1)[0]
                     arms.append(Alt(av, f"`{pkg}` imports (it is not installed here)", False, f"returns {t}", tm.path, ln))
+                    missing += 1
                     continue
-                arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname) if g else True,
+                arms.append(Alt(av, self.guard_text(g), self.guard_value(tm, g, f.qualname, passed) if g else True,
                                 f"returns {t}", tm.path, ln))
-            if arms and all(a.reachable is False for a in arms):
+            if arms and missing == len(arms):
                 # every return is a `try` import of a missing package: the call fails here; what it names is
-                # the first one (the function returns None once every import failed)
+                # the first one (the function returns None once every import failed). Returns that are all dead
+                # for other reasons stay dead: the call gives None there (an embedding layer's quant config
+                # returns a method only for linear and MoE layers)
                 arms = [dataclasses.replace(arms[0], condition=None, reachable=True)]
             arms = _merge_same(arms)
             if len(arms) == 1 and arms[0].val.kind != ValKind.UNKNOWN:
