@@ -791,6 +791,18 @@ class Resolver:
         if self._decorates_argument(mod, scope, b_line, tm, f, args, w):
             w.add(Hop(HopKind.WRAPPER, tm.path, f.line, target.dotted, f"{name} = {callee}({args[0]}): the wrapper calls {args[0]}", cond))
             return self.resolve_dotted(mod, scope, args[0], w, line=b_line)
+        qi = self._qualname_import_param(tm, f) if args else None
+        if qi is not None and qi < len(args) and args[qi]:
+            # `resolve_obj_by_qualname(current_platform.get_punica_wrapper())`: a function that imports the module of
+            # a "module.attr" name and returns the attribute, called with what folds to such a name on this platform
+            # (a platform method returning the class it chooses)
+            qual = self.profile.value_of(mod, scope, args[qi], (), b_line)
+            if isinstance(qual, str) and "." in qual.strip("."):
+                qv = self.resolve_symbol(qual)
+                if qv.kind in (ValKind.CLASS, ValKind.FUNCTION, ValKind.NOT_INSTALLED):
+                    w.add(Hop(HopKind.DYNAMIC_IMPORT, tm.path, f.line, qual,
+                              f"{name} = {callee}({args[qi]}): imports {qual}, the name {args[qi]} holds on this platform", cond))
+                    return qv
         lazy = self._lazy_import_params(tm, f) if args else None
         if lazy is not None:
             # a lazy-import factory called with literal names (`_lazy_import_wrapper("flashinfer", "fp4_quantize")`:
@@ -1338,6 +1350,37 @@ class Resolver:
         if not f.inner_defs:
             return None  # (the factory's work is in a closure it returns)
         return self._memoised(self._lazy_memo, (tm.path, tm.sha, f.qualname), lambda: self._find_lazy_import(tm, f), 5000)
+
+    def _qualname_import_param(self, tm: Module, f: FunctionInfo) -> int | None:
+        """The index of the parameter of ``f`` that names a "module.attr" when ``f`` imports that module and returns
+        the attribute (``a, b = p.rsplit(".", 1)`` or ``p.rpartition(".")``; ``m = importlib.import_module(a)``; ``return
+        getattr(m, b)``: vLLM's ``resolve_obj_by_qualname``), else None. Memoised per function and source."""
+        if len(f.return_alts) != 1 or not f.return_alts[0][0].startswith("getattr("):
+            return None
+        return self._memoised(self._lazy_memo, ("qualname", tm.path, tm.sha, f.qualname), lambda: self._find_qualname_import(tm, f), 5000)
+
+    @staticmethod
+    def _find_qualname_import(tm: Module, f: FunctionInfo) -> int | None:
+        m = re.fullmatch(r"getattr\((\w+), (\w+)\)", f.return_alts[0][0])
+        if m is None:
+            return None
+        mod_local, attr_local = m.groups()
+        mb = f.locals.get(mod_local, ())
+        if len(mb) != 1 or mb[0].kind != "call" or (mb[0].target or "").rpartition(".")[2] != "import_module":
+            return None
+        calls = [cs for cs in tm.summary.calls_in(f.qualname)
+                 if cs.line == mb[0].line and cs.func.rpartition(".")[2] == "import_module" and cs.arg_texts]
+        if len(calls) != 1:
+            return None
+        nb, ab = f.locals.get(calls[0].arg_texts[0], ()), f.locals.get(attr_local, ())
+        if len(nb) != 1 or len(ab) != 1 or nb[0].kind != "unpack" or ab[0].kind != "unpack" or nb[0].target != ab[0].target:
+            return None
+        src = (nb[0].target or "").replace('"', "'")
+        for i, p in enumerate(f.call_params):
+            if (src == f"{p}.rsplit('.', 1)" and (nb[0].str_args, ab[0].str_args) == (("0",), ("1",))
+                    or src == f"{p}.rpartition('.')" and (nb[0].str_args, ab[0].str_args) == (("0",), ("2",))):
+                return i
+        return None
 
     def _find_lazy_import(self, tm: Module, f: FunctionInfo) -> tuple | None:
         pos = f.call_params
