@@ -119,6 +119,27 @@ PLUGIN = {
             _PICKS[key] = impl
             return impl
 
+        class KA:
+            def __call__(self, x):
+                _pre[(1,)](x)
+
+        class KB:
+            def __call__(self, x):
+                _post[(1,)](x)
+
+        _NEST = {}
+
+        def get_nested(key, fast):
+            if key in _NEST:
+                return _NEST[key]
+            if fast:
+                cls = KA
+            else:
+                cls = KB
+            obj = cls()
+            _NEST[key] = obj
+            return obj
+
         def run(x, name, key):
             k = make_kernel(4, 128)
             k(x)
@@ -140,6 +161,8 @@ PLUGIN = {
             s(x)
             p = get_pick(key, name)
             p(x)
+            n = get_nested(key, name)
+            n(x)
     ''',
 }
 SITE = {"triton/__init__.py": "def jit(fn=None, **kw):\n    return fn\n"}
@@ -185,6 +208,11 @@ def test_an_item_of_a_table_returned(tmp_path):
     got, _ch = _leaves(ws, "p")
     assert got == [("triton_kernel", "fx.kern._pre", ["mode"], None),
                    ("triton_kernel", "fx.kern._post", ["not (mode)"], None)]
+    # a local the built value's binding reads (`obj = cls()`) is read under that binding's own guards: its arms say only
+    # what chose them (before: `not (key in _NEST) and fast`, the memo test and the guards the two share)
+    got, _ch = _leaves(ws, "n")
+    assert got == [("triton_kernel", "fx.kern._pre", ["fast"], None),
+                   ("triton_kernel", "fx.kern._post", ["not (fast)"], None)]
     got, _ch = _leaves(ws, "c")
     assert got == [("unresolved", "_CACHE[key]", ["key in _CACHE"], "`_CACHE[key]` is an item of `_CACHE` at kern.py:67"),
                    ("triton_kernel", "fx.kern._pre", ["not (key in _CACHE)"], None)]

@@ -586,6 +586,19 @@ class Resolver:
         return Val(ValKind.UNKNOWN, mod, name, reason=f"name `{name}` is not bound in {mod.name}")
 
     def binding_value(self, mod: Module, b: Binding, w: Walk, scope: str) -> Val:
+        """What binding ``b`` (of ``scope`` in ``mod``) gives. A local the binding's expression reads is read under the
+        binding's own guards (the statement runs there): of that local's bindings on several branches, those the
+        statement cannot follow are no arms, and the guards the two share are no condition of an arm (`get_rope`:
+        `cls = A` / `cls = B` under `if v4:` / `else:`, then `rotary_emb = cls(...)`, all under the memo test)."""
+        if scope and b.guards != w.use_guards:
+            saved, w.use_guards = w.use_guards, b.guards
+            try:
+                return self._binding_value(mod, b, w, scope)
+            finally:
+                w.use_guards = saved
+        return self._binding_value(mod, b, w, scope)
+
+    def _binding_value(self, mod: Module, b: Binding, w: Walk, scope: str) -> Val:
         cond = self.guard_text(b.guards)
         reach = self.guard_value(mod, b.guards, scope) if b.guards else None
         if b.kind in ("import", "from"):
@@ -709,7 +722,9 @@ class Resolver:
             w.add(Hop(HopKind.ALIAS, mod.path, b.line, b.name, f"{b.name} = {callee}({b.alternatives[0]}, ...): calls {b.alternatives[0]}",
                       self.guard_text(b.guards)))
             return self.resolve_dotted(mod, scope, b.alternatives[0], w, line=b.line)
-        target = self.resolve_dotted(mod, scope, callee, w.sub(), line=b.line) if callee else Val(ValKind.UNKNOWN)
+        cw = w.sub()
+        cw.use_guards = w.use_guards  # (the callee is read where the binding is: binding_value)
+        target = self.resolve_dotted(mod, scope, callee, cw, line=b.line) if callee else Val(ValKind.UNKNOWN)
         return self.result_of_call(mod, scope, b.name, b.line, callee, target, w,
                                    self.guard_text(self._path_guards(mod, b.attr if b.attr and b.kind == "call" else scope, b.guards)),
                                    b.alternatives)
