@@ -179,7 +179,7 @@ class PlatformProfile:
         self._binds = None  # (module path, scope, {parameter: constant}) while value_of evaluates with binds
         self._line = None  # (module path, scope, line) while value_of evaluates a guard on that line (see value_of)
         self._both: dict = {}  # (class key, class key, generation) -> does a workspace class derive from both
-        self._rebound: dict = {}  # (module path, sha, scope, text) -> does the text read a local (_reads_rebound)
+        self._reads_local_memo: dict = {}  # (module path, sha, scope, text) -> does the text read a local (_reads_local)
         self._discovering = False  # (info is being found: _discover_apart)
         self._overrides: tuple | None = None  # (generation, config_overrides())
         self._return_nodes: dict = {}  # (path, sha, line) -> a return's expression parsed from the source
@@ -395,7 +395,7 @@ class PlatformProfile:
             return None
         if binds:
             binds = tuple(b for b in binds if b[0] in text)
-        if line is not None and not self._reads_rebound(mod, scope, text):
+        if line is not None and not self._reads_local(mod, scope, text):
             line = None
         key = (mod.name, scope, text, binds) if binds else (mod.name, scope, text)
         if line is not None:
@@ -430,31 +430,31 @@ class PlatformProfile:
                 alts.append((deps, res))
         return res
 
-    def _reads_rebound(self, mod, scope: str, text: str) -> bool:
+    def _reads_local(self, mod, scope: str, text: str) -> bool:
         """Does ``text`` (an expression in function ``scope``) read a local of the function (a name it binds: which
         binding the text reads depends on the line; a parameter bound again reads as the parameter above it)?"""
         if not scope:
             return False
         key = (mod.path, mod.sha, scope, text)
-        hit = self._rebound.get(key)
+        hit = self._reads_local_memo.get(key)
         if hit is None:
-            if len(self._rebound) > 20000:
-                self._rebound.clear()
+            if len(self._reads_local_memo) > 20000:
+                self._reads_local_memo.clear()
             node = parse_guard(text)
-            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node is not None else ()
-            hit = False
-            q = scope
-            while q and not hit:
-                f = mod.summary.functions.get(q)
-                hit = f is not None and any(name in f.locals for name in names)
-                q = q.rpartition(".")[0]
-            self._rebound[key] = hit
+            hit = node is not None and any(self._local_owner(mod, scope, n.id) is not None
+                                           for n in ast.walk(node) if isinstance(n, ast.Name))
+            self._reads_local_memo[key] = hit
         return hit
+
+    @staticmethod
+    def _fixed_in(state, mod, scope):
+        """What ``value_of`` fixed (``_binds``: {parameter: value}; ``_line``: the guard's line) when the code being
+        evaluated is in ``scope`` of ``mod``, else None (a binding of another function folded on the way)."""
+        return state[2] if state is not None and state[0] == mod.path and state[1] == scope else None
 
     def _line_in(self, mod, scope) -> int | None:
         """The line of the guard being evaluated, when it is in ``scope`` of ``mod`` (value_of)."""
-        ln = self._line
-        return ln[2] if ln is not None and ln[0] == mod.path and ln[1] == scope else None
+        return self._fixed_in(self._line, mod, scope)
 
     def _eval(self, mod, scope, node, depth):
         if depth > 8:
@@ -512,8 +512,7 @@ class PlatformProfile:
             if not d:
                 return None
             if d == "isinstance" and len(node.args) == 2 and not node.keywords and isinstance(node.args[0], ast.Name):
-                b = self._binds
-                inst = b[2].get(node.args[0].id) if b is not None and b[0] == mod.path and b[1] == scope else None
+                inst = (self._fixed_in(self._binds, mod, scope) or {}).get(node.args[0].id)
                 if isinstance(inst, InstanceOf):
                     return self.is_instance(mod, scope, inst, node.args[1])
             return self._eval_call(mod, scope, d, node)
@@ -622,37 +621,41 @@ class PlatformProfile:
         cmod = self.r.index.module(inst.module)
         if not texts or not all(texts) or cmod is None or inst.qual not in cmod.summary.classes:
             return None
-        c_keys, c_whole = self._class_line(cmod, inst.qual, inst.module.partition(".")[0])
+        c_keys, c_open = self._class_line(cmod, inst.qual)
         answer: bool | None = False
         for t in texts:
             xv = self.r.resolve_dotted(mod, scope, t, Walk())
             if xv.kind != ValKind.CLASS or xv.module is None or xv.qual not in xv.module.summary.classes:
                 return None
-            xk = (xv.module.name, xv.qual)
-            if xk in c_keys:
+            if (xv.module.name, xv.qual) in c_keys:
                 return True
-            if answer is None or not c_whole:
-                answer = None
+            if answer is None:
                 continue
-            if not self._class_line(cmod, inst.qual, xk[0].partition(".")[0])[1]:
-                answer = None
-                continue
-            x_keys, x_whole = self._class_line(xv.module, xv.qual, inst.module.partition(".")[0])
-            if not x_whole or (inst.module, inst.qual) in x_keys or self._derives_from_both(cmod, inst.qual, xv.module, xv.qual):
+            x_keys, x_open = self._class_line(xv.module, xv.qual)
+            # (a base that does not resolve is of a package neither class is from: a class of it is no subclass of theirs)
+            pkgs = {inst.module.partition(".")[0], xv.module.name.partition(".")[0]}
+            if c_open is None or x_open is None or pkgs & (c_open | x_open) or (inst.module, inst.qual) in x_keys \
+                    or self._derives_from_both(cmod, inst.qual, xv.module, xv.qual):
                 answer = None
         return answer
 
-    def _class_line(self, mod, cq: str, other: str) -> tuple[set, bool]:
-        """(the (module, qualname) of each class in the MRO of ``cq``, whether the MRO is known to its roots as far as
-        package ``other`` goes): a base that does not resolve to a class (`nn.Module` where torch is not installed
-        in the target) ends the line only when it is of another package than ``other`` and than ``cq``'s own (a
-        class of such a package is not a subclass of theirs)."""
+    def _class_line(self, mod, cq: str) -> tuple[set, set | None]:
+        """(the (module, qualname) of each class in the MRO of ``cq``, the packages of the bases on the way that do not
+        resolve to a class: `nn.Module` where torch is not installed in the target; None when one has no package, is of
+        the package of the class that names it, or the MRO is longer than its bound)."""
         line = self.r.mro(mod, cq)
-        own = mod.name.partition(".")[0]
-        whole = len(line) < 30 and all(
-            b.kind == ValKind.CLASS or (b.qual or "").partition(".")[0] not in ("", own, other, v.module.name.partition(".")[0])
-            for v in line if v.module is not None for b in self.r.class_bases(v.module, v.qual))
-        return {(v.module.name, v.qual) for v in line if v.module is not None}, whole
+        open_pkgs: set | None = set() if len(line) < 30 else None
+        for v in line:
+            if v.module is None or open_pkgs is None:
+                continue
+            for b in self.r.class_bases(v.module, v.qual):
+                if b.kind != ValKind.CLASS:
+                    pkg = (b.qual or "").partition(".")[0]
+                    if not pkg or pkg == v.module.name.partition(".")[0]:
+                        open_pkgs = None
+                        break
+                    open_pkgs.add(pkg)
+        return {(v.module.name, v.qual) for v in line if v.module is not None}, open_pkgs
 
     def _derives_from_both(self, amod, aq: str, bmod, bq: str) -> bool:
         """Does a workspace class whose bases name one of the two classes (by its last name) have both in its MRO?"""
@@ -660,31 +663,22 @@ class PlatformProfile:
         hit = self._both.get(key)
         if hit is not None:
             return hit
-        hit = False
         keys = {(amod.name, aq), (bmod.name, bq)}
-        for q in (aq, bq):
-            short = q.rpartition(".")[2]
-            pattern = rb"class\s+\w+\s*\([^)]*\b" + re.escape(short).encode() + rb"\b"
-            for m in self.r.index.workspace_modules_matching(pattern):
-                for cq, c in m.summary.classes.items():
-                    if any(b.rpartition(".")[2] == short for b in c.bases) and \
-                            keys <= {(v.module.name, v.qual) for v in self.r.mro(m, cq) if v.module is not None}:
-                        hit = True
-                        break
-                if hit:
-                    break
-            if hit:
-                break
+        hit = any(keys <= {(v.module.name, v.qual) for v in self.r.mro(m, cq) if v.module is not None}
+                  for short in (aq.rpartition(".")[2], bq.rpartition(".")[2])
+                  for m in self.r.index.workspace_modules_matching(rb"class\s+\w+\s*\([^)]*\b" + re.escape(short).encode() + rb"\b")
+                  for cq, c in m.summary.classes.items() if any(b.rpartition(".")[2] == short for b in c.bases))
         if len(self._both) > 4096:
             self._both.clear()
         self._both[key] = hit
         return hit
 
     def _fold_name(self, mod, scope, name, depth):
-        b = self._binds  # (a parameter fixed by the call being followed, Resolver.call_binds, or a boolean local
-        # an object's flag stored, Resolver.refined_at_call)
-        if b is not None and b[0] == mod.path and b[1] == scope and name in b[2]:
-            v = b[2][name]
+        # (a parameter fixed by the call being followed, Resolver.call_binds, or a boolean local an object's flag
+        # stored, Resolver.refined_at_call)
+        fixed = self._fixed_in(self._binds, mod, scope)
+        if fixed is not None and name in fixed:
+            v = fixed[name]
             return SOME_VALUE if isinstance(v, InstanceOf) else v
         how, bindings = mod.summary.binding_of(scope, name)
         if how == "param":

@@ -2313,7 +2313,7 @@ class Resolver:
         op_caller = self.ops.calling_module(w) if v.kind == ValKind.TORCH_OP else None
         if self.memo_enabled and (v.kind in (ValKind.FUNCTION, ValKind.CLASS, ValKind.INSTANCE) and v.module is not None or v.kind == ValKind.TORCH_OP):
             self._check_memo_gen()
-            recv = v.extra.get("receiver") or (None if _outside_classes(v) else w.receiver)
+            recv = _run_receiver(v, w)
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
                     (v.extra.get("overload"), op_caller[0].name, op_caller[2]) if op_caller is not None
                     else v.extra.get("overload") if v.kind == ValKind.TORCH_OP else _context_key(v))
@@ -2504,12 +2504,10 @@ class Resolver:
                 w.add(Hop(HopKind.PATCH, ppath, pline, rep.extra.get("patch_symbol", rep.dotted), f"{text} replaces {v.dotted} at import time", None))
                 return self.follow(rep, w, launch)
         if k == ValKind.FUNCTION:
-            recv = v.extra.get("receiver")
-            if recv is None and w.receiver is not None and _outside_classes(v):
-                recv = _NO_RECEIVER  # (a function outside any class has no `self`: the caller's object is not its)
-            if recv is not None:
-                saved = getattr(w, "receiver", None)
-                w.receiver = None if recv is _NO_RECEIVER else recv
+            recv = _run_receiver(v, w)
+            if recv is not w.receiver:
+                saved = w.receiver
+                w.receiver = recv
                 try:
                     return self.follow_function(v, w, launch)
                 finally:
@@ -3534,18 +3532,19 @@ def _summands(node: ast.expr) -> list:
     return [node]
 
 
-_NO_RECEIVER = ("no receiver",)
-
-
-def _outside_classes(v: Val) -> bool:
-    """Is the function value ``v`` defined outside any class of its module (a module-level function, or one nested
-    in such a function)? Its body has no `self`: the object of the method that called it is nothing to it (it was
-    carried in, and split the memos of a helper by every class that called it: upstream vLLM's `is_list_of`, 48
-    keys in 600 modules)."""
+def _run_receiver(v: Val, w: Walk):
+    """The object `self` is when the value ``v`` followed on walk ``w`` runs: the value's own receiver, else the walk's,
+    except for a function defined outside any class of its module (a module-level function, or one nested in such a
+    function), whose body has no `self`: the caller's object carried in split the memos of a helper by every class
+    that called it (upstream vLLM's `is_list_of`, 48 keys in 600 modules)."""
+    own = v.extra.get("receiver")
+    if own is not None:
+        return own
     f, mod = v.func, v.module
-    if f is None or mod is None or v.kind != ValKind.FUNCTION:
-        return False
-    return f.class_name is None and f.qualname.partition(".")[0] not in mod.summary.classes
+    if v.kind == ValKind.FUNCTION and f is not None and mod is not None and f.class_name is None \
+            and f.qualname.partition(".")[0] not in mod.summary.classes:
+        return None
+    return w.receiver
 
 
 def _context_key(v: Val):
