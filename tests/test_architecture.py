@@ -264,6 +264,7 @@ _MODULE_CACHES = {
     "pyrecover.py:_chunk_memo()": "chunk text -> its tolerant parse at line 1 or the SyntaxError of a failed recovery (lru_cache, 4)",
     "render.py:_LEAF_PATHS": "a chain (identity-checked) -> its leaf paths (bounded)",
     "render.py:_double_negation()": "a condition's text -> the same condition said one way (lru_cache, 4096)",
+    "render.py:_negated_boolop()": "a condition's text -> the operands of the `and` / `or` it negates (lru_cache, 4096)",
     "rules/api.py:RULES": "the rules the check modules declare at import",
     "rules/api.py:CHECKS": "the check functions the check modules declare at import",
     "rules/api.py:PREPARES": "the shared preparation steps the check modules declare at import",

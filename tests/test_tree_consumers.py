@@ -548,6 +548,39 @@ def test_a_verdict_leaves_out_what_the_platform_alone_makes_true():
                                              "and not (is_rocm()) and is_out_of_tree() and flag and enabled)")
 
 
+def test_a_negated_condition_leaves_out_what_the_platform_alone_decides():
+    """vLLM-MetaX's `merge_attn_states` runs the torch op under `is_out_of_tree() and dtypes_ok(p) and headdim_ok(p)`
+    and the Triton kernel in its `else`: both verdict lines leave the platform's own fact out, the else arm as
+    `not (dtypes_ok(p) and headdim_ok(p))`. An operand false here makes a negated `and` true (dropped); a negated
+    `or` loses its false operands."""
+    from attnlens import render
+
+    facts = {"is_out_of_tree()": True, "is_rocm()": False, "is_cuda()": False}
+    defaults = render.Defaults(platform_fact=lambda text, path, line: facts.get(text))
+    cond = "is_out_of_tree() and dtypes_ok(p) and headdim_ok(p)"
+
+    def arm(c, line, kind, sym):
+        return M.Branch(c, None, f"line {line}", M.Chain([], M.Final(kind, "/x/k.py", line, sym), None), "/x/k.py", line)
+
+    fk = M.Fork(M.ForkKind.CALLS, None, "/x/k.py", 1, "f", [
+        arm(cond, 2, M.FinalKind.TORCH_OP, "_C::merge"),
+        arm(f"not ({cond})", 3, M.FinalKind.TRITON_KERNEL, "pkg.merge_kernel"),
+        arm("not (is_rocm() and big) and n > 1", 4, M.FinalKind.TRITON_KERNEL, "pkg.k2"),
+        arm("not (is_cuda() or wide)", 5, M.FinalKind.TRITON_KERNEL, "pkg.k3"),
+        arm("not (a and b)", 6, M.FinalKind.TRITON_KERNEL, "pkg.k4")], None)
+    chain = M.Chain([], M.Final(M.FinalKind.FORK, "/x/k.py", 1, "f", fork=fk), None)
+    runs = [ln for ln in render.verdict_text(chain, defaults) if ln.startswith("Runs:")]
+    assert runs == ["Runs: merge (torch op _C::merge, /x/k.py:2, decided at run time by dtypes_ok(p) and headdim_ok(p))",
+                    "Runs: merge_kernel (Triton, /x/k.py:3, decided at run time by not (dtypes_ok(p) and headdim_ok(p)))",
+                    "Runs: k2 (Triton, /x/k.py:4, decided at run time by n > 1)",
+                    "Runs: k3 (Triton, /x/k.py:5, decided at run time by not (wide))",
+                    "Runs: k4 (Triton, /x/k.py:6, decided at run time by not (a and b))"]
+    fact = facts.get
+    assert render._negation_open("not (is_cuda() or is_out_of_tree())", fact) == "not (is_cuda() or is_out_of_tree())"
+    assert render._negation_open("not (is_out_of_tree() and is_rocm())", fact) == ""
+    assert render._negation_open("not (x and y", fact) == "not (x and y"
+
+
 def test_a_leaf_that_runs_on_one_path_is_not_also_said_not_taken():
     """`_C::rms_norm` runs through the non-ROCm branch and not through the ROCm one: the verdict says where it runs
     (the tree keeps the dead path); a leaf dead on every path is still listed as not taken."""

@@ -388,8 +388,8 @@ def _runtime_parts(conds: list, fact_of) -> list:
         parts = [p.strip() for p in M.conjuncts(c.text)]
         kept = []
         for part in parts:
-            part = _double_negation(part)
-            if part in seen or fact_of(part, c.path, c.line) is True:
+            part = _double_negation(_negation_open(part, lambda t: fact_of(t, c.path, c.line)))
+            if not part or part in seen or fact_of(part, c.path, c.line) is True:
                 continue
             seen.add(part)
             kept.append(part)
@@ -398,6 +398,49 @@ def _runtime_parts(conds: list, fact_of) -> list:
         elif kept:
             out.append(Cond(M.and_joined(kept), c.reachable, c.path, c.line, c.decided, c.fork))
     return out or conds
+
+
+def _negation_open(text: str, fact) -> str:
+    """``not (a and b and c)`` without the operands the platform alone decides (``fact(operand)``): an operand made
+    true is dropped (``not (b and c)``); one made false makes the whole text true (said as ""). Likewise ``not (a or
+    b)`` without an operand made false. Other texts, and a negation with nothing decided, as they are: vLLM-MetaX's
+    ``merge_attn_states`` Triton arm was said to run "by not (current_platform.is_out_of_tree() and
+    supported_dtypes(prefix_output) and ...)" although the platform is out of tree."""
+    if not text.startswith("not (") or (" and " not in text and " or " not in text):
+        return text
+    inner = _negated_boolop(text)
+    if inner is None:
+        return text
+    is_and, ops = inner
+    kept = []
+    for op in ops:
+        v = fact(op)
+        if v is (not is_and):
+            return "" if is_and else text  # (`not (.. and False ..)` is true; `not (.. or True ..)` is false: kept)
+        if v is None:
+            kept.append(op)
+    if len(kept) == len(ops):
+        return text
+    if not kept:
+        return text  # (every operand decided: the platform decides the whole, which the caller asks next)
+    joined = M.and_joined(kept) if is_and else M.or_joined(kept)
+    return f"not ({joined})"
+
+
+@functools.lru_cache(maxsize=4096)
+def _negated_boolop(text: str) -> tuple | None:
+    """(is an ``and``, its operands as written) of ``not (x and y ...)`` / ``not (x or y ...)``; None otherwise."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    inner = node.operand if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) else None
+    if not isinstance(inner, ast.BoolOp):
+        return None
+    ops = tuple((ast.get_source_segment(text, v) or "").strip() for v in inner.values)
+    if not all(ops):
+        return None
+    return isinstance(inner.op, ast.And), ops
 
 
 @functools.lru_cache(maxsize=4096)
