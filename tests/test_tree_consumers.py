@@ -575,6 +575,18 @@ def test_a_negated_condition_leaves_out_what_the_platform_alone_decides():
                     "Runs: k2 (Triton, /x/k.py:4, decided at run time by n > 1)",
                     "Runs: k3 (Triton, /x/k.py:5, decided at run time by not (wide))",
                     "Runs: k4 (Triton, /x/k.py:6, decided at run time by not (a and b))"]
+    # the tree and the leaf lines say the same of each branch: its condition as written, and what the platform leaves open
+    text = render.chain_text(chain, defaults).splitlines()
+    assert [ln.strip() for ln in text if ln.strip().startswith("[if")][:2] == [
+        f"[if {cond} -> decided at run time by dtypes_ok(p) and headdim_ok(p)] line 2  @ /x/k.py:2",
+        f"[if not ({cond}) -> decided at run time by not (dtypes_ok(p) and headdim_ok(p))] line 3  @ /x/k.py:3"]
+    assert [ln for ln in text if ln.startswith("  - ")][:2] == [
+        "  - torch_op _C::merge @ /x/k.py:2  if dtypes_ok(p) and headdim_ok(p) -> decided at run time",
+        "  - triton_kernel merge_kernel @ /x/k.py:3  if not (dtypes_ok(p) and headdim_ok(p)) -> decided at run time"]
+    md = render.chain_markdown(chain, defaults=defaults)
+    assert "**decided at run time** by `dtypes_ok(p) and headdim_ok(p)`: line 2" in md
+    # a condition with nothing decided by the platform: no "by"
+    assert "[if not (a and b) -> decided at run time] line 6" in render.chain_text(chain, defaults)
     fact = facts.get
     assert render._negation_open("not (is_cuda() or is_out_of_tree())", fact) == "not (is_cuda() or is_out_of_tree())"
     assert render._negation_open("not (is_out_of_tree() and is_rocm())", fact) == ""

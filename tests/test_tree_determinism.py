@@ -21,7 +21,7 @@ def _all_sites(ws, reverse=False):
             if not cs.func:
                 continue
             c = ws.resolver.trace_call(mod, cs)
-            out[(mod.name, cs.line, cs.col)] = json.dumps(c.to_json(), sort_keys=True)
+            out[(mod.name, cs.line, cs.col, cs.func)] = json.dumps(c.to_json(), sort_keys=True)
     return out
 
 

@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 32  # bump when the pickled summary classes change (tests/test_cache_writes.py pins their fields)
+FORMAT_VERSION = 33  # bump when the pickled summary classes change (tests/test_cache_writes.py pins their fields)
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

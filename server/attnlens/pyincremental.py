@@ -234,6 +234,7 @@ class IncrementalSummary:
         s.refs.extend(f.refs)
         s.attr_patches.extend(f.attr_patches)
         s.lambdas.update(f.lambdas)
+        s.global_ann.update(f.global_ann)
         if f.all_exports is not None:
             s.all_exports = f.all_exports
 
@@ -289,6 +290,7 @@ def _placed(base: ModuleSummary, d: int, c: int) -> ModuleSummary:
                       for p in base.attr_patches],
         all_exports=base.all_exports,
         lambdas={st(q): _func(f, d, c, st) for q, f in base.lambdas.items()},
+        global_ann=base.global_ann,
     )
 
 
@@ -303,7 +305,8 @@ def _renumbered(f: ModuleSummary, c: int) -> ModuleSummary:
     return ModuleSummary(path=f.path, sha=f.sha, bindings=f.bindings,
                          functions={q: _func_calls(x, c) for q, x in f.functions.items()}, classes=f.classes,
                          calls=f.calls, refs=f.refs, attr_patches=f.attr_patches, all_exports=f.all_exports,
-                         lambdas={q: _func_calls(x, c) for q, x in f.lambdas.items()} if f.lambdas else f.lambdas)
+                         lambdas={q: _func_calls(x, c) for q, x in f.lambdas.items()} if f.lambdas else f.lambdas,
+                         global_ann=f.global_ann)
 
 
 def _lam(v, d: int):

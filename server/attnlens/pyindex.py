@@ -313,6 +313,7 @@ class ModuleSummary:
     syntax_errors: tuple = ()  # pyrecover.SyntaxIssue of each syntax error (the summary leaves out those statements)
     n_lines: int = 0
     has_getattr: bool = False  # module-level __getattr__
+    global_ann: dict = field(default_factory=dict)  # name -> annotation text of a module-level `name: T = ...`
     # lambdas that replace attributes (`mod.f = lambda cfg: X`, setattr) or are bound to module names, as
     # functions of one return: qualname (`<lambda:line:col>` inside its scope) -> FunctionInfo
     lambdas: dict = field(default_factory=dict)
@@ -458,7 +459,9 @@ def _literal_text(node: ast.AST) -> str:
 
 
 def _chain_text(node: ast.AST) -> str:
-    """``a.b[].c`` for an attribute chain through subscripts (the keys elided), else ''."""
+    """``a.b[].c`` for an attribute chain through subscripts (the keys elided), ``get_group().send`` through calls
+    (the arguments elided: the callee's result, ``resolver._resolve_dotted``), else ''. (``super()`` is the
+    summary's own form, and a call has one ``()`` per name: ``f()()`` is not written.)"""
     segs = []
     while True:
         if isinstance(node, ast.Attribute):
@@ -467,11 +470,22 @@ def _chain_text(node: ast.AST) -> str:
         elif isinstance(node, ast.Subscript):
             segs.append("[]")
             node = node.value
+        elif isinstance(node, ast.Call) and (not segs or segs[-1] != "()") and isinstance(node.func, (ast.Name, ast.Attribute, ast.Subscript)):
+            segs.append("()")
+            node = node.func
         else:
             break
-    if not isinstance(node, ast.Name) or "[]" not in segs:
+    if not isinstance(node, ast.Name) or ("[]" not in segs and "()" not in segs) or (node.id == "super" and segs[-1] == "()"):
         return ""
+    if node.id == "torch" and "()" in segs:
+        return ""  # (a method of what a torch function or op returns: a tensor's, `torch.ops.x.f(a).view_as(a)`)
     return node.id + "".join(reversed(segs))
+
+
+def call_id(cs: CallSite) -> int:
+    """One int per call site of a module: where the call starts and where its callee ends. The start alone is shared
+    by a call and the call its callee holds (``f(x).g(y)`` and ``f(x)`` both start at ``f``)."""
+    return (((((cs.line << 20) | cs.col) << 12) | min(cs.fend_line - cs.line, 4095)) << 20) | cs.fend_col
 
 
 def super_method(func: str) -> bool:
@@ -858,6 +872,12 @@ class _Builder:
                 self.assign([st.target], st.value, st)
             elif self.cls and not self.scope and isinstance(st.target, ast.Name):
                 pass
+            if not self.cls and not self.scope and isinstance(st.target, ast.Name):
+                # a module global's declared type (`_groups: dict[str, Callable[[], Group | None]] = {}`): what its
+                # items are when nothing else says
+                ann = " ".join((self.seg(st.annotation) or "").split())
+                if ann:
+                    self.s.global_ann[st.target.id] = ann
             if self.cls and not self.scope and isinstance(st.target, ast.Name):
                 c = self.cls[-1]
                 ann = self.seg(st.annotation)

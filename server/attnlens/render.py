@@ -922,10 +922,30 @@ def _final_text(f: M.Final, pad: str) -> list[str]:
     return out
 
 
-def _node_text(chain: M.Chain, pad: str, out: list[str], by_call: M.Branch | None = None) -> None:
-    """``by_call``: the branch this chain is, when the call being followed decided it (:func:`_hop_reach`)."""
+def open_condition(text: str | None, path: str | None, line: int | None, fact_of) -> str | None:
+    """What of a run-time condition written at ``path:line`` the platform leaves open, said as a verdict says it
+    (:func:`_runtime_parts`: without the operands the platform alone decides, ``not (not x)`` as ``x``); None when
+    that is the text itself or nothing is known of the platform."""
+    if fact_of is None or not text:
+        return None
+    kept = _runtime_parts([Cond(text, None, path, line)], fact_of)
+    return kept[0].text if len(kept) == 1 and kept[0].text != text else None
+
+
+def _by(text: str | None, path: str | None, line: int | None, reach, fact_of) -> str:
+    """`` by X`` after "decided at run time" when the platform leaves ``X`` of ``text`` open, else ''."""
+    if reach is not None:
+        return ""
+    left = open_condition(text, path, line, fact_of)
+    return f" by {left}" if left else ""
+
+
+def _node_text(chain: M.Chain, pad: str, out: list[str], by_call: M.Branch | None = None, fact_of=None) -> None:
+    """``by_call``: the branch this chain is, when the call being followed decided it (:func:`_hop_reach`);
+    ``fact_of``: the platform's facts (a run-time condition says what of it is open)."""
     for i, h in enumerate(chain.hops):
-        cond = f"  [if {h.condition} -> {_hop_reach(h, by_call)}]" if h.condition else ""
+        cond = f"  [if {h.condition} -> {_hop_reach(h, by_call)}{_by(h.condition, h.path, h.line, h.reachable, fact_of)}]" \
+            if h.condition else ""
         out.append(f"{pad}{i:2d}. {h.kind:<18} {h.symbol}  @ {_loc(h.path, h.line)}{cond}")
         if h.detail:
             out.append(f"{pad}    {'':<18} {h.detail}")
@@ -941,8 +961,9 @@ def _node_text(chain: M.Chain, pad: str, out: list[str], by_call: M.Branch | Non
     for b in fk.branches:
         cond = f"if {b.condition}" if b.condition else "always"
         where = f"  @ {_loc(b.path, b.line)}" if b.path else ""
-        out.append(f"{pad}    [{cond} -> {reach_words(b.reachable, b.decided)}] {b.label}{where}")
-        _node_text(b.chain, pad + "        ", out, b if b.decided and b.condition else None)
+        by = _by(b.condition, b.path, b.line, b.reachable, fact_of) if b.condition else ""
+        out.append(f"{pad}    [{cond} -> {reach_words(b.reachable, b.decided)}{by}] {b.label}{where}")
+        _node_text(b.chain, pad + "        ", out, b if b.decided and b.condition else None, fact_of)
     if fk.truncated:
         out.append(f"{pad}    TRUNCATED: {fk.truncated} (more branches exist than are shown)")
 
@@ -950,14 +971,19 @@ def _node_text(chain: M.Chain, pad: str, out: list[str], by_call: M.Branch | Non
 def chain_text(chain: M.Chain, defaults: Defaults | None = None) -> str:
     """The verdict (the hover's first lines, in plain text), the chain as an indented tree, then one line per leaf."""
     out: list[str] = verdict_text(chain, defaults) + [""]
-    _node_text(chain, "", out)
+    fact_of = _fact_of(defaults)
+    _node_text(chain, "", out, fact_of=fact_of)
     out.append(f"    reachable on this platform: {_reach(chain.reachable)}" + ("  (PARTIAL: time budget hit)" if chain.partial else ""))
     lps = leaf_paths(chain)
     live = sum(1 for lp in lps if lp.leaf.reachable is not False)
     out.append(f"leaves: {len(lps)} ({live} can run on this platform)"
                + ("  TRUNCATED: the tree hit its bounds, more leaves exist" if chain.truncated() else ""))
     for lp in lps:
-        out.append(f"  - {leaf_summary(lp.leaf, lp.conditions())}")
+        conds = lp.conditions()
+        if lp.leaf.reachable is None and fact_of is not None:
+            # (a leaf decided at run time: its conditions as the verdict says them, what the platform decides left out)
+            conds = [c.text for c in _runtime_parts(lp.conds(), fact_of) if c.reachable is not True]
+        out.append(f"  - {leaf_summary(lp.leaf, conds)}")
     return "\n".join(out)
 
 
@@ -1061,10 +1087,12 @@ def _hop_reach(h: M.Hop, by_call: M.Branch | None) -> str:
     return reach_words(h.reachable)
 
 
-def _hop_md(h: M.Hop, link, by_call: M.Branch | None = None) -> str:
+def _hop_md(h: M.Hop, link, by_call: M.Branch | None = None, fact_of=None) -> str:
     where = _loc_md(h.path, h.line, link)
     word = HOP_WORDS.get(h.kind, h.kind.replace("_", " "))
-    cond = f" — *if* {md_code(h.condition)}: {_hop_reach(h, by_call)}" if h.condition else ""
+    left = open_condition(h.condition, h.path, h.line, fact_of) if h.reachable is None else None
+    cond = f" — *if* {md_code(h.condition)}: {_hop_reach(h, by_call)}" + (f" by {md_code(left)}" if left else "") \
+        if h.condition else ""
     detail = f" — {md_escape(h.detail)}" if h.detail else ""
     return f"{word} {md_code(h.symbol)} {where}{cond}{detail}"
 
@@ -1080,14 +1108,16 @@ def _fork_md(f: M.Final, link) -> str:
     return f"⇒ {md_code(fk.symbol)} {FORK_WORDS.get(fk.kind, fk.kind)}{decided} {_loc_md(fk.path, fk.line, link)}".rstrip()
 
 
-def _branch_head_md(b: M.Branch, link) -> str:
+def _branch_head_md(b: M.Branch, link, fact_of=None) -> str:
     cond = f"*if* {md_code(b.condition)}" if b.condition else "*always*"
     where = _loc_md(b.path, b.line, link)
-    return f"{cond} — **{reach_words(b.reachable, b.decided)}**: {md_escape(b.label)} {where}".rstrip()
+    left = open_condition(b.condition, b.path, b.line, fact_of) if b.reachable is None else None
+    by = f" by {md_code(left)}" if left else ""
+    return f"{cond} — **{reach_words(b.reachable, b.decided)}**{by}: {md_escape(b.label)} {where}".rstrip()
 
 
-def _branch_md(b: M.Branch, link, pad: str, out: list[str]) -> None:
-    head = _branch_head_md(b, link)
+def _branch_md(b: M.Branch, link, pad: str, out: list[str], fact_of=None) -> None:
+    head = _branch_head_md(b, link, fact_of)
     if b.reachable is False:
         # folded: the dead branch in one line (what it would have reached)
         lvs = b.chain.leaves()
@@ -1096,7 +1126,7 @@ def _branch_md(b: M.Branch, link, pad: str, out: list[str]) -> None:
         out.append(f"{pad}- {head} — folded ({hops} hop{'s' if hops != 1 else ''}): would reach {what}")
         return
     out.append(f"{pad}- {head}")
-    _subtree_md(b.chain, link, pad + "  ", out, b if b.decided and b.condition else None)
+    _subtree_md(b.chain, link, pad + "  ", out, b if b.decided and b.condition else None, fact_of)
 
 
 def _all_hops(chain: M.Chain):
@@ -1106,9 +1136,9 @@ def _all_hops(chain: M.Chain):
             yield from _all_hops(b.chain)
 
 
-def _subtree_md(chain: M.Chain, link, pad: str, out: list[str], by_call: M.Branch | None = None) -> None:
+def _subtree_md(chain: M.Chain, link, pad: str, out: list[str], by_call: M.Branch | None = None, fact_of=None) -> None:
     for h in chain.hops:
-        out.append(f"{pad}- {_hop_md(h, link, by_call)}")
+        out.append(f"{pad}- {_hop_md(h, link, by_call, fact_of)}")
     f = chain.final
     if f.fork is None:
         out.append(f"{pad}- {_leaf_md(f, link)}")
@@ -1117,7 +1147,7 @@ def _subtree_md(chain: M.Chain, link, pad: str, out: list[str], by_call: M.Branc
         return
     out.append(f"{pad}- {_fork_md(f, link)}")
     for b in f.fork.branches:
-        _branch_md(b, link, pad + "  ", out)
+        _branch_md(b, link, pad + "  ", out, fact_of)
     if f.fork.truncated:
         out.append(f"{pad}  - *truncated: {md_escape(f.fork.truncated)}*")
 
@@ -1131,9 +1161,10 @@ def chain_markdown(chain: M.Chain, title: str | None = None, link=None, defaults
     link = link or (lambda p, l: f"file://{p}#L{l}")
     out = [title] if title else []
     out.extend(line + "  " for line in verdict_markdown(chain, link, defaults, max_runs=10_000))  # hard line breaks
+    fact_of = _fact_of(defaults)
     out.append("")
     for i, h in enumerate(chain.hops):
-        out.append(f"{i + 1}. {_hop_md(h, link)}")
+        out.append(f"{i + 1}. {_hop_md(h, link, None, fact_of)}")
     f = chain.final
     if f.fork is None:
         out.append("")
@@ -1146,7 +1177,7 @@ def chain_markdown(chain: M.Chain, title: str | None = None, link=None, defaults
         if f.detail:
             out.append(f"\n{md_escape(f.detail)}\n")
         for b in f.fork.branches:
-            _branch_md(b, link, "", out)
+            _branch_md(b, link, "", out, fact_of)
         if f.fork.truncated:
             out.append(f"- *truncated: {md_escape(f.fork.truncated)}*")
     if chain.partial:

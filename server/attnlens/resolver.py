@@ -37,7 +37,7 @@ from .index import Index, Module
 from .model import Chain, Final, FinalKind, ForkKind, Hop, HopKind
 from .patches import LazyPatches, collect_patches, freeze_patches, is_patch_decorator, lambda_text, thaw_patches
 from .profile import NONE_VALUE, SOME_VALUE, InstanceOf, PlatformProfile, constant_of, parse_guard
-from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, dotted, function_tree,
+from .pyindex import (TRITON_JIT_NAMES, TRITON_WRAPPERS, Binding, CallSite, FunctionInfo, call_id, dotted, function_tree,
                       interned_names, is_passthrough, super_method, triton_decorated)
 from .torchops import OpRegistry
 from .walk import Alt, Val, ValKind, Walk, alts_value
@@ -239,7 +239,7 @@ class Resolver:
         """Is ``name`` at call ``cs`` the one the ``if`` on line ``gline`` tested: no loop between them binds it again
         (a second turn would pass the new value), and no comprehension or lambda around the call has its own
         ``name``? Read from the function's source."""
-        key = (mod.path, mod.sha, cs.line, cs.col, name, gline)
+        key = (mod.path, mod.sha, call_id(cs), name, gline)
         hit = self._passed_memo.get(key)
         if hit is None:
             if len(self._passed_memo) > 4096:
@@ -682,6 +682,13 @@ class Resolver:
             return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"`{b.name}` is a lambda at {os.path.basename(mod.path)}:{b.line}")
         if b.kind == "iter":
             return self.iteration_value(mod, scope, b, w)
+        ann = mod.summary.global_ann.get(b.name) if not scope and not b.scope else None
+        av = self.annotation_value(mod, "", ann, b.line) if ann else None
+        if av is not None:
+            # a module global whose value says nothing (`_groups: dict[str, Callable[[], Group | None]] = {}`): what
+            # its declared type says
+            w.add(Hop(HopKind.ALIAS, mod.path, b.line, f"{mod.name}.{b.name}", f"{b.name}: {ann} (its declared type)", cond, reach, b.col))
+            return av
         return Val(ValKind.UNKNOWN, mod, b.name, mod.path, b.line, reason=f"`{b.name}` is bound to a computed value at {os.path.basename(mod.path)}:{b.line}")
 
     def call_value(self, mod: Module, scope: str, b: Binding, w: Walk) -> Val:
@@ -762,6 +769,11 @@ class Resolver:
             return Val(ValKind.NOT_INSTALLED, None, target.qual, reason=target.reason, extra=dict(target.extra, object=True))
         if target.kind == ValKind.UNKNOWN and callee in ("cast", "typing.cast") and len(args) >= 2 and args[1]:
             return self.value_text(mod, scope, args[1], w, b_line)  # typing.cast(T, x) is x
+        if target.kind == ValKind.CALLABLE:
+            rv = target.extra["returns"]
+            shown = callee.replace("[]", "[...]")
+            w.add(Hop(HopKind.ALIAS, mod.path, b_line, name, f"{name.replace('[]', '[...]')} = {shown}(...): a {rv.dotted} by the type of {shown} ({target.qual})", cond))
+            return rv
         if target.kind == ValKind.ALTS:
             arms = [dataclasses.replace(a, val=self.result_of_call(mod, scope, name, line, callee, a.val, w.sub(), cond, args))
                     for a in target.extra["alts"]]
@@ -1688,9 +1700,21 @@ class Resolver:
         elif parts[0] == "super()" and len(parts) > 1 and scope:
             v = self.super_attr(mod, scope, parts[1], w)
             parts = parts[1:]
+        elif _suffixes(parts[0])[1]:
+            # `get_group().send(...)`, `_groups[name]()`: the result of calling the name, an item of it (pyindex
+            # elides the arguments and keys)
+            head, suf = _suffixes(parts[0])
+            v = self._suffixed(mod, scope, head, suf, self.lookup_name(mod, scope, head, w, line), w, line)
         else:
             v = self.lookup_name(mod, scope, parts[0], w, line)
-        for p in parts[1:]:
+        for k, p in enumerate(parts[1:], 1):
+            if "()" in p:
+                # `self.get_x().y`: the result of calling the attribute
+                name, suf = _suffixes(p)
+                if v.kind in (ValKind.UNKNOWN, ValKind.BUILTIN):
+                    break
+                v = self._suffixed(mod, scope, ".".join(parts[:k] + [name]), suf, self.attr(v, name, w), w, line)
+                continue
             item = p.endswith("[]")  # `a.table[].x`: an item of `a.table` (pyindex elides the key)
             if item and p[:-2] in LAYER_TABLES:  # whatever holds the table, its items are the attention layers
                 v = self.layers_by_name(mod, text.partition(p)[0] + p, line, w)
@@ -1709,6 +1733,24 @@ class Resolver:
                 v = v.extra["item"]
             elif item:
                 v = Val(ValKind.UNKNOWN, mod, text, mod.path, line, reason=f"`{text.replace('[]', '[...]')}`: an item of `{p}` chosen at run time")
+        return v
+
+    def _suffixed(self, mod: Module, scope: str, text: str, suffixes: str, v: Val, w: Walk, line: int | None) -> Val:
+        """``v`` (the value of ``text``) called and indexed as ``suffixes`` say, in order (``()[]``: an item of what
+        calling it gives): a call's result is what :meth:`result_of_call` gives a binding of the call (the chain's text
+        has no arguments), an item one of a literal dict's entries or an annotated container's item."""
+        for i in range(0, len(suffixes), 2):
+            if v.kind == ValKind.UNKNOWN:
+                return v
+            if suffixes[i] == "(":
+                v = self.result_of_call(mod, scope, f"{text}()", line or 0, text, v, w)
+            elif v.kind == ValKind.DICT:
+                v = self.dict_choice(v, "?", mod, scope)
+            elif v.kind == ValKind.CONTAINER and v.extra.get("item") is not None:
+                v = v.extra["item"]
+            else:
+                return Val(ValKind.UNKNOWN, mod, f"{text}[]", mod.path, line, reason=f"`{text}[...]`: an item of `{text}` chosen at run time")
+            text += suffixes[i:i + 2]
         return v
 
     def self_value(self, mod: Module, scope: str, which: str, w: Walk | None = None) -> Val:
@@ -2199,13 +2241,20 @@ class Resolver:
         if text.startswith(("Optional[", "typing.Optional[")) and text.endswith("]"):
             text = text[text.index("[") + 1:-1]
         head, _, inner = text.partition("[")
-        if head.rpartition(".")[2] in CONTAINERS and inner.endswith("]") and "|" not in text:
+        last = head.strip().rpartition(".")[2]
+        if last in CONTAINERS and inner.endswith("]") and "|" not in _top_level(text):
             # `list[T]`, `dict[K, T]`, `Sequence[T]`: an item is a T
-            args = [x.strip() for x in inner[:-1].split(",")]
-            elem = args[-1] if head.rpartition(".")[2] in ("dict", "Dict", "Mapping") else args[0]
+            args = _annotation_args(inner[:-1])
+            elem = args[-1] if last in ("dict", "Dict", "Mapping") else args[0] if args else ""
             iv = self.annotation_value(mod, scope, elem, line) if elem and elem != "..." else None
             return Val(ValKind.CONTAINER, mod, text, mod.path, line, extra={"item": iv}) if iv is not None else None
-        parts = [x.strip().strip("'\"") for x in text.split("|")]
+        if last == "Callable" and inner.endswith("]") and "|" not in _top_level(text):
+            # `Callable[[...], T]`: calling it gives a T (what it runs is not known)
+            args = _annotation_args(inner[:-1])
+            rv = self.annotation_value(mod, scope, args[-1], line) if len(args) == 2 else None
+            return Val(ValKind.CALLABLE, mod, text, mod.path, line, reason=f"a callable known by its type alone (`{text}`)",
+                       extra={"returns": rv}) if rv is not None else None
+        parts = [x.strip().strip("'\"") for x in _top_level(text).split("|")]
         parts = [x for x in parts if x and x not in self._NONE_PARTS]
         if len(parts) != 1:
             return None
@@ -2862,7 +2911,8 @@ class Resolver:
                 # said as such rather than dropped (the function's other branches are not all it runs)
                 ch = self._chain(bw, Final(FinalKind.UNRESOLVED, mod.path, cs.line, cs.func, reason=tv.reason or ""), mod)
                 return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)", ch, mod.path, cs.line)
-            if tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS):
+            if tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS,
+                           ValKind.CALLABLE):
                 # a kernel handed to a launcher the resolver cannot see (`ctx.call_kernel(kernel, grid, ...)`)
                 kv = self._kernel_argument(mod, f.qualname, cs)
                 if kv is None:
@@ -2922,11 +2972,11 @@ class Resolver:
 
     def _call_memo(self, memo: dict, mod: Module, scope: str, cs: CallSite, compute):
         """``compute()`` for call site ``cs`` of function ``scope``, memoised in ``memo`` per function, then per
-        call (line and column in one int: upstream vLLM's `sites` kept ~150,000 call-site entries between two
+        call (``pyindex.call_id``: one int; upstream vLLM's `sites` kept ~150,000 call-site entries between two
         emptyings, a 5-tuple key each) when nothing cut it from outside (:meth:`_memo_if_clean`)."""
         self._check_memo_gen()
         inner = memo.setdefault((mod.path, mod.sha, scope), {})
-        return self._memoised(inner, (cs.line << 20) | cs.col, compute)
+        return self._memoised(inner, call_id(cs), compute)
 
     def _hopeless_of(self, mod: Module, scope: str, cs: CallSite) -> bool:
         probe = Walk()
@@ -2938,7 +2988,8 @@ class Resolver:
             return False  # (`super()` of a base class that is not found: an unresolved branch, see body_branches)
         if any(h.kind == HopKind.PLATFORM for h in probe.hops):
             return True
-        return tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS) and \
+        return tv.kind in (ValKind.UNKNOWN, ValKind.BUILTIN, ValKind.MODULE, ValKind.NAMESPACE, ValKind.TORCH, ValKind.TORCH_OPS,
+                           ValKind.CALLABLE) and \
             self._kernel_argument(mod, scope, cs) is None
 
     def _kernel_argument(self, mod: Module, scope: str, cs: CallSite) -> Val | None:
@@ -3740,6 +3791,45 @@ def _module_level(mod: Module, scope: str, node: ast.expr) -> bool:
                 return False
             seen = True
     return seen
+
+
+def _suffixes(part: str) -> tuple[str, str]:
+    """A chain part split into its name and the calls and items taken of it (``_groups[]()`` -> ``_groups``, ``[]()``)."""
+    i = len(part)
+    while i >= 2 and part[i - 2:i] in ("()", "[]"):
+        i -= 2
+    return part[:i], part[i:]
+
+
+def _annotation_args(text: str) -> list:
+    """The top-level comma-separated arguments of a subscripted annotation (``str, Callable[[], X]`` -> two)."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        out.append("".join(cur).strip())
+    return out
+
+
+def _top_level(text: str) -> str:
+    """``text`` without what its brackets hold (``Callable[[], X | None]`` -> ``Callable``): its own operators only."""
+    out, depth = [], 0
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
 
 
 def parse_expr(text: str) -> ast.expr | None:

@@ -42,6 +42,7 @@ class ValKind(Kind):
     DICT = "dict"  # a literal dict of callables
     LIST = "list"  # a literal list
     CONTAINER = "container"  # an annotated container (`list[T]`): extra["item"] is the item's value
+    CALLABLE = "callable"  # an annotated callable (`Callable[[], T]`): extra["returns"] is what calling it gives
     ALTS = "alts"  # one of several alternatives (a fork once followed): extra["alts"] holds the Alts
     UNKNOWN = "unknown"  # not followed; `reason` says why
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import model as M
+from ..pyindex import call_id
 from ..walk import Val, ValKind, Walk
 from . import facts as F
 from .contracts import PROBE_AGENT_FAMILY
@@ -240,7 +241,7 @@ class ModuleContext:
     # -- resolution ----------------------------------------------------------
     def resolve_call(self, cs) -> Val:
         """The direct callee of a call site (monkey patches applied)."""
-        key = (cs.line, cs.col)
+        key = call_id(cs)
         hit = self._resolved.get(key)
         if hit is None:
             w = Walk()
@@ -258,10 +259,10 @@ class ModuleContext:
         """Did resolving the callee pick one of several bindings under a guard that the platform
         profile cannot decide (``if FLAG:`` / ``else:`` alternatives)?"""
         self.resolve_call(cs)
-        return self._resolved[(cs.line, cs.col)][1]
+        return self._resolved[call_id(cs)][1]
 
     def trace(self, cs) -> M.Chain | None:
-        key = (cs.line, cs.col)
+        key = call_id(cs)
         if key not in self._traced:
             try:
                 self._traced[key] = self.r.trace_call(self.mod, cs)

@@ -73,7 +73,7 @@ def register(ls: AttnLensServer) -> None:
         data = hint.data if isinstance(hint.data, dict) else None
         if data is None or not isinstance(data.get("path"), str):
             return hint
-        tip = await ls.call(hint_tooltip, data["path"], data.get("line"), data.get("col"))
+        tip = await ls.call(hint_tooltip, data["path"], data.get("line"), data.get("col"), data.get("end"))
         if tip and isinstance(hint.label, list) and hint.label:
             hint.label[0].tooltip = T.MarkupContent(T.MarkupKind.Markdown, tip)
         return hint
@@ -287,14 +287,15 @@ def hints(a: Analysis, view: View, path: str, first_line: int, last_line: int) -
             continue
         out.append(Hint(*conv.point(path, s.end_line, s.end_col), label,
                         conv.location_span(target[0], target[1]) if target else None,
-                        {"path": path, "line": s.line, "col": s.col}))
+                        {"path": path, "line": s.line, "col": s.col, "end": [s.end_line, s.end_col]}))
     return out
 
 
-def hint_tooltip(a: Analysis, path: str, line: int | None, col: int | None) -> str | None:
-    """The verdict of the call site a hint follows (Markdown), or None when it is gone."""
+def hint_tooltip(a: Analysis, path: str, line: int | None, col: int | None, end=None) -> str | None:
+    """The verdict of the call site a hint follows (Markdown), or None when it is gone. ``end`` tells apart two
+    sites that start together (`get_group().send(x)` and `get_group()`)."""
     for s in current_sites(a, path):
-        if (s.line, s.col) == (line, col):
+        if (s.line, s.col) == (line, col) and (not end or [s.end_line, s.end_col] == list(end)):
             return "  \n".join(verdict_markdown(s.chain, link, a.q.platform_defaults()))
     return None
 

@@ -1,0 +1,175 @@
+"""A method called on the result of a call written inline: ``get_dcp_group().all_gather(x)``.
+
+vLLM reaches its collectives through ``get_tp_group().all_reduce(...)``, ``get_dcp_group().all_gather(...)``: the
+callee is the method of what the call returns. Before, such a call ended in "dynamic call: the callee is not a plain
+name or attribute chain" (vLLM-MetaX's ``flash_attn.py:1498``). The summary writes the callee with the arguments
+elided (``get_dcp_group().all_gather``); the resolver reads each ``()`` as the call's result (what a binding of the
+call gives)."""
+
+from __future__ import annotations
+
+import ast
+
+from attnlens.pyindex import _chain_text
+from tests.helpers import fixture_ws
+from tests.test_resolver_hops import PLUGIN, UPSTREAM
+
+SITE = dict(UPSTREAM)
+SITE.update({
+    "triton/__init__.py": "def jit(fn=None, **kw):\n    return fn\n",
+    "up/groups.py": """
+        from typing import Callable
+
+        import triton
+
+        from up.platforms import current_platform
+
+
+        @triton.jit
+        def _gather_kernel(x):
+            pass
+
+
+        @triton.jit
+        def _fallback_kernel(x):
+            pass
+
+
+        class Group:
+            def all_gather(self, x):
+                if current_platform.is_cuda():
+                    _gather_kernel[(1,)](x)
+                else:
+                    _fallback_kernel[(1,)](x)
+
+            def sub(self):
+                return Sub()
+
+
+        class Sub:
+            def send(self, x):
+                _gather_kernel[(2,)](x)
+
+
+        _GROUP = Group()
+        _groups: dict[str, Callable[[], "Group | None"]] = {}
+        _plain = {}
+
+
+        def gather(x, name):
+            group = _groups[name]()
+            if group is None:
+                raise ValueError(name)
+            return group.all_gather(x)
+
+
+        def get_group() -> Group:
+            return _GROUP
+
+
+        def rotate(x):
+            _fallback_kernel[(3,)](x)
+            return x
+
+
+        def pack(x):
+            y = rotate(x.float()).to(x.dtype)
+            return y
+
+
+        class Layer:
+            def helper(self):
+                return Group()
+
+            def forward(self, x):
+                get_group().all_gather(x)
+                self.helper().all_gather(x)
+                get_group().sub().send(x)
+                len(x).bit_length()
+                pack(x)
+                gather(x, "tp")
+                _groups[x]().sub().send(x)
+                _plain[x]().send(x)
+    """,
+})
+
+
+def _leaves(ws, func):
+    mod = ws.index.module("up.groups")
+    cs = next(c for c in mod.summary.calls if c.scope == "Layer.forward" and c.func == func)
+    ch = ws.resolver.trace_call(mod, cs)
+    return [(str(lf.final.kind), lf.final.symbol, lf.reachable) for lf in ch.leaves()], ch
+
+
+def test_the_summary_writes_a_call_in_a_chain_with_its_arguments_elided():
+    def text(src):
+        return _chain_text(ast.parse(src, mode="eval").body.func)
+
+    assert text("get_group(a, b=1).all_gather(x)") == "get_group().all_gather"
+    assert text("self.helper(y).run(x)") == "self.helper().run"
+    assert text("a.b(1).c(2).d(x)") == "a.b().c().d"
+    assert text("tables[k].get(1).run(x)") == "tables[].get().run"
+    assert text("super().forward.inner(x)") == ""  # (super() is the summary's own form, `super().f` alone)
+    assert text("f()().g(x)") == ""  # (a call of a call's result: not written)
+    assert text("a.b.c(x)") == ""  # (a plain dotted callee is `dotted`'s)
+    assert text("torch.ops.oink.rmsnorm(x, w).view_as(x)") == ""  # (a tensor's method)
+
+
+def test_a_method_of_a_call_result_is_what_runs(tmp_path):
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    got, ch = _leaves(ws, "get_group().all_gather")
+    # the plugin's platform is out of tree: `is_cuda()` is false, the fallback kernel runs
+    assert got == [("triton_kernel", "up.groups._gather_kernel", False),
+                   ("triton_kernel", "up.groups._fallback_kernel", True)]
+    assert [h.detail for h in ch.hops if h.kind == "alias"] == ["get_group() = get_group(...) returns _GROUP"]
+    got, _ch = _leaves(ws, "self.helper().all_gather")
+    assert got == [("triton_kernel", "up.groups._gather_kernel", False),
+                   ("triton_kernel", "up.groups._fallback_kernel", True)]
+    got, _ch = _leaves(ws, "get_group().sub().send")
+    assert got == [("triton_kernel", "up.groups._gather_kernel", True)]
+
+
+def test_a_method_of_a_builtin_call_result_says_so(tmp_path):
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    got, ch = _leaves(ws, "len().bit_length")
+    assert [k for k, _s, _r in got] == ["unresolved"]
+    line = next(c.line for c in ws.index.module("up.groups").summary.calls if c.func == "len().bit_length")
+    assert ch.final.reason == f"`len()` is the result of calling `len` at groups.py:{line}"
+
+
+def test_a_call_and_the_call_its_callee_holds_are_two_sites(tmp_path):
+    """`rotate(x.float()).to(x.dtype)` and `rotate(x.float())` start at the same column: the memos of a body's calls
+    (hopeless, kernel argument) keep them apart (`pyindex.call_id`). Before, the first answer stood for both and
+    `pack` lost its kernel (vLLM's INT4 `reshape_and_cache_int4` lost its Hadamard kernels)."""
+    from attnlens.pyindex import call_id
+
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    mod = ws.index.module("up.groups")
+    outer, inner = (next(c for c in mod.summary.calls if c.scope == "pack" and c.func == f) for f in ("rotate().to", "rotate"))
+    assert (outer.line, outer.col) == (inner.line, inner.col) and call_id(outer) != call_id(inner)
+    got, _ch = _leaves(ws, "pack")
+    assert got == [("triton_kernel", "up.groups._fallback_kernel", True)]
+
+
+def test_an_item_of_a_global_known_by_its_declared_type(tmp_path):
+    """vLLM's Python-bodied collectives (`torch.ops.vllm.all_gather`) look their group up in `_groups: dict[str,
+    Callable[[], "GroupCoordinator | None"]] = {}` and call it: the item is a callable, calling it gives a
+    GroupCoordinator, whose method is what runs (before: "`_groups` is bound to a computed value"; vLLM-MetaX's
+    all-gather went on to MCCL through there, and the answer listed MCCL as not taken)."""
+    from attnlens import render
+
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    mod = ws.index.module("up.groups")
+    assert mod.summary.global_ann["_groups"] == 'dict[str, Callable[[], "Group | None"]]'
+    got, ch = _leaves(ws, "gather")
+    # (run time: `if group is None: raise` before the call)
+    assert got == [("triton_kernel", "up.groups._gather_kernel", False),
+                   ("triton_kernel", "up.groups._fallback_kernel", None)]
+    assert 'group = _groups[...](...): a up.groups.Group by the type of _groups[...] (Callable[[], "Group | None"])' in \
+        [h.detail for lp in render.leaf_paths(ch) for h in lp.hops]
+    got, _ch = _leaves(ws, "_groups[]().sub().send")
+    assert got == [("triton_kernel", "up.groups._gather_kernel", True)]
+    # a global with no declared type: its items are not known
+    got, ch = _leaves(ws, "_plain[]().send")
+    line = next(b.line for b in mod.summary.bindings["_plain"])
+    assert [k for k, _s, _r in got] == ["unresolved"] and ch.final.reason == f"`_plain` is bound to a computed value at groups.py:{line}"
