@@ -22,6 +22,8 @@ SITE.update({
 
         import triton
 
+        from up import codec
+
         from up.platforms import current_platform
 
 
@@ -90,6 +92,11 @@ SITE.update({
                 gather(x, "tp")
                 _groups[x]().sub().send(x)
                 _plain[x]().send(x)
+                codec.encode(x).decode()
+    """,
+    "up/codec.py": """
+        def encode(b):
+            return bytes(b)
     """,
 })
 
@@ -130,9 +137,12 @@ def test_a_method_of_a_call_result_is_what_runs(tmp_path):
 
 
 def test_a_method_of_a_builtin_call_result_says_so(tmp_path):
+    from attnlens.registry import is_kernel_chain
+
     ws = fixture_ws(tmp_path, PLUGIN, SITE)
     got, ch = _leaves(ws, "len().bit_length")
     assert [k for k, _s, _r in got] == ["unresolved"]
+    assert not is_kernel_chain(ch)  # (no kernel site)
     line = next(c.line for c in ws.index.module("up.groups").summary.calls if c.func == "len().bit_length")
     assert ch.final.reason == f"`len()` is the result of calling `len` at groups.py:{line}"
 
@@ -173,3 +183,20 @@ def test_an_item_of_a_global_known_by_its_declared_type(tmp_path):
     got, ch = _leaves(ws, "_plain[]().send")
     line = next(b.line for b in mod.summary.bindings["_plain"])
     assert [k for k, _s, _r in got] == ["unresolved"] and ch.final.reason == f"`_plain` is bound to a computed value at groups.py:{line}"
+
+
+def test_the_unknown_result_of_an_imported_function_is_no_kernel_site(tmp_path):
+    """`codec.encode(b).decode()` comes through an import, of a function whose result is not known (vLLM's
+    `base64.b64encode(...).decode("utf-8")`): no kernel call site (an unresolved call through an import of a
+    missing kernel package still is)."""
+    from attnlens.registry import Registry
+
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    mod = ws.index.module("up.groups")
+    reg = Registry(ws.resolver)
+    sites = {r.call for c in mod.summary.calls if (r := reg.kernel_call(mod, c)) is not None}
+    cs = next(c for c in mod.summary.calls if c.func == "codec.encode().decode")
+    ch = ws.resolver.trace_call(mod, cs)
+    assert (ch.final.kind, ch.final.symbol) == ("unresolved", "codec.encode()") and "import" in [h.kind for h in ch.hops]
+    assert "codec.encode().decode" not in sites
+    assert {"get_group().all_gather", "gather", "pack"} <= sites

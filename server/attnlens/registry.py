@@ -613,6 +613,9 @@ def is_kernel_chain(chain: M.Chain) -> bool:
     if k == M.FinalKind.UNRESOLVED:
         # only unresolved calls that came through an import of kernel-ish code
         via = (HopKind.IMPORT, HopKind.CONDITIONAL_IMPORT, HopKind.LAZY_IMPORT, HopKind.DYNAMIC_IMPORT, HopKind.ALIAS)
+        # (not the unknown result of a call in a chain: `base64.b64encode(b).decode` came through an import, of a
+        # function whose result is not known; it is no kernel)
         return any(h.kind in via for h in chain.hops) and not any(
-            h.kind == HopKind.PLATFORM for h in chain.hops) and "(not followed)" not in (chain.final.reason or "") and "builtin" not in (chain.final.reason or "")
+            h.kind == HopKind.PLATFORM for h in chain.hops) and "(not followed)" not in (chain.final.reason or "") and "builtin" not in (chain.final.reason or "") \
+            and not (chain.final.symbol or "").endswith(")")
     return False
