@@ -74,6 +74,14 @@ SITE.update({
             return x
 
 
+        def _launch(kernel, *, x, n):
+            kernel[(n,)](x)
+
+
+        def quantize(x):
+            _launch(_gather_kernel, x=x, n=4)
+
+
         def pack(x):
             y = rotate(x.float()).to(x.dtype)
             return y
@@ -93,6 +101,7 @@ SITE.update({
                 _groups[x]().sub().send(x)
                 _plain[x]().send(x)
                 codec.encode(x).decode()
+                quantize(x)
     """,
     "up/codec.py": """
         def encode(b):
@@ -200,3 +209,16 @@ def test_the_unknown_result_of_an_imported_function_is_no_kernel_site(tmp_path):
     assert (ch.final.kind, ch.final.symbol) == ("unresolved", "codec.encode()") and "import" in [h.kind for h in ch.hops]
     assert "codec.encode().decode" not in sites
     assert {"get_group().all_gather", "gather", "pack"} <= sites
+
+
+def test_a_kernel_passed_to_a_function_that_only_launches_its_parameter(tmp_path):
+    """`_run_reshape_kernel(_reshape_cache_int4_kernel, key=..., ...)` whose body is `kernel[grid](...)`: the kernel
+    passed is what runs (before: the callee's tree ended at its parameter `kernel`, and vLLM's INT4 cache write lost
+    its kernel)."""
+    from attnlens import render
+
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    got, ch = _leaves(ws, "quantize")
+    assert got == [("triton_kernel", "up.groups._gather_kernel", True)]
+    assert "_gather_kernel is passed to up.groups._launch, which launches it" in \
+        [h.detail for lp in render.leaf_paths(ch) for h in lp.hops]

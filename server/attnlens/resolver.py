@@ -2924,13 +2924,17 @@ class Resolver:
             ch = self._chain(bw, fin, mod)
             partial = partial or bw.partial
             if not ch.reaches_runtime():
-                kv = self._kernel_argument(mod, f.qualname, cs) if fin.kind == FinalKind.PYTHON_FUNCTION else None
+                # (a callee whose only work is a launch of its parameter, `kernel[grid](...)`, ends at that parameter:
+                # vLLM's `_run_reshape_kernel(_reshape_cache_int4_kernel, ...)`)
+                launches_param = fin.kind == FinalKind.UNRESOLVED and tv.kind == ValKind.FUNCTION and tv.func is not None \
+                    and fin.symbol in {p.name for p in tv.func.params}
+                kv = self._kernel_argument(mod, f.qualname, cs) if fin.kind == FinalKind.PYTHON_FUNCTION or launches_param else None
                 if kv is None:
                     return None
                 # the callee launches what it is given: the kernel argument is what runs
                 bw.hops = bw.hops[:1]
                 bw.add(Hop(HopKind.TRITON_LAUNCH, fin.path or mod.path, fin.line or cs.line, kv.dotted,
-                           f"{kv.qual} is passed to {fin.symbol}, which launches it"))
+                           f"{kv.qual} is passed to {tv.dotted if launches_param else fin.symbol}, which launches it"))
                 ch = self._chain(bw, self.follow(kv, bw, launch=True), mod)
                 sym = f"{cs.func}({kv.qual}, ...)"
             # a guard the parameters this call fixes decided says so on the branch's label
