@@ -78,6 +78,32 @@ SITE.update({
             kernel[(n,)](x)
 
 
+        def _gemm_cuda(x):
+            _gather_kernel[(5,)](x)
+
+
+        def _gemm_default(x):
+            _fallback_kernel[(5,)](x)
+
+
+        def dispatch_gemm():
+            if current_platform.is_cuda():
+                return _gemm_cuda
+            return _gemm_default
+
+
+        class Comm:
+            def __init__(self, use_quick):
+                self.quick = None
+                if use_quick and current_platform.is_cuda():
+                    self.quick = Sub()
+
+            def reduce(self, x):
+                quick = self.quick
+                if quick is not None:
+                    quick.send(x)
+
+
         def quantize(x):
             _launch(_gather_kernel, x=x, n=4)
 
@@ -102,6 +128,8 @@ SITE.update({
                 _plain[x]().send(x)
                 codec.encode(x).decode()
                 quantize(x)
+                dispatch_gemm()(x)
+                Comm(True).reduce(x)
     """,
     "up/codec.py": """
         def encode(b):
@@ -129,6 +157,8 @@ def test_the_summary_writes_a_call_in_a_chain_with_its_arguments_elided():
     assert text("f()().g(x)") == ""  # (a call of a call's result: not written)
     assert text("a.b.c(x)") == ""  # (a plain dotted callee is `dotted`'s)
     assert text("torch.ops.oink.rmsnorm(x, w).view_as(x)") == ""  # (a tensor's method)
+    assert text("dispatch_gemm()(layer, x)") == "dispatch_gemm()"  # (what a call returns, called)
+    assert text("torch.compile(fn)(x)") == ""
 
 
 def test_a_method_of_a_call_result_is_what_runs(tmp_path):
@@ -222,3 +252,40 @@ def test_a_kernel_passed_to_a_function_that_only_launches_its_parameter(tmp_path
     assert got == [("triton_kernel", "up.groups._gather_kernel", True)]
     assert "_gather_kernel is passed to up.groups._launch, which launches it" in \
         [h.detail for lp in render.leaf_paths(ch) for h in lp.hops]
+
+
+def test_the_function_a_call_returns_called_at_once(tmp_path):
+    """`dispatch_unquantized_gemm()(layer, x, weight, bias)` (vLLM's default GEMM in `UnquantizedLinearMethod.apply`):
+    the functions the dispatcher returns are the branches, each under its return's condition (before: no callee
+    text, the call was not followed)."""
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    got, ch = _leaves(ws, "dispatch_gemm()")
+    # the plugin's platform is out of tree: `is_cuda()` is false
+    assert got == [("triton_kernel", "up.groups._gather_kernel", False),
+                   ("triton_kernel", "up.groups._fallback_kernel", True)]
+    assert ch.final.fork is not None and str(ch.final.fork.kind) == "factory_return"
+
+
+def test_an_attribute_set_only_under_a_guard_false_here_is_dead(tmp_path):
+    """`self.qr_comm = QuickAllReduce(...)` only `if use_custom_allreduce and ... and current_platform.is_rocm()` (vLLM's
+    `CudaCommunicator`), else None: on vLLM-MetaX a call through it is not taken. Before, the one assignment was
+    followed as if it could run ("decided at run time", and `qr_all_reduce` was listed as running)."""
+    ws = fixture_ws(tmp_path, PLUGIN, SITE)
+    got, _ch = _leaves(ws, "Comm().reduce")
+    assert got == [("triton_kernel", "up.groups._gather_kernel", False)]
+
+
+def test_a_python_registration_says_the_platform_dispatch_key(tmp_path):
+    """`direct_register_custom_op(...)` without `dispatch_key=` registers for `current_platform.dispatch_key`: the
+    registration says the platform's key where its class sets one (before: "CUDA" whatever the platform; vLLM's CPU
+    platform registers for "CPU")."""
+    from tests.test_resolver_hops import trace
+
+    plugin = dict(PLUGIN)
+    plugin["fx/platform.py"] = PLUGIN["fx/platform.py"].replace(
+        "            _enum = PlatformEnum.OOT\n", "            _enum = PlatformEnum.OOT\n            dispatch_key = \"PrivateUse1\"\n")
+    for plug, key in ((PLUGIN, "current_platform.dispatch_key"), (plugin, "PrivateUse1 (current_platform.dispatch_key)")):
+        ws = fixture_ws(tmp_path / key.split()[0], plug, UPSTREAM)
+        c = trace(ws, "torch.ops.vllm.fx_attention(", offset=len("torch.ops.vllm."))
+        reg = next(h for h in c.hops if h.kind == "op_registration")
+        assert reg.detail.endswith(f"(dispatch key {key})"), reg.detail

@@ -1405,7 +1405,7 @@ class _Builder:
         if isinstance(f, ast.Subscript):
             sub = " ".join((self.seg(f.slice) or "").split())
         # `a.items[k].run(...)`: the callee through a subscript, key elided (`a.items[].run`); still walked as an expression
-        func = fd or (_chain_text(f) if isinstance(f, ast.Attribute) else "")
+        func = fd or (_chain_text(f) if isinstance(f, (ast.Attribute, ast.Call)) else "")
         tup, num = self._tup, self._int
         if args:
             str_args = tup(t := tuple([a.value if type(a) is _Constant and type(a.value) is str else None for a in args]), t)

@@ -2099,6 +2099,16 @@ class Resolver:
         inherited = self._inherited_attr(bases, name, w.receiver or concrete) if rest is not None else None
         if inherited is not None:
             chosen.append((inherited,) + rest)
+        if len(chosen) == 1 and chosen[0][2] is False and not isinstance(chosen[0][0], tuple):
+            # the one assignment that names something is under a guard false on this platform (`if ... and
+            # current_platform.is_rocm(): self.qr_comm = QuickAllReduce(...)`; else it stays None): what a call
+            # through the attribute would reach is dead here
+            b, text, _r = chosen[0]
+            av = self._inst_value(m, b, w.sub())
+            if av.kind != ValKind.UNKNOWN:
+                return alts_value(ForkKind.ASSIGNMENTS, f"self.{name}", m, f"self.{name}", b.line,
+                                  [Alt(av, text, False, f"self.{name} = {b.target or '...'} ({os.path.basename(m.path)}:{b.line})",
+                                       m.path, b.line, (m.path, b.attr or "", b.guards))])
         if len(chosen) < 2:
             # (the first assignment alone: what class_attr follows anyway, with its declared type as a fallback)
             return None if not chosen or chosen[0][0] is c.inst_attrs[name] else self._inst_value(m, chosen[0][0], w)

@@ -50,6 +50,10 @@ from .model import Final, FinalKind, Hop, HopKind, Registration, extension_holds
 from .walk import ValKind, Walk
 
 
+# the dispatch key of `direct_register_custom_op` when the call names none (the platform's, folded where the answer is
+# made: OpRegistry.key_of)
+_PLATFORM_KEY = "current_platform.dispatch_key"
+
 class CppNotReady(BaseException):
     """The C++ index is being built by a worker process and is not ready yet.
 
@@ -436,7 +440,7 @@ class OpRegistry:
                 tl = kw.get("target_lib") or partials.get(cs.func)
                 if tl:
                     lib_ns = self._library_ns(m, cs.scope, tl) or "?"
-                key = (kw.get("dispatch_key") or "").strip("'\"") or "CUDA (current_platform.dispatch_key)"
+                key = (kw.get("dispatch_key") or "").strip("'\"") or _PLATFORM_KEY
                 if name == op and lib_ns == ns:
                     out.append(PyReg(m, cs.line, cs.scope, func, key, f"{cs.func}(op_name=\"{op}\")",
                                      "default", "direct_register_custom_op"))
@@ -637,7 +641,7 @@ class OpRegistry:
                                          for r in others) if others else ""
             m = pick.module
             w.add(Hop(HopKind.OP_REGISTRATION, m.path, pick.line, qual,
-                      f"{pick.text} in {m.name} (dispatch key {pick.key}){also}"))
+                      f"{pick.text} in {m.name} (dispatch key {self.key_of(pick)}){also}"))
             fv = self.r.resolve_dotted(m, pick.scope, pick.func, w, line=pick.line)
             fin = self.r.follow(fv, w)
             if fin.kind == FinalKind.PYTHON_FUNCTION:
@@ -727,6 +731,25 @@ class OpRegistry:
             fin.reason = reason
         return fin
 
+    def key_of(self, r: "PyReg") -> str:
+        """The dispatch key of a Python registration, the platform's own folded where it names none
+        (``direct_register_custom_op`` registers for ``current_platform.dispatch_key``: "CUDA" on vLLM-MetaX, "CPU" on
+        vLLM's CPU platform), said with the expression."""
+        if r.key != _PLATFORM_KEY:
+            return r.key
+        from .profile import constant_of
+
+        vals = set()
+        try:
+            for cv in self.r.profile.info.classes:
+                a = self.r.class_attr(cv.module, cv.qual, "dispatch_key", Walk())
+                b = a.extra.get("binding") if a is not None else None
+                vals.add(constant_of(b.target) if b is not None and b.target else None)
+        except Exception:  # noqa: BLE001 - a key is a nicety of the answer: never fail it
+            vals = set()
+        v = vals.pop() if len(vals) == 1 else None
+        return f"{v} (current_platform.dispatch_key)" if isinstance(v, str) and v else _PLATFORM_KEY
+
     def _py_registration(self, r: "PyReg", fv) -> Registration:
         """A :class:`Registration` for a Python registration; ``fv``: its function, when resolved."""
         kind = {"fake": "python_fake", "def": "python_def"}.get(r.role, "python")
@@ -743,7 +766,7 @@ class OpRegistry:
                         fv = None
             if fv is not None and fpath is None and fv.kind in (ValKind.FUNCTION, ValKind.CLASS):
                 fpath, fline = fv.path, fv.line
-        return Registration(r.module.path, r.line, r.key, kind, r.func or None, fpath, fline, schema=r.schema)
+        return Registration(r.module.path, r.line, self.key_of(r), kind, r.func or None, fpath, fline, schema=r.schema)
 
     def calling_module(self, w):
         """(module, line, scope) of the code that evaluates ``torch.ops...``: the last hop of the walk ``w`` in a
