@@ -932,12 +932,13 @@ def open_condition(text: str | None, path: str | None, line: int | None, fact_of
     return kept[0].text if len(kept) == 1 and kept[0].text != text else None
 
 
-def _by(text: str | None, path: str | None, line: int | None, reach, fact_of) -> str:
-    """`` by X`` after "decided at run time" when the platform leaves ``X`` of ``text`` open, else ''."""
+def _by(text: str | None, path: str | None, line: int | None, reach, fact_of, code=str) -> str:
+    """`` by X`` after "decided at run time" when the platform leaves ``X`` of ``text`` open, else ''; ``code``
+    writes ``X`` (Markdown: a code span)."""
     if reach is not None:
         return ""
     left = open_condition(text, path, line, fact_of)
-    return f" by {left}" if left else ""
+    return f" by {code(left)}" if left else ""
 
 
 def _node_text(chain: M.Chain, pad: str, out: list[str], by_call: M.Branch | None = None, fact_of=None) -> None:
@@ -1090,8 +1091,7 @@ def _hop_reach(h: M.Hop, by_call: M.Branch | None) -> str:
 def _hop_md(h: M.Hop, link, by_call: M.Branch | None = None, fact_of=None) -> str:
     where = _loc_md(h.path, h.line, link)
     word = HOP_WORDS.get(h.kind, h.kind.replace("_", " "))
-    left = open_condition(h.condition, h.path, h.line, fact_of) if h.reachable is None else None
-    cond = f" — *if* {md_code(h.condition)}: {_hop_reach(h, by_call)}" + (f" by {md_code(left)}" if left else "") \
+    cond = f" — *if* {md_code(h.condition)}: {_hop_reach(h, by_call)}{_by(h.condition, h.path, h.line, h.reachable, fact_of, md_code)}" \
         if h.condition else ""
     detail = f" — {md_escape(h.detail)}" if h.detail else ""
     return f"{word} {md_code(h.symbol)} {where}{cond}{detail}"
@@ -1111,8 +1111,7 @@ def _fork_md(f: M.Final, link) -> str:
 def _branch_head_md(b: M.Branch, link, fact_of=None) -> str:
     cond = f"*if* {md_code(b.condition)}" if b.condition else "*always*"
     where = _loc_md(b.path, b.line, link)
-    left = open_condition(b.condition, b.path, b.line, fact_of) if b.reachable is None else None
-    by = f" by {md_code(left)}" if left else ""
+    by = _by(b.condition, b.path, b.line, b.reachable, fact_of, md_code)
     return f"{cond} — **{reach_words(b.reachable, b.decided)}**{by}: {md_escape(b.label)} {where}".rstrip()
 
 

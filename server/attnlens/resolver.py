@@ -1708,48 +1708,44 @@ class Resolver:
         else:
             v = self.lookup_name(mod, scope, parts[0], w, line)
         for k, p in enumerate(parts[1:], 1):
-            if "()" in p:
-                # `self.get_x().y`: the result of calling the attribute
-                name, suf = _suffixes(p)
-                if v.kind in (ValKind.UNKNOWN, ValKind.BUILTIN):
-                    break
-                v = self._suffixed(mod, scope, ".".join(parts[:k] + [name]), suf, self.attr(v, name, w), w, line)
-                continue
-            item = p.endswith("[]")  # `a.table[].x`: an item of `a.table` (pyindex elides the key)
-            if item and p[:-2] in LAYER_TABLES:  # whatever holds the table, its items are the attention layers
+            # `a.table[].x`, `self.get_x().y`: an item of `a.table`, the result of calling `self.get_x` (pyindex elides
+            # the keys and arguments)
+            name, suf = _suffixes(p)
+            if suf == "[]" and name in LAYER_TABLES:  # whatever holds the table, its items are the attention layers
                 v = self.layers_by_name(mod, text.partition(p)[0] + p, line, w)
                 continue
-            if v.kind in (ValKind.UNKNOWN, ValKind.NOT_INSTALLED, ValKind.BUILTIN):
-                if v.kind == ValKind.NOT_INSTALLED:
-                    v = self.attr(v, p[:-2] if item else p, w)
-                    continue
+            if v.kind in (ValKind.UNKNOWN, ValKind.BUILTIN):
                 break
-            if item:
-                p = p[:-2]
-            v = self.attr(v, p, w)
-            if item and v.kind == ValKind.DICT:
-                v = self.dict_choice(v, "?", mod, scope)
-            elif item and v.kind == ValKind.CONTAINER:
-                v = v.extra["item"]
-            elif item:
-                v = Val(ValKind.UNKNOWN, mod, text, mod.path, line, reason=f"`{text.replace('[]', '[...]')}`: an item of `{p}` chosen at run time")
+            if v.kind == ValKind.NOT_INSTALLED and "(" not in suf:
+                v = self.attr(v, name, w)  # (an item of a missing package's attribute is its code too; a call's result is not)
+                continue
+            v = self.attr(v, name, w)
+            if suf:
+                v = self._suffixed(mod, scope, ".".join(parts[:k] + [name]), suf, v, w, line, text)
         return v
 
-    def _suffixed(self, mod: Module, scope: str, text: str, suffixes: str, v: Val, w: Walk, line: int | None) -> Val:
+    def _suffixed(self, mod: Module, scope: str, text: str, suffixes: str, v: Val, w: Walk, line: int | None,
+                  whole: str | None = None) -> Val:
         """``v`` (the value of ``text``) called and indexed as ``suffixes`` say, in order (``()[]``: an item of what
         calling it gives): a call's result is what :meth:`result_of_call` gives a binding of the call (the chain's text
-        has no arguments), an item one of a literal dict's entries or an annotated container's item."""
+        has no arguments), an item one of a literal dict's entries or an annotated container's item, else an item
+        chosen at run time (of ``whole``, the chain being resolved)."""
+        name = text.rpartition(".")[2]
         for i in range(0, len(suffixes), 2):
-            if v.kind == ValKind.UNKNOWN:
-                return v
             if suffixes[i] == "(":
+                if v.kind == ValKind.UNKNOWN:
+                    return v
                 v = self.result_of_call(mod, scope, f"{text}()", line or 0, text, v, w)
             elif v.kind == ValKind.DICT:
                 v = self.dict_choice(v, "?", mod, scope)
             elif v.kind == ValKind.CONTAINER and v.extra.get("item") is not None:
                 v = v.extra["item"]
+            elif v.kind == ValKind.UNKNOWN and whole is None:
+                return v  # (the name itself is not known: its reason says why)
             else:
-                return Val(ValKind.UNKNOWN, mod, f"{text}[]", mod.path, line, reason=f"`{text}[...]`: an item of `{text}` chosen at run time")
+                shown = whole or f"{text}[]"
+                return Val(ValKind.UNKNOWN, mod, shown, mod.path, line,
+                           reason=f"`{shown.replace('[]', '[...]')}`: an item of `{name}` chosen at run time")
             text += suffixes[i:i + 2]
         return v
 
@@ -2250,21 +2246,20 @@ class Resolver:
         text = ann.strip().strip("'\"")
         if text.startswith(("Optional[", "typing.Optional[")) and text.endswith("]"):
             text = text[text.index("[") + 1:-1]
-        head, _, inner = text.partition("[")
-        last = head.strip().rpartition(".")[2]
-        if last in CONTAINERS and inner.endswith("]") and "|" not in _top_level(text):
+        union = _union_operands(text)
+        last = text.partition("[")[0].strip().rpartition(".")[2]
+        args = _subscript_args(text) if len(union) == 1 else []
+        if last in CONTAINERS and args:
             # `list[T]`, `dict[K, T]`, `Sequence[T]`: an item is a T
-            args = _annotation_args(inner[:-1])
-            elem = args[-1] if last in ("dict", "Dict", "Mapping") else args[0] if args else ""
+            elem = args[-1] if last in ("dict", "Dict", "Mapping") else args[0]
             iv = self.annotation_value(mod, scope, elem, line) if elem and elem != "..." else None
             return Val(ValKind.CONTAINER, mod, text, mod.path, line, extra={"item": iv}) if iv is not None else None
-        if last == "Callable" and inner.endswith("]") and "|" not in _top_level(text):
+        if last == "Callable" and len(args) == 2:
             # `Callable[[...], T]`: calling it gives a T (what it runs is not known)
-            args = _annotation_args(inner[:-1])
-            rv = self.annotation_value(mod, scope, args[-1], line) if len(args) == 2 else None
+            rv = self.annotation_value(mod, scope, args[-1], line)
             return Val(ValKind.CALLABLE, mod, text, mod.path, line, reason=f"a callable known by its type alone (`{text}`)",
                        extra={"returns": rv}) if rv is not None else None
-        parts = [x.strip().strip("'\"") for x in _top_level(text).split("|")]
+        parts = [x.strip().strip("'\"") for x in union]
         parts = [x for x in parts if x and x not in self._NONE_PARTS]
         if len(parts) != 1:
             return None
@@ -3815,35 +3810,30 @@ def _suffixes(part: str) -> tuple[str, str]:
     return part[:i], part[i:]
 
 
-def _annotation_args(text: str) -> list:
-    """The top-level comma-separated arguments of a subscripted annotation (``str, Callable[[], X]`` -> two)."""
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
+def _union_operands(text: str) -> list:
+    """The operands of an annotation's top-level ``|`` as written (``X[A | B] | None`` -> ``X[A | B]``, ``None``);
+    ``[text]`` for anything else, a text that does not parse included."""
+    node = parse_expr(text)
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)):
+        return [text]
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr):
+            stack += [n.right, n.left]
         else:
-            cur.append(ch)
-    if cur:
-        out.append("".join(cur).strip())
+            out.append((ast.get_source_segment(text, n) or "").strip())
     return out
 
 
-def _top_level(text: str) -> str:
-    """``text`` without what its brackets hold (``Callable[[], X | None]`` -> ``Callable``): its own operators only."""
-    out, depth = [], 0
-    for ch in text:
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out)
+def _subscript_args(text: str) -> list:
+    """The arguments of a subscripted annotation as written (``dict[str, Callable[[], X]]`` -> ``str``,
+    ``Callable[[], X]``); [] when it is not one."""
+    node = parse_expr(text)
+    if not isinstance(node, ast.Subscript):
+        return []
+    elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    return [(ast.get_source_segment(text, e) or "").strip() for e in elts]
 
 
 def parse_expr(text: str) -> ast.expr | None:

@@ -739,15 +739,11 @@ class OpRegistry:
             return r.key
         from .profile import constant_of
 
-        vals = set()
         try:
-            for cv in self.r.profile.info.classes:
-                a = self.r.class_attr(cv.module, cv.qual, "dispatch_key", Walk())
-                b = a.extra.get("binding") if a is not None else None
-                vals.add(constant_of(b.target) if b is not None and b.target else None)
+            b = self.r.profile.platform_attr("dispatch_key", Walk()).extra.get("binding")  # (a class attribute's binding)
         except Exception:  # noqa: BLE001 - a key is a nicety of the answer: never fail it
-            vals = set()
-        v = vals.pop() if len(vals) == 1 else None
+            b = None
+        v = constant_of(b.target) if b is not None and b.target else None
         return f"{v} (current_platform.dispatch_key)" if isinstance(v, str) and v else _PLATFORM_KEY
 
     def _py_registration(self, r: "PyReg", fv) -> Registration:
