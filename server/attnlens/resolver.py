@@ -310,6 +310,9 @@ class Resolver:
                 val = NONE_VALUE
             else:
                 val = fold(p.default) if fold is not None else self.profile.value_of(fmod, "", p.default)
+            if val is not None and p.name in f.locals and not all(
+                    self.guard_value(fmod, b.guards, f.qualname, ((p.name, val),)) is False for b in f.locals[p.name]):
+                continue  # (assigned again under an `if` this value does not rule out: the value may not last)
             if val is not None:
                 out.append((p.name, val))
         return tuple(out)
@@ -339,13 +342,18 @@ class Resolver:
         (``return self._forward_method(*args, **kwargs)``): they go to the callee instead. A callee of the same
         module also carries what the call's guards fix of module-level expressions (:meth:`_guard_facts`)."""
         if handed is not None:
-            out = self._with_args(tv, handed)
+            out = self.with_args(tv, handed)
         elif tv.kind in (ValKind.INSTANCE, ValKind.ALTS):
             rec = None
             if tv.kind == ValKind.INSTANCE or any(a.val.kind == ValKind.INSTANCE for a in tv.extra["alts"]):
                 rec = self.arg_record(mod, scope, cs, caller_binds)
             out = tv if rec is None or (rec[2] and not any(x is not None for x in rec[0])
-                                        and not any(x is not None for _k, x in rec[1])) else self._with_args(tv, rec)
+                                        and not any(x is not None for _k, x in rec[1])) else self.with_args(tv, rec)
+        elif tv.kind == ValKind.TORCH_OP:
+            # an op with a Python body: what the call passes goes to that body's parameters (TorchOps.follow_op)
+            rec = self.arg_record(mod, scope, cs, caller_binds) if self.ops.python_bodied(tv) else None
+            out = tv if rec is None or not (any(x is not None for x in rec[0]) or any(x is not None for _k, x in rec[1])) \
+                else dataclasses.replace(tv, extra={**tv.extra, "args": rec})
         else:
             binds = self.call_binds(mod, scope, cs, tv, caller_binds)
             out = dataclasses.replace(tv, extra={**tv.extra, "binds": binds}) if binds else tv
@@ -377,7 +385,7 @@ class Resolver:
             self._guard_facts_memo[key] = hit
         return hit
 
-    def _with_args(self, tv: Val, rec: tuple) -> Val:
+    def with_args(self, tv: Val, rec: tuple) -> Val:
         """``tv`` called with the folded arguments ``rec``: an instance (or a fork's instances) carries them to
         its ``__call__`` / ``forward``; a function takes its parameters' bindings from them, and one that hands
         its arguments on whole (:func:`_hands_on_whole`) carries them too."""
@@ -393,7 +401,7 @@ class Resolver:
             return dataclasses.replace(tv, extra={**tv.extra, "binds": binds}) if binds else tv
         if tv.kind == ValKind.ALTS:
             arms = tv.extra["alts"]
-            new = [dataclasses.replace(a, val=self._with_args(a.val, rec)) for a in arms]
+            new = [dataclasses.replace(a, val=self.with_args(a.val, rec)) for a in arms]
             if any(n.val is not a.val for n, a in zip(new, arms)):
                 return dataclasses.replace(tv, extra={**tv.extra, "alts": new})
         return tv
@@ -2369,8 +2377,8 @@ class Resolver:
             self._check_memo_gen()
             recv = _run_receiver(v, w)
             mkey = (key, v.path, v.line, launch, (recv[0].name, recv[1]) if recv else None,
-                    (v.extra.get("overload"), op_caller[0].name, op_caller[2]) if op_caller is not None
-                    else v.extra.get("overload") if v.kind == ValKind.TORCH_OP else _context_key(v))
+                    (v.extra.get("overload"), op_caller[0].name, op_caller[2], v.extra.get("args")) if op_caller is not None
+                    else (v.extra.get("overload"), v.extra.get("args")) if v.kind == ValKind.TORCH_OP else _context_key(v))
             hit = self._follow_memo.get(mkey)
             if hit is not None and not (w.fits(hit[2]) and hit[3].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path (a cycle) would cut it: traced again
@@ -2580,7 +2588,7 @@ class Resolver:
                     w.add(Hop(HopKind.CALL, fv.path or "", fv.line or 0, fv.dotted, f"instance of {v.dotted} called: {meth}"))
                     rec = v.extra.get("args")
                     if rec is not None:
-                        fv = self._with_args(fv, rec)
+                        fv = self.with_args(fv, rec)
                     if v.extra.get("facts"):
                         fv = dataclasses.replace(fv, extra={**fv.extra, "facts": v.extra["facts"]})
                     return self.follow(fv, w)
@@ -3471,12 +3479,23 @@ _MISSING = object()  # (a memo's "no entry", where None is an answer)
 
 
 def _tested_params(mod: Module, f: FunctionInfo) -> frozenset:
-    """See :meth:`Resolver._tested_params` (read from the summary alone)."""
-    names = {p.name for p in f.params if p.kind in ("posonly", "pos", "kwonly")} - {"self", "cls"} - set(f.locals)
+    """See :meth:`Resolver._tested_params` (read from the summary alone). A parameter the function assigns again only
+    under an ``if`` (``if dim < 0: dim += x.dim()``) is in too: :meth:`Resolver._bind_params` binds it only where the
+    value bound rules every such assignment out."""
+    names = {p.name for p in f.params if p.kind in ("posonly", "pos", "kwonly")} - {"self", "cls"}
+    names -= {n for n in names if n in f.locals and not _only_guarded(mod, f, f.locals[n])}
     calls = [cs for cs in mod.summary.calls_in(f.qualname) if cs.scope == f.qualname]
     texts = {t for cs in calls for _k, t, _l in cs.guards}
     passed = {t for cs in calls for t in cs.arg_texts} | {t for cs in calls for _k, t in cs.kw_texts}
     return frozenset(n for n in names if n in passed or any(re.search(rf"\b{re.escape(n)}\b", t) for t in texts))
+
+
+def _only_guarded(mod: Module, f: FunctionInfo, bindings) -> bool:
+    """Is each of ``bindings`` (of a name in ``f``) made in ``f``'s own body under an ``if`` (or its ``else``)? Not one
+    a nested function makes (a ``nonlocal``), whose guards are that function's."""
+    inner = [g for q, g in mod.summary.functions.items() if q.startswith(f.qualname + ".")]
+    return all(any(k in ("if", "else") for k, _t, _l in b.guards)
+               and not any(g.line <= b.line <= g.end_line for g in inner) for b in bindings)
 
 
 def _list_strings(text: str, line: int, end_line: int) -> list:

@@ -643,6 +643,9 @@ class OpRegistry:
             w.add(Hop(HopKind.OP_REGISTRATION, m.path, pick.line, qual,
                       f"{pick.text} in {m.name} (dispatch key {self.key_of(pick)}){also}"))
             fv = self.r.resolve_dotted(m, pick.scope, pick.func, w, line=pick.line)
+            rec = v.extra.get("args")
+            if rec is not None and fv.kind == ValKind.FUNCTION:
+                fv = self.r.with_args(fv, rec)  # (the op's arguments are its Python body's: Resolver.with_binds)
             fin = self.r.follow(fv, w)
             if fin.kind == FinalKind.PYTHON_FUNCTION:
                 # the Python implementation reaches no kernel the analysis can see (communication through
@@ -763,6 +766,12 @@ class OpRegistry:
             if fv is not None and fpath is None and fv.kind in (ValKind.FUNCTION, ValKind.CLASS):
                 fpath, fline = fv.path, fv.line
         return Registration(r.module.path, r.line, self.key_of(r), kind, r.func or None, fpath, fline, schema=r.schema)
+
+    def python_bodied(self, v) -> bool:
+        """Does torch op ``v`` run a Python function registered for it (an ``impl`` or a ``custom_op`` body)?"""
+        ns = v.extra.get("ns") or v.qual.split("::")[0]
+        op = v.extra.get("op") or v.qual.split("::")[-1]
+        return any(r.role in ("impl", "default") for r in self.python_registrations_all(ns, op))
 
     def calling_module(self, w):
         """(module, line, scope) of the code that evaluates ``torch.ops...``: the last hop of the walk ``w`` in a
