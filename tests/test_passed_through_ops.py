@@ -36,9 +36,9 @@ PLUG.update({
             def all_gather(self, x, dim=-1):
                 if dim < 0:
                     dim += x.dim()
-                if dim == 0:
+                if dim == 0 and x.is_cuda:
                     _symm_kernel[(1,)](x)
-                else:
+                elif x.is_contiguous():
                     _ring_kernel[(1,)](x)
 
             def scatter(self, x, dim=-1):
@@ -94,19 +94,24 @@ def _leaves(ws, func, nth=0):
 def test_an_argument_reaches_the_python_body_of_a_torch_op(tmp_path):
     ws = fixture_ws(tmp_path, PLUG, SITE)
     got, ch = _leaves(ws, "g.all_gather", 0)  # dim=1
-    assert got == [("_symm_kernel", False), ("_ring_kernel", True)]
-    labels = [b.label for fk in ch.forks() for b in fk.branches]
-    assert labels == ["line 22: _symm_kernel[(1,)](...) (decided by the call into all_gather: dim=1)",
-                      "line 24: _ring_kernel[(1,)](...) (decided by the call into all_gather: dim=1)"]
-    got, _ch = _leaves(ws, "g.all_gather", 1)  # dim=0
-    assert got == [("_symm_kernel", True), ("_ring_kernel", False)]
+    assert got == [("_symm_kernel", False), ("_ring_kernel", None)]
+    symm, ring = (b for fk in ch.forks() for b in fk.branches)
+    assert symm.label == "line 22: _symm_kernel[(1,)](...) (decided by the call into all_gather: dim=1)"
+    # the ring path's run-time condition: what of it the call leaves open
+    assert (ring.condition, ring.reachable, ring.held) == (
+        "not (dim == 0 and x.is_cuda) and x.is_contiguous()", None, ("not (dim == 0 and x.is_cuda)",))
+    got, ch = _leaves(ws, "g.all_gather", 1)  # dim=0
+    assert got == [("_symm_kernel", None), ("_ring_kernel", None)]
+    symm, ring = (b for fk in ch.forks() for b in fk.branches)
+    assert (symm.held, ring.held) == (("dim == 0",), ())
 
 
 def test_a_reassignment_the_value_may_take_keeps_the_parameter_open(tmp_path):
     ws = fixture_ws(tmp_path, PLUG, SITE)
     # the default -1: `if dim < 0: dim += x.dim()` runs, what `dim` is after it is not known
-    got, _ch = _leaves(ws, "g.all_gather", 2)
+    got, ch = _leaves(ws, "g.all_gather", 2)
     assert got == [("_symm_kernel", None), ("_ring_kernel", None)]
+    assert [b.held for fk in ch.forks() for b in fk.branches] == [(), ()]
     # a value not known where the call is
     got, _ch = _leaves(ws, "g.all_gather", 3)
     assert got == [("_symm_kernel", None), ("_ring_kernel", None)]
@@ -118,7 +123,28 @@ def test_a_reassignment_the_value_may_take_keeps_the_parameter_open(tmp_path):
 def test_a_guarded_reassignment_ruled_out_without_an_op(tmp_path):
     ws = fixture_ws(tmp_path, PLUG, SITE)
     got, _ch = _leaves(ws, "_COMM.all_gather")
-    assert got == [("_symm_kernel", False), ("_ring_kernel", True)]
+    assert got == [("_symm_kernel", False), ("_ring_kernel", None)]
+
+
+def test_the_verdict_leaves_out_what_the_call_makes_true(tmp_path):
+    """The ring path of a `dim=1` call runs "by x.is_contiguous()": `not (dim == 0 and x.is_cuda)` holds there, so
+    neither the verdict nor the tree's "decided at run time by" names it."""
+    from attnlens import render
+
+    ws = fixture_ws(tmp_path, PLUG, SITE)
+    _got, ch = _leaves(ws, "g.all_gather", 0)
+    _symm, ring = (b for fk in ch.forks() for b in fk.branches)
+    know_nothing = lambda text, path, line: None  # noqa: E731 (a platform that decides none of it)
+    assert render.open_condition(ring.condition, ring.path, ring.line, know_nothing, ring.held) == "x.is_contiguous()"
+    assert render.open_condition(ring.condition, ring.path, ring.line, know_nothing) is None  # (all of it open)
+    lp = next(lp for lp in render.leaf_paths(ch) if lp.final.symbol.endswith("_ring_kernel"))
+    assert [c.text for c in render._runtime_parts(lp.conds(), know_nothing)] == ["x.is_contiguous()"]
+    import types
+
+    text = render.chain_text(ch, types.SimpleNamespace(platform_fact=know_nothing, condition=lambda *a: None))
+    ring_line = next(t for t in text.splitlines() if t.strip().startswith("[if not (dim == 0 and x.is_cuda)"))
+    assert ring_line.strip().startswith("[if not (dim == 0 and x.is_cuda) and x.is_contiguous() -> decided at run time by "
+                                        "x.is_contiguous()] line 24: _ring_kernel"), ring_line
 
 
 def test_which_parameters_a_call_may_bind(tmp_path):

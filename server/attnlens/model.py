@@ -198,6 +198,10 @@ class Branch:
     # the branch is dead because the function raises before it: an `if c: raise ...` above the call whose `c` holds
     # here (`if not current_platform.is_cuda(): raise NotImplementedError`); not in JSON (the condition says it)
     raises: bool = False
+    # the top-level `and` operands of a run-time condition that the call being followed makes true, though the
+    # platform alone leaves them open (`not (dim == 0 and ...)` at a `dim=1` call): "decided at run time by" leaves
+    # them out; not in JSON (the condition is verbatim there)
+    held: tuple = ()
 
 
 @dataclass

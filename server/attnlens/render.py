@@ -75,6 +75,7 @@ class Cond:
     decided: str | None = None  # what the call being followed fixed that decided it (model.Branch.decided)
     fork: tuple | None = None  # (path, line, symbol) of the fork whose branch it is; None for a hop's guard
     raises: bool = False  # the branch is dead because the function raises before it (model.Branch.raises)
+    held: tuple = ()  # operands the call being followed makes true (model.Branch.held): not what is open
 
 
 @dataclass
@@ -145,7 +146,8 @@ def _leaf_paths(chain: M.Chain) -> list[LeafPath]:
         for b in c.final.fork.branches:
             # (a branch the call decided counts even without a condition of its own: "always", but not at this call)
             fk = c.final.fork
-            more = (Cond(b.condition or "", b.reachable, b.path, b.line, b.decided, (fk.path, fk.line, fk.symbol), b.raises),) \
+            more = (Cond(b.condition or "", b.reachable, b.path, b.line, b.decided, (fk.path, fk.line, fk.symbol), b.raises,
+                         b.held),) \
                 if b.condition or b.decided else ()
             walk(b.chain, hops, conds + more)
 
@@ -388,6 +390,8 @@ def _runtime_parts(conds: list, fact_of) -> list:
         parts = [p.strip() for p in M.conjuncts(c.text)]
         kept = []
         for part in parts:
+            if part in c.held:
+                continue  # (true at this call)
             part = _double_negation(_negation_open(part, lambda t: fact_of(t, c.path, c.line)))
             if not part or part in seen or fact_of(part, c.path, c.line) is True:
                 continue
@@ -922,30 +926,36 @@ def _final_text(f: M.Final, pad: str) -> list[str]:
     return out
 
 
-def open_condition(text: str | None, path: str | None, line: int | None, fact_of) -> str | None:
+def open_condition(text: str | None, path: str | None, line: int | None, fact_of, held: tuple = ()) -> str | None:
     """What of a run-time condition written at ``path:line`` the platform leaves open, said as a verdict says it
-    (:func:`_runtime_parts`: without the operands the platform alone decides, ``not (not x)`` as ``x``); None when
-    that is the text itself or nothing is known of the platform."""
+    (:func:`_runtime_parts`: without the operands the platform alone decides, ``not (not x)`` as ``x``, nor those
+    ``held``: true at the call being followed); None when that is the text itself or nothing is known of the platform."""
     if fact_of is None or not text:
         return None
-    kept = _runtime_parts([Cond(text, None, path, line)], fact_of)
+    kept = _runtime_parts([Cond(text, None, path, line, held=held)], fact_of)
     return kept[0].text if len(kept) == 1 and kept[0].text != text else None
 
 
-def _by(text: str | None, path: str | None, line: int | None, reach, fact_of, code=str) -> str:
-    """`` by X`` after "decided at run time" when the platform leaves ``X`` of ``text`` open, else ''; ``code``
-    writes ``X`` (Markdown: a code span)."""
+def _by(text: str | None, path: str | None, line: int | None, reach, fact_of, code=str, held: tuple = ()) -> str:
+    """`` by X`` after "decided at run time" when the platform (and the call being followed: ``held``) leaves ``X`` of
+    ``text`` open, else ''; ``code`` writes ``X`` (Markdown: a code span)."""
     if reach is not None:
         return ""
-    left = open_condition(text, path, line, fact_of)
+    left = open_condition(text, path, line, fact_of, held)
     return f" by {code(left)}" if left else ""
+
+
+def _held(h: M.Hop, by_call: M.Branch | None) -> tuple:
+    """What the call being followed makes true of hop ``h``'s condition: the branch's own (:attr:`model.Branch.held`)
+    when ``h`` is that branch's call."""
+    return by_call.held if by_call is not None and h.condition == by_call.condition else ()
 
 
 def _node_text(chain: M.Chain, pad: str, out: list[str], by_call: M.Branch | None = None, fact_of=None) -> None:
     """``by_call``: the branch this chain is, when the call being followed decided it (:func:`_hop_reach`);
     ``fact_of``: the platform's facts (a run-time condition says what of it is open)."""
     for i, h in enumerate(chain.hops):
-        cond = f"  [if {h.condition} -> {_hop_reach(h, by_call)}{_by(h.condition, h.path, h.line, h.reachable, fact_of)}]" \
+        cond = f"  [if {h.condition} -> {_hop_reach(h, by_call)}{_by(h.condition, h.path, h.line, h.reachable, fact_of, held=_held(h, by_call))}]" \
             if h.condition else ""
         out.append(f"{pad}{i:2d}. {h.kind:<18} {h.symbol}  @ {_loc(h.path, h.line)}{cond}")
         if h.detail:
@@ -962,9 +972,9 @@ def _node_text(chain: M.Chain, pad: str, out: list[str], by_call: M.Branch | Non
     for b in fk.branches:
         cond = f"if {b.condition}" if b.condition else "always"
         where = f"  @ {_loc(b.path, b.line)}" if b.path else ""
-        by = _by(b.condition, b.path, b.line, b.reachable, fact_of) if b.condition else ""
+        by = _by(b.condition, b.path, b.line, b.reachable, fact_of, held=b.held) if b.condition else ""
         out.append(f"{pad}    [{cond} -> {reach_words(b.reachable, b.decided)}{by}] {b.label}{where}")
-        _node_text(b.chain, pad + "        ", out, b if b.decided and b.condition else None, fact_of)
+        _node_text(b.chain, pad + "        ", out, b if (b.decided or b.held) and b.condition else None, fact_of)
     if fk.truncated:
         out.append(f"{pad}    TRUNCATED: {fk.truncated} (more branches exist than are shown)")
 
@@ -1091,7 +1101,7 @@ def _hop_reach(h: M.Hop, by_call: M.Branch | None) -> str:
 def _hop_md(h: M.Hop, link, by_call: M.Branch | None = None, fact_of=None) -> str:
     where = _loc_md(h.path, h.line, link)
     word = HOP_WORDS.get(h.kind, h.kind.replace("_", " "))
-    cond = f" — *if* {md_code(h.condition)}: {_hop_reach(h, by_call)}{_by(h.condition, h.path, h.line, h.reachable, fact_of, md_code)}" \
+    cond = f" — *if* {md_code(h.condition)}: {_hop_reach(h, by_call)}{_by(h.condition, h.path, h.line, h.reachable, fact_of, md_code, _held(h, by_call))}" \
         if h.condition else ""
     detail = f" — {md_escape(h.detail)}" if h.detail else ""
     return f"{word} {md_code(h.symbol)} {where}{cond}{detail}"
@@ -1111,7 +1121,7 @@ def _fork_md(f: M.Final, link) -> str:
 def _branch_head_md(b: M.Branch, link, fact_of=None) -> str:
     cond = f"*if* {md_code(b.condition)}" if b.condition else "*always*"
     where = _loc_md(b.path, b.line, link)
-    by = _by(b.condition, b.path, b.line, b.reachable, fact_of, md_code)
+    by = _by(b.condition, b.path, b.line, b.reachable, fact_of, md_code, b.held)
     return f"{cond} — **{reach_words(b.reachable, b.decided)}**{by}: {md_escape(b.label)} {where}".rstrip()
 
 
@@ -1125,7 +1135,7 @@ def _branch_md(b: M.Branch, link, pad: str, out: list[str], fact_of=None) -> Non
         out.append(f"{pad}- {head} — folded ({hops} hop{'s' if hops != 1 else ''}): would reach {what}")
         return
     out.append(f"{pad}- {head}")
-    _subtree_md(b.chain, link, pad + "  ", out, b if b.decided and b.condition else None, fact_of)
+    _subtree_md(b.chain, link, pad + "  ", out, b if (b.decided or b.held) and b.condition else None, fact_of)
 
 
 def _all_hops(chain: M.Chain):

@@ -328,6 +328,22 @@ class Resolver:
                 if re.search(rf"\b{re.escape(n)}\b", texts)]
         return f"the call into {scope.rpartition('.')[2]}: {', '.join(used)}" if used else ""
 
+    def _held_by(self, mod: Module, scope: str, guards: tuple, binds: tuple) -> tuple:
+        """The top-level ``and`` operands of ``guards`` (as :meth:`guard_text` writes them) that the parameters fixed by
+        the call being followed make true while the platform alone leaves them open (model.Branch.held)."""
+        names = [n for n, _v in binds]
+        out = []
+        for kind, text, gline in guards:
+            if kind not in ("if", "else") or not any(re.search(rf"\b{re.escape(n)}\b", text) for n in names):
+                continue
+            written = (f"({text})" if len(guards) > 1 and M.loose_condition(text) else text) if kind == "if" else f"not ({text})"
+            for part in M.conjuncts(written):
+                part = part.strip()
+                if self.profile.evaluate(mod, scope, part, binds, gline) is True \
+                        and self.profile.evaluate(mod, scope, part, (), gline) is not True:
+                    out.append(part)
+        return tuple(out)
+
     def _tested_params(self, mod: Module, f: FunctionInfo) -> frozenset:
         """The parameters of ``f`` that a guard of one of its own calls tests by name, or that it passes on as an
         argument, and that ``f`` never assigns again (memoised per function and generation)."""
@@ -2952,11 +2968,12 @@ class Resolver:
                 sym = f"{cs.func}({kv.qual}, ...)"
             # a guard the parameters this call fixes decided says so on the branch's label
             decided = self._decided_by(mod, f.qualname, cs.guards, binds, reach) if binds and cs.guards else ""
+            held = self._held_by(mod, f.qualname, cs.guards, binds) if binds and cs.guards and reach is None else ()
             # dead because an `if c: raise` above it is taken here: the function raises rather than running other code
             raised = [g for g in cs.guards if g[0] == "else" and g[2] in f.raise_ifs] if reach is False and f.raise_ifs else ()
             return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)" + (f" (decided by {decided})" if decided else ""), ch,
                             mod.path, cs.line, decided or None,
-                            bool(raised) and self.guard_value(mod, tuple(raised), f.qualname, binds) is False)
+                            bool(raised) and self.guard_value(mod, tuple(raised), f.qualname, binds) is False, held)
 
         reach_of = [r for _cs, r in cands]
         kept, skipped = _expand_within(w.budget, reach_of, expand)
