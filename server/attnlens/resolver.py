@@ -94,6 +94,7 @@ class Resolver:
         # it, so it may be memoised (see resolve_dotted and follow)
         self.cuts = 0
         self.bound_cuts = 0  # the cuts made by the leaf / fork-depth bounds (see _bound_cut)
+        self.leaf_cuts = 0  # of those, the ones the leaf bound made (or a result cut by it that was used)
         # the cuts that depend on the path (a value met again while it is being resolved, a walk's cycle), as
         # ("a", key in _active) / ("s", key in a walk's seen), and the reads of a walk's earlier hops ("h", (walk,
         # index): read_before); a resolution whose path cuts all hit keys it opened itself (none on the path above
@@ -2399,6 +2400,13 @@ class Resolver:
             if hit is not None and not (w.fits(hit[2]) and hit[3].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path (a cycle) would cut it: traced again
             if hit is None:
+                # cut by the fork-depth bound alone: the same at this depth for any budget at least the one it had
+                hit = self._follow_memo.get(mkey + ("d", w.fork_depth))
+                if hit is not None and not (w.budget >= hit[4] and hit[3].isdisjoint(w.seen)):
+                    hit = None
+                if hit is not None:
+                    self._bound_cut(leaf=False)  # (a result cut by the bounds: what uses it is cut too)
+            if hit is None:
                 hit = self._follow_memo.get(mkey + (w.budget, w.fork_depth))
                 if hit is not None and not hit[3].isdisjoint(w.seen):
                     hit = None
@@ -2413,6 +2421,7 @@ class Resolver:
                 return hit[0]
         w.seen.add(key)
         cuts, bcuts, inner, n_log, n0 = self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log), len(w.hops)
+        lcuts = self.leaf_cuts
         vis_n = self._visits_push()
         saved_need = w.start_need()
         try:
@@ -2430,6 +2439,13 @@ class Resolver:
             met = self._shared_met(met)
             if outside == 0:  # complete: reusable wherever a walk has the room it needs (Walk.fits)
                 self._follow_memo[mkey] = (fin, tuple(w.hops[n0:]), need, met)
+            elif self.leaf_cuts == lcuts:
+                # cut by the fork-depth bound alone: the same at this fork depth with any larger budget (shares only
+                # grow with it, and what no leaf bound cut needs no more); kept for the least budget it was made with
+                dkey = mkey + ("d", w.fork_depth)
+                old = self._follow_memo.get(dkey)
+                if old is None or w.budget < old[4]:
+                    self._follow_memo[dkey] = (fin, tuple(w.hops[n0:]), need, met, w.budget)
             else:
                 self._follow_memo[mkey + (w.budget, w.fork_depth)] = (fin, tuple(w.hops[n0:]), None, met)
         return fin
@@ -2492,13 +2508,13 @@ class Resolver:
         """``compute()`` apart from whatever is being resolved now (a fresh path: nothing in progress cuts it as a
         cycle), its own cuts leaving no mark on the resolution around it: for an answer kept for the whole
         generation (the platform profile), found wherever it is first asked."""
-        saved = (self._active, self._visits, self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log))
+        saved = (self._active, self._visits, self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log), self.leaf_cuts)
         self._active, self._visits = set(), []
         try:
             return compute()
         finally:
             self._active, self._visits = saved[0], saved[1]
-            self.cuts, self.bound_cuts, self.inner_cuts = saved[2], saved[3], saved[4]
+            self.cuts, self.bound_cuts, self.inner_cuts, self.leaf_cuts = saved[2], saved[3], saved[4], saved[6]
             del self.cut_log[saved[5]:]
 
     def cut_mark(self) -> tuple:
@@ -2563,11 +2579,14 @@ class Resolver:
             log[n_log:] = keep
         return self.cuts - cuts0 - (self.inner_cuts - inner0)
 
-    def _bound_cut(self) -> None:
+    def _bound_cut(self, leaf: bool = True) -> None:
         """A tree cut by the leaf or fork-depth bound (deterministic for a given budget and depth, unlike a
-        cycle or the time budget, which depend on the path)."""
+        cycle or the time budget, which depend on the path); ``leaf=False``: by the fork-depth bound alone (a
+        result cut so is the same at that depth with any larger budget)."""
         self.cuts += 1
         self.bound_cuts += 1
+        if leaf:
+            self.leaf_cuts += 1
 
     def _follow(self, v: Val, w: Walk, launch: bool, op_caller=None) -> Final:
         k = v.kind
@@ -2639,7 +2658,7 @@ class Resolver:
         arms: list[Alt] = v.extra["alts"]
         fk = M.Fork(v.extra["fork_kind"], v.extra.get("decided_by"), v.path, v.line, v.dotted)
         if w.fork_depth >= M.MAX_FORK_DEPTH:
-            self._bound_cut()
+            self._bound_cut(leaf=False)
             fk.truncated = f"fork depth limit ({M.MAX_FORK_DEPTH}): {len(arms)} branches not expanded"
         else:
             needs: dict = {}
@@ -2871,12 +2890,20 @@ class Resolver:
             hit = memo.get(key)
             if hit is not None and not (w.fits(hit[3]) and hit[2].isdisjoint(w.seen)):
                 hit = None  # complete, but this walk's bounds or path would cut it
+            depth_only = False
+            if hit is None:
+                hit = memo.get(key + ("d", w.fork_depth))  # (cut by the fork-depth bound alone: see follow)
+                if hit is not None and not (w.budget >= hit[4] and hit[2].isdisjoint(w.seen)):
+                    hit = None
+                depth_only = hit is not None
             if hit is None:
                 hit = memo.get(key + (w.budget, w.fork_depth))
                 if hit is not None and not hit[2].isdisjoint(w.seen):
                     hit = None
             if hit is not None:
-                if hit[1] is not None or key not in memo:
+                if depth_only:
+                    self._bound_cut(leaf=False)
+                elif hit[1] is not None or key not in memo:
                     self._bound_cut()  # (what uses it was cut below too)
                 if hit[3] is not None:
                     w.note_need(hit[3])
@@ -2888,6 +2915,7 @@ class Resolver:
         truncated = None
         # a subtree cut short below makes the result depend on the budget (bounds) or on the path (cycles above)
         cuts0, bcuts0, inner0, n_log, n_hops = self.cuts, self.bound_cuts, self.inner_cuts, len(self.cut_log), len(w.hops)
+        lcuts0 = self.leaf_cuts
         vis_n = self._visits_push()
         saved_need = w.start_need()
         needs: dict = {}
@@ -2983,13 +3011,18 @@ class Resolver:
         if skipped and truncated is None:
             truncated = f"leaf limit ({M.MAX_LEAVES}): {skipped} calls not expanded"
         if truncated is not None:
-            self._bound_cut()
+            self._bound_cut(leaf=bool(skipped))
         met = self._shared_met(self._visits_pop(vis_n))
         outside = None if partial else self._outside_cuts(cuts0, inner0, n_log, w.seen, w, n_hops)
         if partial:
             w.partial = True
         elif outside == 0 and truncated is None:
             memo[key] = (out, None, met, need)
+        elif outside == self.bound_cuts - bcuts0 and self.leaf_cuts == lcuts0:
+            # cut by the fork-depth bound alone: the same at this depth with any larger budget (see follow)
+            old = memo.get(key + ("d", w.fork_depth))
+            if old is None or w.budget < old[4]:
+                memo[key + ("d", w.fork_depth)] = (out, truncated, met, need, w.budget)
         elif outside == self.bound_cuts - bcuts0:
             # cut only by the leaf / depth bounds: the same for the same budget and depth
             memo[key + (w.budget, w.fork_depth)] = (out, truncated, met, None)
@@ -3265,7 +3298,10 @@ class Resolver:
         if f.dummy:
             w.add(Hop(HopKind.DUMMY, mod.path, f.line, v.dotted, f.dummy))
             return Final(FinalKind.DUMMY, mod.path, f.line, v.dotted, package=_pkg(v), reason=f"{v.dotted} {f.dummy}", detail=f.docstring or "")
-        nxt = self.wrapper_target(v, f, w)
+        # (the wrapper's call is found first only where the body forwards `*args, **kwargs`: any other pick is followed
+        # only when no call of the body reaches kernel code, so it is looked for then; resolving every call of every
+        # function to find it took a fifth of upstream vLLM's `sites`)
+        nxt = self.wrapper_target(v, f, w) if self._forwards_any(mod, f) else None
         if nxt is not None and nxt[0].forwards:
             return self._follow_call(v, f, nxt[0], nxt[1], w)
         branches, truncated = self.body_branches(v, f, w)
@@ -3282,6 +3318,8 @@ class Resolver:
                         mod.path, f.line, v.dotted, branches, truncated)
             return Final(FinalKind.FORK, mod.path, f.line, v.dotted, package=_pkg(v), detail=f.docstring or "",
                          params=[p.name for p in f.params], fork=fk)
+        if nxt is None and not self._forwards_any(mod, f):
+            nxt = self.wrapper_target(v, f, w)
         if nxt is not None:
             return self._follow_call(v, f, nxt[0], nxt[1], w)
         sel = self.returned_classes(v, f, w)
@@ -3361,6 +3399,11 @@ class Resolver:
         if not self.memo_enabled:
             return self._wrapper_target(mod, f)
         return self._memoised(self._wrap_memo, (mod.path, mod.sha, f.qualname), lambda: self._wrapper_target(mod, f))
+
+    @staticmethod
+    def _forwards_any(mod: Module, f: FunctionInfo) -> bool:
+        """Does a call of ``f``'s own body forward ``*args`` / ``**kwargs`` (what :meth:`_wrapper_target` picks first)?"""
+        return any(c.forwards and c.func and c.scope == f.qualname for c in mod.summary.calls_in(f.qualname))
 
     def _wrapper_target(self, mod: Module, f: FunctionInfo):
         calls = mod.summary.calls_in(f.qualname)
