@@ -19,6 +19,7 @@ PLUG.update({
         import torch
         import triton
 
+        from up.platforms import current_platform
         from up.utils import direct_register_custom_op
 
 
@@ -49,7 +50,25 @@ PLUG.update({
                     _ring_kernel[(2,)](x)
 
 
+        class Ring:
+            def run(self, x):
+                _ring_kernel[(3,)](x)
+
+
+        class Early:
+            def __init__(self):
+                self.ring = Ring()
+
+            def gather(self, x, dim=-1):
+                if dim == 0 and x.is_cuda:
+                    return _symm_kernel[(3,)](x)
+                ring = self.ring
+                if x.is_contiguous():
+                    ring.run(x)
+
+
         _COMM = Comm()
+        _EARLY = Early()
 
 
         def all_gather(x, dim, group_name):
@@ -80,6 +99,9 @@ PLUG.update({
             g.all_gather(x, d)
             g.scatter(x, dim=1)
             _COMM.all_gather(x, 2)
+            _EARLY.gather(x, dim=1)
+            if current_platform.is_cuda():
+                g.all_gather(x, dim=1)
     """,
 })
 
@@ -96,7 +118,7 @@ def test_an_argument_reaches_the_python_body_of_a_torch_op(tmp_path):
     got, ch = _leaves(ws, "g.all_gather", 0)  # dim=1
     assert got == [("_symm_kernel", False), ("_ring_kernel", None)]
     symm, ring = (b for fk in ch.forks() for b in fk.branches)
-    assert symm.label == "line 22: _symm_kernel[(1,)](...) (decided by the call into all_gather: dim=1)"
+    assert symm.label == "line 23: _symm_kernel[(1,)](...) (decided by the call into all_gather: dim=1)"
     # the ring path's run-time condition: what of it the call leaves open
     assert (ring.condition, ring.reachable, ring.held) == (
         "not (dim == 0 and x.is_cuda) and x.is_contiguous()", None, ("not (dim == 0 and x.is_cuda)",))
@@ -144,7 +166,7 @@ def test_the_verdict_leaves_out_what_the_call_makes_true(tmp_path):
     text = render.chain_text(ch, types.SimpleNamespace(platform_fact=know_nothing, condition=lambda *a: None))
     ring_line = next(t for t in text.splitlines() if t.strip().startswith("[if not (dim == 0 and x.is_cuda)"))
     assert ring_line.strip().startswith("[if not (dim == 0 and x.is_cuda) and x.is_contiguous() -> decided at run time by "
-                                        "x.is_contiguous()] line 24: _ring_kernel"), ring_line
+                                        "x.is_contiguous()] line 25: _ring_kernel"), ring_line
 
 
 def test_which_parameters_a_call_may_bind(tmp_path):
@@ -156,3 +178,36 @@ def test_which_parameters_a_call_may_bind(tmp_path):
     assert ws.resolver._tested_params(mod, fs["Comm.all_gather"]) == {"x", "dim"}
     assert ws.resolver._tested_params(mod, fs["Comm.scatter"]) == {"x"}
     assert ws.resolver._tested_params(mod, fs["all_gather"]) == {"x", "dim"}
+
+
+def test_a_guard_after_an_early_return_is_read_with_what_the_call_passes(tmp_path):
+    """`ring = self.ring` after `if dim == 0 and x.is_cuda: return ...` is bound under `not (dim == 0 and x.is_cuda)`
+    (vLLM's `pynccl_comm = self.pynccl_comm` in `CudaCommunicator.all_gather`): at a `dim=1` call it holds, so the
+    verdict says the ring kernel runs by `x.is_contiguous()` alone, and the binding's hop is taken at this call."""
+    from attnlens import render
+
+    ws = fixture_ws(tmp_path, PLUG, SITE)
+    got, ch = _leaves(ws, "_EARLY.gather")
+    assert got == [("_symm_kernel", False), ("_ring_kernel", None)]
+    know_nothing = lambda text, path, line: None  # noqa: E731
+    lp = next(lp for lp in render.leaf_paths(ch) if lp.final.symbol.endswith("_ring_kernel"))
+    alias = next(h for h in lp.hops if h.kind == "alias" and h.symbol == "ring")
+    assert (alias.condition, alias.reachable) == ("not (dim == 0 and x.is_cuda)", None)
+    assert [c.text for c in render._runtime_parts(lp.conds(), know_nothing)] == ["x.is_contiguous()"]
+    ring = next(b for fk in ch.forks() for b in fk.branches if b.label.startswith("line ") and "ring.run" in b.label)
+    assert render._hop_reach(alias, ring) == render.TAKEN_AT_CALL
+    other = next(b for fk in ch.forks() for b in fk.branches if b is not ring)
+    assert render._hop_reach(alias, other) == render.RUNTIME  # (not that call's function's guard)
+
+
+def test_a_dead_leaf_says_the_platform_reason_before_the_call_reason(tmp_path):
+    """A leaf both the platform (`if current_platform.is_cuda():` around the call) and the call (`dim=1`) rule out is
+    said to be dead by the platform: it is dead there whatever the call passes (vLLM-MetaX's `self.forward_impl` under
+    `if self.use_direct_call`, false there, was said to be not taken "at this call" by a `dim=1` deep inside)."""
+    from attnlens import render
+
+    ws = fixture_ws(tmp_path, PLUG, SITE)
+    got, ch = _leaves(ws, "g.all_gather", 4)
+    assert got == [("_symm_kernel", False), ("_ring_kernel", False)]
+    lp = next(lp for lp in render.leaf_paths(ch) if lp.final.symbol.endswith("_symm_kernel"))
+    assert render._dead_reason(lp) == ("condition", "current_platform.is_cuda()", "")

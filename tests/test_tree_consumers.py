@@ -654,3 +654,28 @@ def test_other_code_names_every_flag_that_rules_its_kernels_out():
     guarded = M.Chain([M.Hop("call", "/x/site.py", 10, "f", condition="self.direct", reachable=False)],
                       M.Final(M.FORK, "/x/f.py", 1, "pkg.f", fork=fork), True)
     assert verdict_text(guarded)[0].startswith("Runs: nothing on this platform (") and "; " not in verdict_text(guarded)[0]
+
+
+def test_a_cut_only_inside_a_path_not_taken_leaves_what_runs_whole():
+    """The tree's bounds cut it only under a branch that is not taken here: what runs, and its conditions, are complete
+    (no "on the listed paths" on the lines that run); what is not taken is still said to be partial. Upstream vLLM's
+    `get_current_placement_group` hedged every line after a `ray.client(...)` branch became not taken at that call."""
+    from attnlens.render import TRUNCATED_DEAD_WORDS
+
+    t = _tree()
+    dead = t.final.fork.branches[0]
+    cut = M.Fork(M.ForkKind.CALLS, None, "/x/c.py", 1, "pkg.cuda_path", [
+        M.Branch(None, True, "line 2: cuda_op(...)", _leaf(M.TORCH_OP, "_C::cuda_op"), "/x/c.py", 2)],
+        truncated="leaf limit (48): 3 calls not expanded")
+    dead.chain = M.Chain([M.Hop("call", "/x/top.py", 2, "cuda_path")], M.Final(M.FORK, "/x/c.py", 1, "pkg.cuda_path", fork=cut), True)
+    assert t.truncated() and not t.truncated_live()
+    lines = verdict_text(t)
+    assert [ln for ln in lines if ln.startswith("Runs:")] == [
+        'Runs: write (torch op _C::write, /x/k.py:3, decided at run time by kv_cache_dtype == "auto")',
+        'Runs: kernel (Triton, /x/__init__.py:5, decided at run time by kv_cache_dtype == "fp8")',
+        "Runs: vendorlib (not installed here: vendorlib, taken on this platform)"]
+    assert "Not taken on this platform on the listed paths: cuda_op (torch op, if is_cuda())" in lines
+    assert lines[-1] == TRUNCATED_DEAD_WORDS
+    # a cut on a path that can run: every line hedged, as before
+    t.final.fork.branches[1].chain.final.fork.truncated = "width bound"
+    assert t.truncated_live() and verdict_text(t)[-1] == TRUNCATED_WORDS

@@ -202,6 +202,9 @@ class Branch:
     # platform alone leaves them open (`not (dim == 0 and ...)` at a `dim=1` call): "decided at run time by" leaves
     # them out; not in JSON (the condition is verbatim there)
     held: tuple = ()
+    # (path, first line, last line) of the function whose parameters the call fixed: a guard of that function on the
+    # way (a local bound after an early `return`) is read with ``held`` too
+    held_span: tuple = ()
 
 
 @dataclass
@@ -271,6 +274,21 @@ class Chain:
 
     def truncated(self) -> bool:
         return any(f.truncated for f in self.forks())
+
+    def truncated_live(self) -> bool:
+        """Was the tree cut by its bounds on a path that can run: outside every branch (and hop) that is not taken
+        here? A cut only inside such branches leaves what runs, and its conditions, complete."""
+        stack = [self]
+        while stack:
+            c = stack.pop()
+            if any(h.reachable is False for h in c.hops):
+                continue
+            fk = c.final.fork
+            if fk is not None:
+                if fk.truncated:
+                    return True
+                stack.extend(b.chain for b in fk.branches if b.reachable is not False)
+        return False
 
     def leaf_count(self) -> int:
         """``len(self.leaves())``, without making the leaves (the resolver's leaf budget asks it per branch)."""

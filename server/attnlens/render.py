@@ -76,6 +76,7 @@ class Cond:
     fork: tuple | None = None  # (path, line, symbol) of the fork whose branch it is; None for a hop's guard
     raises: bool = False  # the branch is dead because the function raises before it (model.Branch.raises)
     held: tuple = ()  # operands the call being followed makes true (model.Branch.held): not what is open
+    held_span: tuple = ()  # (path, first line, last line) of the function they hold in (model.Branch.held_span)
 
 
 @dataclass
@@ -93,9 +94,11 @@ class LeafPath:
         out: dict[tuple, Cond] = {}
         for c in self.branch_conds:
             out.setdefault((c.text, c.reachable), c)
+        spans = [c for c in self.branch_conds if c.held]
         for h in self.hops:
             if h.condition:
-                out.setdefault((h.condition, h.reachable), Cond(h.condition, h.reachable, h.path or None, h.line or None))
+                held = tuple(x for c in spans if _in_span(h, c.held_span) for x in c.held)
+                out.setdefault((h.condition, h.reachable), Cond(h.condition, h.reachable, h.path or None, h.line or None, held=held))
         return list(out.values())
 
     @property
@@ -147,7 +150,7 @@ def _leaf_paths(chain: M.Chain) -> list[LeafPath]:
             # (a branch the call decided counts even without a condition of its own: "always", but not at this call)
             fk = c.final.fork
             more = (Cond(b.condition or "", b.reachable, b.path, b.line, b.decided, (fk.path, fk.line, fk.symbol), b.raises,
-                         b.held),) \
+                         b.held, b.held_span),) \
                 if b.condition or b.decided else ()
             walk(b.chain, hops, conds + more)
 
@@ -353,7 +356,10 @@ def verdicts(chain: M.Chain, defaults: Defaults | None = None) -> tuple[list[Ver
             # (reached under `enabled` on one path and `not enabled` on another: whichever holds, it runs)
             v.reachable, v.runtime, v.by_default, v.default_when = True, [], None, ()
     if chain.truncated():
-        for v in (*live.values(), *dead.values()):
+        live_cut = chain.truncated_live()  # (cut only inside paths not taken: what runs is complete)
+        for v in live.values():
+            v.cut = live_cut
+        for v in dead.values():
             v.cut = True
     lv = list(live.values())
     # a leaf that runs on one path and not on another is said once, where it runs (the tree keeps the other path)
@@ -498,11 +504,14 @@ def _dead_reason(lp: LeafPath, fact_of=None) -> tuple[str, str, str]:
     for h in lp.hops:
         if h.kind == M.HopKind.SELECTION and h.reachable is False:
             return "selection", h.detail.removeprefix("never selected on this platform: "), ""
-    for c in lp.conds():
-        if c.reachable is False:
-            if c.decided:
-                return "call", c.text, c.decided
+    conds = lp.conds()
+    for c in conds:
+        if c.reachable is False and not c.decided:
+            # (the platform's reason first: the leaf is dead here whatever a call passes)
             return "condition", _false_parts(c, fact_of), ""
+    for c in conds:
+        if c.reachable is False:
+            return "call", c.text, c.decided
     return "", "", ""
 
 
@@ -598,13 +607,15 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
                    + (f", never selected" if kind == "selection" else f", if {why}" if why else "")
                    + (f"; decided by {by}" if by else "") + ")")
     if chain.truncated():
-        out.append(TRUNCATED_WORDS)
+        out.append(TRUNCATED_WORDS if chain.truncated_live() else TRUNCATED_DEAD_WORDS)
     return out
 
 
 # (a leaf's conditions are those of the paths that were expanded: a path cut off may reach it under others)
 TRUNCATED_WORDS = ("The tree hit its bounds: more leaves and paths exist than are listed; the conditions above, and what is "
                    "not taken, hold on the listed paths.")
+TRUNCATED_DEAD_WORDS = ("The tree hit its bounds inside paths that are not taken here: what runs is complete; more of what is "
+                        "not taken exists than is listed.")
 
 
 def _dead_tag(v: Verdict, twins: set) -> str:
@@ -842,7 +853,7 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
         more = f" and {len(dead) - MAX_DEAD} more" if len(dead) > MAX_DEAD else ""
         out.append(f"Would run elsewhere: {names}{more}")
     if chain.truncated():
-        out.append(f"*{TRUNCATED_WORDS}*")
+        out.append(f"*{TRUNCATED_WORDS if chain.truncated_live() else TRUNCATED_DEAD_WORDS}*")
     return out
 
 
@@ -945,10 +956,17 @@ def _by(text: str | None, path: str | None, line: int | None, reach, fact_of, co
     return f" by {code(left)}" if left else ""
 
 
+def _in_span(h: M.Hop, span: tuple) -> bool:
+    """Is hop ``h`` in the function ``span`` (model.Branch.held_span) covers?"""
+    return bool(span) and h.path == span[0] and span[1] <= (h.line or 0) <= span[2]
+
+
 def _held(h: M.Hop, by_call: M.Branch | None) -> tuple:
     """What the call being followed makes true of hop ``h``'s condition: the branch's own (:attr:`model.Branch.held`)
-    when ``h`` is that branch's call."""
-    return by_call.held if by_call is not None and h.condition == by_call.condition else ()
+    when ``h`` is that branch's call or another guard of the function the call fixed parameters of."""
+    if by_call is None or not by_call.held:
+        return ()
+    return by_call.held if h.condition == by_call.condition or _in_span(h, by_call.held_span) else ()
 
 
 def _node_text(chain: M.Chain, pad: str, out: list[str], by_call: M.Branch | None = None, fact_of=None) -> None:
@@ -1095,6 +1113,9 @@ def _hop_reach(h: M.Hop, by_call: M.Branch | None) -> str:
     under that branch's own guard says so too: not "on this platform", the same code runs from other calls)."""
     if by_call is not None and h.condition == by_call.condition:
         return reach_words(by_call.reachable, by_call.decided)
+    held = _held(h, by_call)
+    if held and h.reachable is None and h.condition and all(p.strip() in held for p in M.conjuncts(h.condition)):
+        return TAKEN_AT_CALL  # (a guard of that function the call makes true: `pynccl_comm = ...` after `if dim == 0: return`)
     return reach_words(h.reachable)
 
 

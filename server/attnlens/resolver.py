@@ -3001,7 +3001,8 @@ class Resolver:
             raised = [g for g in cs.guards if g[0] == "else" and g[2] in f.raise_ifs] if reach is False and f.raise_ifs else ()
             return M.Branch(cond, reach, f"line {cs.line}: {sym}(...)" + (f" (decided by {decided})" if decided else ""), ch,
                             mod.path, cs.line, decided or None,
-                            bool(raised) and self.guard_value(mod, tuple(raised), f.qualname, binds) is False, held)
+                            bool(raised) and self.guard_value(mod, tuple(raised), f.qualname, binds) is False, held,
+                            (mod.path, f.line, f.end_line) if held else ())
 
         reach_of = [r for _cs, r in cands]
         kept, skipped = _expand_within(w.budget, reach_of, expand)
