@@ -3299,10 +3299,7 @@ class Resolver:
         if f.dummy:
             w.add(Hop(HopKind.DUMMY, mod.path, f.line, v.dotted, f.dummy))
             return Final(FinalKind.DUMMY, mod.path, f.line, v.dotted, package=_pkg(v), reason=f"{v.dotted} {f.dummy}", detail=f.docstring or "")
-        # (the wrapper's call is found first only where the body forwards `*args, **kwargs`: any other pick is followed
-        # only when no call of the body reaches kernel code, so it is looked for then; resolving every call of every
-        # function to find it took a fifth of upstream vLLM's `sites`)
-        nxt = self.wrapper_target(v, f, w) if self._forwards_any(mod, f) else None
+        nxt = self.wrapper_target(v, f, w)
         if nxt is not None and nxt[0].forwards:
             return self._follow_call(v, f, nxt[0], nxt[1], w)
         branches, truncated = self.body_branches(v, f, w)
@@ -3319,8 +3316,6 @@ class Resolver:
                         mod.path, f.line, v.dotted, branches, truncated)
             return Final(FinalKind.FORK, mod.path, f.line, v.dotted, package=_pkg(v), detail=f.docstring or "",
                          params=[p.name for p in f.params], fork=fk)
-        if nxt is None and not self._forwards_any(mod, f):
-            nxt = self.wrapper_target(v, f, w)
         if nxt is not None:
             return self._follow_call(v, f, nxt[0], nxt[1], w)
         sel = self.returned_classes(v, f, w)
@@ -3400,11 +3395,6 @@ class Resolver:
         if not self.memo_enabled:
             return self._wrapper_target(mod, f)
         return self._memoised(self._wrap_memo, (mod.path, mod.sha, f.qualname), lambda: self._wrapper_target(mod, f))
-
-    @staticmethod
-    def _forwards_any(mod: Module, f: FunctionInfo) -> bool:
-        """Does a call of ``f``'s own body forward ``*args`` / ``**kwargs`` (what :meth:`_wrapper_target` picks first)?"""
-        return any(c.forwards and c.func and c.scope == f.qualname for c in mod.summary.calls_in(f.qualname))
 
     def _wrapper_target(self, mod: Module, f: FunctionInfo):
         calls = mod.summary.calls_in(f.qualname)
