@@ -607,7 +607,7 @@ def verdict_text(chain: M.Chain, defaults: Defaults | None = None) -> list[str]:
                    + (f", never selected" if kind == "selection" else f", if {why}" if why else "")
                    + (f"; decided by {by}" if by else "") + ")")
     if chain.truncated():
-        out.append(TRUNCATED_WORDS if chain.truncated_live() else TRUNCATED_DEAD_WORDS)
+        out.append(_truncated_words(chain))
     return out
 
 
@@ -616,6 +616,11 @@ TRUNCATED_WORDS = ("The tree hit its bounds: more leaves and paths exist than ar
                    "not taken, hold on the listed paths.")
 TRUNCATED_DEAD_WORDS = ("The tree hit its bounds inside paths that are not taken here: what runs is complete; more of what is "
                         "not taken exists than is listed.")
+
+
+def _truncated_words(chain: M.Chain) -> str:
+    """The verdict's last line for a tree its bounds cut: whether the cut reaches what can run."""
+    return TRUNCATED_WORDS if chain.truncated_live() else TRUNCATED_DEAD_WORDS
 
 
 def _dead_tag(v: Verdict, twins: set) -> str:
@@ -853,7 +858,7 @@ def verdict_markdown(chain: M.Chain, link, defaults: Defaults | None = None, max
         more = f" and {len(dead) - MAX_DEAD} more" if len(dead) > MAX_DEAD else ""
         out.append(f"Would run elsewhere: {names}{more}")
     if chain.truncated():
-        out.append(f"*{TRUNCATED_WORDS if chain.truncated_live() else TRUNCATED_DEAD_WORDS}*")
+        out.append(f"*{_truncated_words(chain)}*")
     return out
 
 
@@ -962,11 +967,9 @@ def _in_span(h: M.Hop, span: tuple) -> bool:
 
 
 def _held(h: M.Hop, by_call: M.Branch | None) -> tuple:
-    """What the call being followed makes true of hop ``h``'s condition: the branch's own (:attr:`model.Branch.held`)
-    when ``h`` is that branch's call or another guard of the function the call fixed parameters of."""
-    if by_call is None or not by_call.held:
-        return ()
-    return by_call.held if h.condition == by_call.condition or _in_span(h, by_call.held_span) else ()
+    """What the call being followed makes true of hop ``h``'s condition (:attr:`model.Branch.held`), when ``h`` is in
+    the function the call fixed parameters of (that branch's own call included)."""
+    return by_call.held if by_call is not None and _in_span(h, by_call.held_span) else ()
 
 
 def _node_text(chain: M.Chain, pad: str, out: list[str], by_call: M.Branch | None = None, fact_of=None) -> None:

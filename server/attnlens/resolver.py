@@ -143,15 +143,7 @@ class Resolver:
     # guards
     # ------------------------------------------------------------------
     def guard_text(self, guards: tuple) -> str | None:
-        parts = []
-        for kind, text, _line in guards:
-            if kind in ("if", "typecheck"):
-                # (`a or b` joined to other guards by `and` is parenthesised: `x and (a or b) and y`)
-                parts.append(f"({text})" if len(guards) > 1 and M.loose_condition(text) else text)
-            elif kind == "else":
-                parts.append(f"not ({text})")
-            elif kind == "except":
-                parts.append(f"except {text}")
+        parts = [t for kind, text, _line in guards if (t := _guard_written(kind, text, len(guards)))]
         return " and ".join(parts) if parts else None
 
     def guard_value(self, mod: Module | None, guards: tuple, scope: str = "", binds: tuple = ()) -> bool | None:
@@ -337,8 +329,7 @@ class Resolver:
         for kind, text, gline in guards:
             if kind not in ("if", "else") or not any(re.search(rf"\b{re.escape(n)}\b", text) for n in names):
                 continue
-            written = (f"({text})" if len(guards) > 1 and M.loose_condition(text) else text) if kind == "if" else f"not ({text})"
-            for part in M.conjuncts(written):
+            for part in M.conjuncts(_guard_written(kind, text, len(guards))):
                 part = part.strip()
                 if self.profile.evaluate(mod, scope, part, binds, gline) is True \
                         and self.profile.evaluate(mod, scope, part, (), gline) is not True:
@@ -364,13 +355,11 @@ class Resolver:
             rec = None
             if tv.kind == ValKind.INSTANCE or any(a.val.kind == ValKind.INSTANCE for a in tv.extra["alts"]):
                 rec = self.arg_record(mod, scope, cs, caller_binds)
-            out = tv if rec is None or (rec[2] and not any(x is not None for x in rec[0])
-                                        and not any(x is not None for _k, x in rec[1])) else self.with_args(tv, rec)
+            out = tv if rec is None or (rec[2] and not _any_known(rec)) else self.with_args(tv, rec)
         elif tv.kind == ValKind.TORCH_OP:
             # an op with a Python body: what the call passes goes to that body's parameters (TorchOps.follow_op)
             rec = self.arg_record(mod, scope, cs, caller_binds) if self.ops.python_bodied(tv) else None
-            out = tv if rec is None or not (any(x is not None for x in rec[0]) or any(x is not None for _k, x in rec[1])) \
-                else dataclasses.replace(tv, extra={**tv.extra, "args": rec})
+            out = tv if rec is None or not _any_known(rec) else dataclasses.replace(tv, extra={**tv.extra, "args": rec})
         else:
             binds = self.call_binds(mod, scope, cs, tv, caller_binds)
             out = dataclasses.replace(tv, extra={**tv.extra, "binds": binds}) if binds else tv
@@ -3539,6 +3528,21 @@ def _tested_params(mod: Module, f: FunctionInfo) -> frozenset:
     texts = {t for cs in calls for _k, t, _l in cs.guards}
     passed = {t for cs in calls for t in cs.arg_texts} | {t for cs in calls for _k, t in cs.kw_texts}
     return frozenset(n for n in names if n in passed or any(re.search(rf"\b{re.escape(n)}\b", t) for t in texts))
+
+
+def _guard_written(kind: str, text: str, n: int) -> str:
+    """One guard as :meth:`Resolver.guard_text` writes it among ``n`` guards ('' for a kind it leaves out): ``a or b``
+    joined to other guards by ``and`` is parenthesised (``x and (a or b) and y``)."""
+    if kind in ("if", "typecheck"):
+        return f"({text})" if n > 1 and M.loose_condition(text) else text
+    if kind == "else":
+        return f"not ({text})"
+    return f"except {text}" if kind == "except" else ""
+
+
+def _any_known(rec: tuple) -> bool:
+    """Does the folded argument record ``rec`` (:meth:`Resolver.arg_record`) know any argument's value?"""
+    return any(x is not None for x in rec[0]) or any(x is not None for _k, x in rec[1])
 
 
 def _only_guarded(mod: Module, f: FunctionInfo, bindings) -> bool:

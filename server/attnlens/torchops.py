@@ -633,7 +633,7 @@ class OpRegistry:
         w.add(Hop(HopKind.TORCH_OP, "", 0, qual, f"torch.ops.{ns}.{op}: dispatched by the torch dispatcher"))
         # Python registrations first: the op then runs Python code we can follow
         pyregs = self.python_registrations_all(ns, op)
-        runnable = sorted((r for r in pyregs if r.role in ("impl", "default")), key=_run_rank)
+        runnable = sorted(_runnable(pyregs), key=_run_rank)
         if runnable:
             pick = runnable[0]
             others = [r for r in pyregs if r is not pick and r.role != "def"]
@@ -771,7 +771,7 @@ class OpRegistry:
         """Does torch op ``v`` run a Python function registered for it (an ``impl`` or a ``custom_op`` body)?"""
         ns = v.extra.get("ns") or v.qual.split("::")[0]
         op = v.extra.get("op") or v.qual.split("::")[-1]
-        return any(r.role in ("impl", "default") for r in self.python_registrations_all(ns, op))
+        return any(_runnable(self.python_registrations_all(ns, op)))
 
     def calling_module(self, w):
         """(module, line, scope) of the code that evaluates ``torch.ops...``: the last hop of the walk ``w`` in a
@@ -928,6 +928,11 @@ def _custom_op_key(api: str, kw: dict) -> str:
     if dt and dt != "None":
         return ", ".join(_keys_of(dt))
     return "CompositeExplicitAutograd" if api == "custom_op" else "triton_op"
+
+
+def _runnable(regs):
+    """The registrations of ``regs`` that run Python code for the op (an ``impl`` or a ``custom_op`` body)."""
+    return (r for r in regs if r.role in ("impl", "default"))
 
 
 def _run_rank(r: PyReg) -> tuple[int, int]:
